@@ -1,0 +1,14 @@
+//! Shared library of the CNI plugins.
+//!
+//! - [`spec`]: the CNI specification: versions, environment, configs, results of every version and their
+//!   conversion, errors, the entry point every plugin's `main` calls, and IPAM delegation.
+//! - [`netns`], [`netlink`], [`sysctl`]: network namespaces and a small synchronous netlink layer.
+//! - [`state`]: atomic files, locks and validation of names that become paths.
+
+pub mod netlink;
+pub mod netns;
+pub mod spec;
+pub mod state;
+pub mod sysctl;
+
+pub use spec::{Error, Result};

@@ -1,0 +1,153 @@
+//! Network configurations: the fields every plugin shares, and conflists.
+
+use super::error::{codes, Error, Result};
+use super::env::truncate;
+use super::result::Dns;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The fields of a network config every plugin reads. Plugin-specific fields are parsed by the plugin from the
+/// same bytes (see [`super::Context::parse_conf`]).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetConf {
+    #[serde(default)]
+    pub cni_version: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, rename = "type")]
+    pub plugin_type: String,
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub capabilities: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Dns>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_config: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// `runtimeConfig`, as far as the shared code needs it; plugins read their own keys from the raw value.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RuntimeConfig {
+    #[serde(default)]
+    pub ips: Vec<String>,
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+impl NetConf {
+    /// The `ipam.type` of the config, validated as a plugin name.
+    pub fn ipam_type(&self) -> Result<&str> {
+        let t = self
+            .ipam
+            .as_ref()
+            .and_then(|i| i.get("type"))
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| Error::config("IPAM config missing 'type' key"))?;
+        validate_plugin_type(t)?;
+        Ok(t)
+    }
+
+    /// A key of `runtimeConfig`, when present.
+    pub fn runtime(&self, key: &str) -> Option<&Value> {
+        self.runtime_config.as_ref().and_then(|r| r.get(key))
+    }
+
+    /// A key of `args.cni` (the conventions' `args` section), when present.
+    pub fn args_cni(&self, key: &str) -> Option<&Value> {
+        self.args.as_ref().and_then(|a| a.get("cni")).and_then(|c| c.get(key))
+    }
+}
+
+/// A conflist: a named list of plugin configs run in order.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetConfList {
+    #[serde(default)]
+    pub cni_version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni_versions: Option<Vec<String>>,
+    pub name: String,
+    #[serde(default)]
+    pub disable_check: bool,
+    #[serde(default)]
+    pub disable_gc: bool,
+    pub plugins: Vec<Value>,
+}
+
+/// Network names, as the spec requires: `^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`. They become file names (host-local)
+/// and firewall comments, so nothing else is accepted.
+pub fn validate_network_name(name: &str) -> Result<()> {
+    let mut bytes = name.bytes();
+    let ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        && name.len() <= 128;
+    if !ok {
+        return Err(Error::new(
+            codes::INVALID_CONFIG,
+            format!(
+                "invalid network name {:?}: must start with a letter or digit, contain only letters, digits, '_', '.' and '-', and be at most 128 characters",
+                truncate(name)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Plugin type names are looked up as files in `CNI_PATH`: no separators, no dot-only names.
+pub fn validate_plugin_type(t: &str) -> Result<()> {
+    if t.is_empty() || t == "." || t == ".." || t.contains('/') || t.chars().any(char::is_control) || t.len() > 255 {
+        return Err(Error::config(format!("invalid plugin type {:?}", truncate(t))));
+    }
+    Ok(())
+}
+
+/// Maps a serde_json error to the spec's codes: unparseable JSON is a decoding failure (6); JSON that parses
+/// but is not a valid config (wrong types, missing fields) is an invalid config (7).
+pub fn json_error(what: &str, e: &serde_json::Error) -> Error {
+    use serde_json::error::Category;
+    let code = match e.classify() {
+        Category::Data => codes::INVALID_CONFIG,
+        Category::Io | Category::Syntax | Category::Eof => codes::DECODE,
+    };
+    Error::new(code, format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_names() {
+        for ok in ["cbr0", "kubenet", "my-net_1.0", "A"] {
+            validate_network_name(ok).unwrap();
+        }
+        for bad in ["", "..", "../x", "a/b", "-a", "a b", "a\nb", "a\0", &"x".repeat(200)] {
+            assert_eq!(validate_network_name(bad).unwrap_err().code, codes::INVALID_CONFIG, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ipam_type() {
+        let c: NetConf = serde_json::from_str(r#"{"ipam":{"type":"host-local"}}"#).unwrap();
+        assert_eq!(c.ipam_type().unwrap(), "host-local");
+        let c: NetConf = serde_json::from_str(r#"{"ipam":{"type":"../evil"}}"#).unwrap();
+        assert!(c.ipam_type().is_err());
+        let c: NetConf = serde_json::from_str(r#"{"ipam":{}}"#).unwrap();
+        assert!(c.ipam_type().is_err());
+    }
+
+    #[test]
+    fn json_error_codes() {
+        let e = serde_json::from_str::<NetConf>("{").unwrap_err();
+        assert_eq!(json_error("x", &e).code, codes::DECODE);
+        let e = serde_json::from_str::<NetConf>(r#"{"name": 5}"#).unwrap_err();
+        assert_eq!(json_error("x", &e).code, codes::INVALID_CONFIG);
+    }
+}

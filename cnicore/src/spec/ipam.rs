@@ -1,0 +1,79 @@
+//! Delegation to an IPAM plugin (or any delegate) found on `CNI_PATH`: same environment, same stdin.
+
+use super::config::validate_plugin_type;
+use super::env::Command;
+use super::error::{codes, Error, Result};
+use super::result::CniResult;
+use super::skel::Context;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+
+/// Finds a plugin binary by name in the given directories.
+pub fn find_plugin(name: &str, path: &[PathBuf]) -> Result<PathBuf> {
+    validate_plugin_type(name)?;
+    path.iter()
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::config(format!("failed to find plugin {name:?} in path {path:?}")))
+}
+
+/// Runs `plugin` with `command`, the caller's environment and `stdin`; returns its stdout JSON, if any.
+pub fn exec_plugin(binary: &Path, command: Command, ctx: &Context, stdin: &[u8]) -> Result<Option<Value>> {
+    let mut p = Process::new(binary);
+    p.env("CNI_COMMAND", command.as_str())
+        .env("CNI_CONTAINERID", &ctx.env.container_id)
+        .env("CNI_IFNAME", &ctx.env.ifname)
+        .env("CNI_ARGS", &ctx.env.args_raw)
+        .env("CNI_PATH", std::env::join_paths(&ctx.env.path).unwrap_or_default())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    match &ctx.env.netns {
+        Some(ns) => p.env("CNI_NETNS", ns),
+        None => p.env_remove("CNI_NETNS"),
+    };
+    run_with_stdin(p, binary, stdin)
+}
+
+/// Spawns, feeds stdin, and decodes stdout: a result/answer on success, the plugin's error object on failure.
+pub fn run_with_stdin(mut p: Process, binary: &Path, stdin: &[u8]) -> Result<Option<Value>> {
+    let name = binary.display();
+    let mut child = p.spawn().map_err(|e| Error::io(format!("failed to run plugin {name}: {e}")))?;
+    if let Some(mut input) = child.stdin.take() {
+        // A plugin may exit without reading stdin; a broken pipe is then not our error.
+        let _ = input.write_all(stdin);
+    }
+    let out = child.wait_with_output().map_err(|e| Error::io(format!("failed to wait for plugin {name}: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json: Option<Value> = if text.trim().is_empty() { None } else { serde_json::from_str(text.trim()).ok() };
+    if out.status.success() {
+        if json.is_none() && !text.trim().is_empty() {
+            return Err(Error::decode(format!("plugin {name} printed something that is not JSON: {:.200}", text.trim())));
+        }
+        return Ok(json);
+    }
+    Err(json
+        .as_ref()
+        .and_then(Error::from_json)
+        .unwrap_or_else(|| Error::new(codes::INTERNAL, format!("plugin {name} failed ({}): {:.200}", out.status, text.trim()))))
+}
+
+fn ipam_binary(ctx: &Context) -> Result<PathBuf> {
+    find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)
+}
+
+/// IPAM ADD: the delegate's result, in canonical form.
+pub fn add(ctx: &Context) -> Result<CniResult> {
+    let bin = ipam_binary(ctx)?;
+    let out = exec_plugin(&bin, Command::Add, ctx, &ctx.stdin)?
+        .ok_or_else(|| Error::decode(format!("IPAM plugin {} returned no result", bin.display())))?;
+    CniResult::from_json(&out)
+}
+
+/// IPAM with a verb that returns nothing (DEL, CHECK, GC, STATUS).
+pub fn exec(ctx: &Context, command: Command) -> Result<()> {
+    let bin = ipam_binary(ctx)?;
+    exec_plugin(&bin, command, ctx, &ctx.stdin).map(|_| ())
+}

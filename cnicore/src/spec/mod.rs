@@ -1,0 +1,16 @@
+//! The CNI specification (0.1.0 – 1.1.0) as types and functions.
+
+mod config;
+mod env;
+mod error;
+pub mod ipam;
+mod result;
+mod skel;
+mod version;
+
+pub use config::{json_error, validate_network_name, validate_plugin_type, NetConf, NetConfList, RuntimeConfig};
+pub use env::{parse_cni_args, truncate as truncate_for_msg, validate_container_id, validate_ifname, CniArgs, Command, Env};
+pub use error::{codes, Error, Result};
+pub use result::{CniResult, Dns, Interface, IpConfig, Route};
+pub use skel::{plugin_main, Context, Plugin};
+pub use version::{Version, SUPPORTED_VERSIONS};

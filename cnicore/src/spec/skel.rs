@@ -1,0 +1,307 @@
+//! The entry point every plugin's `main` calls: read the environment and the config, dispatch the verb,
+//! print the result in the config's version or the error object, exit.
+
+use super::config::{json_error, validate_network_name, NetConf};
+use super::env::{Command, Env};
+use super::error::{codes, Error, Result};
+use super::result::CniResult;
+use super::version::{Version, SUPPORTED_VERSIONS};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// The largest config accepted on stdin. Real configs are a few KiB; this bounds hostile input.
+pub const MAX_STDIN: u64 = 1 << 20;
+
+/// Everything one invocation knows: the environment, the config bytes and their common fields.
+pub struct Context {
+    pub env: Env,
+    /// The raw config, as delegated plugins must receive it.
+    pub stdin: Vec<u8>,
+    pub conf: NetConf,
+    /// The version the config asks for; the result is printed in it.
+    pub version: Version,
+}
+
+impl Context {
+    /// Parses the plugin's own config type from the same bytes.
+    pub fn parse_conf<T: DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.stdin).map_err(|e| json_error("invalid network config", &e))
+    }
+
+    /// `CNI_NETNS`, which the environment check guarantees for ADD and CHECK.
+    pub fn netns(&self) -> Result<&Path> {
+        self.env.netns.as_deref().ok_or_else(|| Error::env("CNI_NETNS is required"))
+    }
+
+    /// Opens the pod's netns (`CNI_NETNS`). A netns that does not exist is "unknown container" (code 3).
+    pub fn open_netns(&self) -> Result<crate::netns::NetNs> {
+        let path = self.netns()?;
+        crate::netns::NetNs::open(path).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { codes::UNKNOWN_CONTAINER } else { codes::INTERNAL };
+            Error::new(code, format!("failed to open netns {}: {e}", path.display()))
+        })
+    }
+
+    /// Like [`Context::open_netns`], but `None` when there is no netns to act on (DEL after the pod is gone).
+    pub fn open_netns_if_exists(&self) -> Result<Option<crate::netns::NetNs>> {
+        match self.env.netns.as_deref() {
+            None => Ok(None),
+            Some(_) => match self.open_netns() {
+                Ok(ns) => Ok(Some(ns)),
+                Err(e) if e.code == codes::UNKNOWN_CONTAINER => Ok(None),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    /// The `prevResult` of a chained plugin, in canonical form.
+    pub fn prev_result(&self) -> Result<Option<CniResult>> {
+        match &self.conf.prev_result {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => {
+                // A prevResult may omit cniVersion; it is then in the config's version.
+                let mut v = v.clone();
+                if v.get("cniVersion").is_none() {
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("cniVersion".into(), self.version.to_string().into());
+                    }
+                }
+                CniResult::from_json(&v).map(Some).map_err(|e| Error::decode(format!("failed to parse prevResult: {}", e.msg)))
+            }
+        }
+    }
+
+    /// The `prevResult`, required (chained plugins such as portmap and bandwidth).
+    pub fn require_prev_result(&self) -> Result<CniResult> {
+        self.prev_result()?
+            .ok_or_else(|| Error::config(format!("must be called as a chained plugin: {} needs prevResult", self.conf.plugin_type)))
+    }
+
+    /// `cni.dev/valid-attachments` (or the older `cni.dev/attachments`) of a GC call, as (containerID, ifname).
+    pub fn valid_attachments(&self) -> Result<Vec<(String, String)>> {
+        let raw: Value = serde_json::from_slice(&self.stdin).map_err(|e| json_error("invalid network config", &e))?;
+        let list = raw.get("cni.dev/valid-attachments").or_else(|| raw.get("cni.dev/attachments"));
+        let Some(list) = list else { return Ok(Vec::new()) };
+        let items = list.as_array().ok_or_else(|| Error::config("cni.dev/valid-attachments must be a list"))?;
+        items
+            .iter()
+            .map(|a| {
+                let field = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
+                match (field("containerID"), field("ifname")) {
+                    (Some(c), Some(i)) => Ok((c, i)),
+                    _ => Err(Error::config("each valid attachment needs containerID and ifname")),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a plugin implements. GC and STATUS default to "nothing to do" / "ready".
+pub trait Plugin {
+    fn add(&self, ctx: &Context) -> Result<CniResult>;
+    fn del(&self, ctx: &Context) -> Result<()>;
+    fn check(&self, ctx: &Context) -> Result<()>;
+    fn gc(&self, _ctx: &Context) -> Result<()> {
+        Ok(())
+    }
+    fn status(&self, _ctx: &Context) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs the plugin for this process and exits: 0 with the result (or nothing) on stdout, 1 with the error object.
+pub fn plugin_main(about: &str, plugin: &dyn Plugin) -> ! {
+    install_panic_hook();
+    let mut stdin = Vec::new();
+    let env = Env::from_process();
+    let read_stdin = |buf: &mut Vec<u8>| -> Result<()> {
+        std::io::stdin().lock().take(MAX_STDIN + 1).read_to_end(buf).map_err(|e| Error::io(format!("reading stdin: {e}")))?;
+        if buf.len() as u64 > MAX_STDIN {
+            return Err(Error::decode(format!("config on stdin is larger than {MAX_STDIN} bytes")));
+        }
+        Ok(())
+    };
+    let (version, outcome) = match env {
+        Err(e) if std::env::var_os("CNI_COMMAND").is_none_or(|c| c.is_empty()) => {
+            // As the reference plugins: a bare invocation prints what the binary is.
+            eprintln!("{about}");
+            let _ = e;
+            std::process::exit(0);
+        }
+        Err(e) => (Version::LATEST, Err(e)),
+        Ok(env) => match read_stdin(&mut stdin) {
+            Err(e) => (Version::LATEST, Err(e)),
+            Ok(()) => run(env, stdin, plugin),
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    let code = match outcome {
+        Ok(Some(v)) => {
+            let _ = serde_json::to_writer(&mut out, &v);
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            let _ = serde_json::to_writer(&mut out, &e.to_json(&version.to_string()));
+            1
+        }
+    };
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+    std::process::exit(code)
+}
+
+/// Dispatches one verb. Returns the version errors are reported in, and the JSON to print, if any.
+pub fn run(env: Env, stdin: Vec<u8>, plugin: &dyn Plugin) -> (Version, Result<Option<Value>>) {
+    if env.command == Command::Version {
+        return (Version::LATEST, Ok(Some(version_info(&stdin))));
+    }
+    let conf: NetConf = match serde_json::from_slice(&stdin) {
+        Ok(c) => c,
+        Err(e) => return (Version::LATEST, Err(json_error("invalid network config", &e))),
+    };
+    let version = match Version::parse_supported(&conf.cni_version) {
+        Ok(v) => v,
+        Err(e) => return (Version::LATEST, Err(e)),
+    };
+    let allowed = match env.command {
+        Command::Check => version.allows_check(),
+        Command::Gc | Command::Status => version.allows_gc_and_status(),
+        _ => true,
+    };
+    if !allowed {
+        let msg = format!("config version {version} does not allow {}", env.command.as_str());
+        return (version, Err(Error::new(codes::INCOMPATIBLE_VERSION, msg)));
+    }
+    if let Err(e) = validate_network_name(&conf.name) {
+        return (version, Err(e));
+    }
+    let ctx = Context { env, stdin, conf, version };
+    let outcome = match ctx.env.command {
+        Command::Add => plugin.add(&ctx).and_then(|r| r.to_json(version)).map(Some),
+        Command::Del => plugin.del(&ctx).map(|_| None),
+        Command::Check => plugin.check(&ctx).map(|_| None),
+        Command::Gc => plugin.gc(&ctx).map(|_| None),
+        Command::Status => plugin.status(&ctx).map(|_| None),
+        Command::Version => unreachable!("handled above"),
+    };
+    (version, outcome)
+}
+
+/// The VERSION answer: every supported version, in the version the caller asked about when it is valid.
+fn version_info(stdin: &[u8]) -> Value {
+    let asked = serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| v.get("cniVersion").and_then(Value::as_str).map(str::to_string))
+        .filter(|v| Version::parse_supported(v).is_ok())
+        .unwrap_or_else(|| Version::LATEST.to_string());
+    json!({ "cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS })
+}
+
+/// A bug must still answer with an error object, never with a bare abort.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = format!("internal error: {info}");
+        eprintln!("{msg}");
+        let e = Error::new(codes::INTERNAL, msg);
+        let _ = serde_json::to_writer(std::io::stdout().lock(), &e.to_json(&Version::LATEST.to_string()));
+        std::process::exit(1);
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{CniArgs, Interface};
+
+    struct Fake;
+    impl Plugin for Fake {
+        fn add(&self, ctx: &Context) -> Result<CniResult> {
+            let mut r = ctx.prev_result()?.unwrap_or_default();
+            r.interfaces.push(Interface { name: ctx.env.ifname.clone(), ..Default::default() });
+            r.ips.push(crate::spec::IpConfig { address: "10.0.0.2/24".parse().unwrap(), gateway: None, interface: Some(0) });
+            Ok(r)
+        }
+        fn del(&self, _: &Context) -> Result<()> {
+            Ok(())
+        }
+        fn check(&self, _: &Context) -> Result<()> {
+            Err(Error::internal("checked"))
+        }
+    }
+
+    fn env(cmd: Command) -> Env {
+        Env {
+            command: cmd,
+            container_id: "c1".into(),
+            netns: Some("/run/netns/x".into()),
+            ifname: "eth0".into(),
+            args: CniArgs::default(),
+            args_raw: String::new(),
+            path: vec![],
+        }
+    }
+
+    fn call(cmd: Command, stdin: &str) -> (Version, Result<Option<Value>>) {
+        run(env(cmd), stdin.as_bytes().to_vec(), &Fake)
+    }
+
+    #[test]
+    fn answers_in_config_version() {
+        for v in SUPPORTED_VERSIONS {
+            let (_, out) = call(Command::Add, &format!(r#"{{"cniVersion":"{v}","name":"n","type":"fake"}}"#));
+            assert_eq!(out.unwrap().unwrap()["cniVersion"], *v);
+        }
+    }
+
+    #[test]
+    fn bad_json_and_versions() {
+        for cmd in [Command::Add, Command::Del, Command::Check, Command::Gc, Command::Status] {
+            assert_eq!(call(cmd, "{").1.unwrap_err().code, codes::DECODE);
+            assert_eq!(call(cmd, "").1.unwrap_err().code, codes::DECODE);
+            assert_eq!(call(cmd, "[1]").1.unwrap_err().code, codes::INVALID_CONFIG);
+            assert_eq!(call(cmd, r#"{"cniVersion":"7.0.0","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+            assert_eq!(call(cmd, r#"{"cniVersion":"1.1.0","name":"../x"}"#).1.unwrap_err().code, codes::INVALID_CONFIG);
+        }
+    }
+
+    #[test]
+    fn verbs_gated_by_version() {
+        assert_eq!(call(Command::Check, r#"{"cniVersion":"0.3.1","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+        assert_eq!(call(Command::Check, r#"{"cniVersion":"0.4.0","name":"n"}"#).1.unwrap_err().msg, "checked");
+        assert_eq!(call(Command::Gc, r#"{"cniVersion":"1.0.0","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+        assert!(call(Command::Status, r#"{"cniVersion":"1.1.0","name":"n"}"#).1.is_ok());
+    }
+
+    #[test]
+    fn version_verb() {
+        let (_, out) = call(Command::Version, "");
+        let v = out.unwrap().unwrap();
+        assert_eq!(v["supportedVersions"].as_array().unwrap().len(), SUPPORTED_VERSIONS.len());
+        assert_eq!(v["cniVersion"], "1.1.0");
+        let (_, out) = call(Command::Version, r#"{"cniVersion":"0.4.0"}"#);
+        assert_eq!(out.unwrap().unwrap()["cniVersion"], "0.4.0");
+    }
+
+    #[test]
+    fn prev_result_is_converted() {
+        let stdin = r#"{"cniVersion":"1.0.0","name":"n","type":"fake",
+            "prevResult":{"cniVersion":"0.2.0","ip4":{"ip":"10.9.0.2/16"}}}"#;
+        let out = call(Command::Add, stdin).1.unwrap().unwrap();
+        assert_eq!(out["ips"][0]["address"], "10.9.0.2/16");
+        assert_eq!(out["cniVersion"], "1.0.0");
+    }
+
+    #[test]
+    fn valid_attachments() {
+        let ctx = Context {
+            env: env(Command::Gc),
+            stdin: br#"{"cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}"#.to_vec(),
+            conf: NetConf::default(),
+            version: Version::V110,
+        };
+        assert_eq!(ctx.valid_attachments().unwrap(), vec![("a".to_string(), "eth0".to_string())]);
+    }
+}
