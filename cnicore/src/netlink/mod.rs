@@ -1,0 +1,250 @@
+//! A small synchronous rtnetlink (NETLINK_ROUTE) client: one socket per network namespace.
+//!
+//! [`Netlink::request`] sends any [`RouteNetlinkMessage`] and collects the replies (ACKs, errors and
+//! multi-part dumps); the typed helpers in [`link`], [`addr`] and [`route`] are built on it. Errors are
+//! `std::io::Error`s carrying the kernel's errno, so callers can test e.g.
+//! `e.raw_os_error() == Some(libc::EEXIST)` (see [`is_exists`] and [`is_not_found`]).
+
+pub mod addr;
+pub mod bridge_vlan;
+pub mod dad;
+pub mod link;
+pub mod route;
+
+use std::io;
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
+};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use crate::netns::NetNs;
+
+pub use addr::{Address, AddressOptions};
+pub use bridge_vlan::PortVlan;
+pub use link::{BridgePort, InfoBridge, Link};
+pub use netlink_packet_route::RouteNetlinkMessage;
+pub use route::{Route, RT_TABLE_MAIN};
+
+/// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
+const DUMP_ATTEMPTS: usize = 5;
+
+/// IP version of addresses and routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+/// Scope of an address or route (`RT_SCOPE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    #[default]
+    Universe,
+    Site,
+    Link,
+    Host,
+    Nowhere,
+    Other(u8),
+}
+
+impl From<u8> for Scope {
+    fn from(value: u8) -> Scope {
+        match value {
+            0 => Scope::Universe,
+            200 => Scope::Site,
+            253 => Scope::Link,
+            254 => Scope::Host,
+            255 => Scope::Nowhere,
+            other => Scope::Other(other),
+        }
+    }
+}
+
+impl From<Scope> for u8 {
+    fn from(scope: Scope) -> u8 {
+        match scope {
+            Scope::Universe => 0,
+            Scope::Site => 200,
+            Scope::Link => 253,
+            Scope::Host => 254,
+            Scope::Nowhere => 255,
+            Scope::Other(other) => other,
+        }
+    }
+}
+
+/// True for "already exists" errors (EEXIST), e.g. a link or address created concurrently.
+pub fn is_exists(err: &io::Error) -> bool {
+    err.raw_os_error() == Some(libc::EEXIST)
+}
+
+/// True for the errors the kernel uses when the object asked for is missing
+/// (ENODEV for links, EADDRNOTAVAIL for addresses, ESRCH/ENOENT for routes).
+pub fn is_not_found(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::ENODEV) | Some(libc::ENOENT) | Some(libc::ESRCH) | Some(libc::EADDRNOTAVAIL)
+    )
+}
+
+/// A NETLINK_ROUTE socket bound in one network namespace.
+pub struct Netlink {
+    socket: Socket,
+    /// The namespace the socket lives in, to open more sockets there (event subscriptions).
+    netns: NetNs,
+    sequence: u32,
+}
+
+impl Netlink {
+    /// A socket in the calling thread's current network namespace.
+    pub fn new() -> io::Result<Netlink> {
+        let netns = NetNs::current()?;
+        let socket = open_socket(&[])?;
+        Ok(Netlink {
+            socket,
+            netns,
+            sequence: 0,
+        })
+    }
+
+    /// A socket in `netns` (a socket stays bound to the namespace it was created in).
+    pub fn in_netns(netns: &NetNs) -> io::Result<Netlink> {
+        let socket = netns.run(|| open_socket(&[]))??;
+        Ok(Netlink {
+            socket,
+            netns: netns.try_clone()?,
+            sequence: 0,
+        })
+    }
+
+    /// The namespace this socket operates in.
+    pub fn netns(&self) -> &NetNs {
+        &self.netns
+    }
+
+    /// A new socket in the same namespace subscribed to the given `RTNLGRP_*` multicast groups.
+    pub(crate) fn subscribe(&self, groups: &[u32]) -> io::Result<Socket> {
+        self.netns.run(|| open_socket(groups))?
+    }
+
+    /// Sends `message` with `NLM_F_REQUEST | NLM_F_ACK | flags` and returns the messages the kernel
+    /// answered with (empty for a plain ACK, every part for a dump with `NLM_F_DUMP`). A negative kernel
+    /// answer becomes `io::Error::from_raw_os_error(errno)`.
+    pub fn request(
+        &mut self,
+        message: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let is_dump = flags & NLM_F_DUMP == NLM_F_DUMP;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (replies, interrupted) = self.request_once(message.clone(), flags)?;
+            if !(is_dump && interrupted) {
+                return Ok(replies);
+            }
+            if attempts == DUMP_ATTEMPTS {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "netlink dump kept being interrupted by concurrent changes",
+                ));
+            }
+        }
+    }
+
+    /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
+    fn request_once(
+        &mut self,
+        message: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<(Vec<RouteNetlinkMessage>, bool)> {
+        self.sequence = self.sequence.wrapping_add(1);
+        let sequence = self.sequence;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+        header.sequence_number = sequence;
+        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
+        packet.finalize();
+        let mut buf = vec![0; packet.buffer_len()];
+        packet.serialize(&mut buf);
+        let kernel = SocketAddr::new(0, 0);
+        self.socket.send_to(&buf, &kernel, 0)?;
+
+        let mut replies = Vec::new();
+        let mut interrupted = false;
+        loop {
+            let (datagram, _) = self.socket.recv_from_full()?;
+            for packet in parse_datagram(&datagram)? {
+                // Answers to earlier requests (e.g. after an error mid-dump) and events are not ours.
+                if packet.header.sequence_number != sequence {
+                    continue;
+                }
+                if packet.header.flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match packet.payload {
+                    // Dumps end with NLMSG_DONE, everything else with the ACK (also after a single
+                    // answer such as RTM_GETLINK by name).
+                    NetlinkPayload::InnerMessage(inner) => replies.push(inner),
+                    NetlinkPayload::Error(error) => {
+                        return match error.code {
+                            None => Ok((replies, interrupted)),
+                            Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
+                        };
+                    }
+                    NetlinkPayload::Done(done) => {
+                        if done.code < 0 {
+                            return Err(io::Error::from_raw_os_error(-done.code));
+                        }
+                        return Ok((replies, interrupted));
+                    }
+                    NetlinkPayload::Overrun(_) => {
+                        return Err(io::Error::other("netlink overrun"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Opens a NETLINK_ROUTE socket in the current namespace, joined to `groups` (`RTNLGRP_*` numbers).
+fn open_socket(groups: &[u32]) -> io::Result<Socket> {
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    for &group in groups {
+        socket.add_membership(group)?;
+    }
+    Ok(socket)
+}
+
+/// Splits one received datagram into the netlink messages it holds.
+pub(crate) fn parse_datagram(
+    datagram: &[u8],
+) -> io::Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
+    let mut messages = Vec::new();
+    let mut offset = 0;
+    while offset + 16 <= datagram.len() {
+        let rest = &datagram[offset..];
+        let length = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if length < 16 || length > rest.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "truncated netlink message",
+            ));
+        }
+        let message =
+            NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..length]).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("bad netlink message: {e}"),
+                )
+            })?;
+        messages.push(message);
+        // Messages are aligned to 4 bytes.
+        offset += (length + 3) & !3;
+    }
+    Ok(messages)
+}
