@@ -1,0 +1,76 @@
+//! `loopback`: brings the loopback interface up in the pod's network namespace (Kubernetes requires it).
+
+use cnicore::netlink::Netlink;
+use cnicore::spec::{plugin_main, CniResult, Context, Error, Interface, IpConfig, Plugin, Result};
+
+struct Loopback;
+
+fn nl_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::os(what, e)
+}
+
+/// The loopback link named by `CNI_IFNAME` (the kubelet passes `lo`); any other kind of link is refused so that a
+/// wrong ifname never brings up or down a real interface.
+fn loopback_link(nl: &mut Netlink, name: &str) -> Result<cnicore::netlink::Link> {
+    let link = nl.link_by_name(name).map_err(nl_err("looking up the loopback link"))?;
+    let link = link.ok_or_else(|| Error::internal(format!("no interface {name:?} in the pod netns")))?;
+    if !link.loopback {
+        return Err(Error::config(format!("interface {name:?} is not a loopback device")));
+    }
+    Ok(link)
+}
+
+impl Plugin for Loopback {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        let netns = ctx.open_netns()?;
+        let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
+        let link = loopback_link(&mut nl, &ctx.env.ifname)?;
+        nl.set_up(link.index).map_err(nl_err("setting the loopback link up"))?;
+        // A previous plugin's result is passed through unchanged, as the reference does.
+        if let Some(prev) = ctx.prev_result()? {
+            return Ok(prev);
+        }
+        // The first address of each family: 127.0.0.1/8, and ::1/128 where IPv6 is enabled.
+        let addrs = nl.addresses(Some(link.index)).map_err(nl_err("listing loopback addresses"))?;
+        let first = |v4: bool| addrs.iter().find(|a| a.addr.addr().is_ipv4() == v4);
+        let ips = [first(true), first(false)]
+            .into_iter()
+            .flatten()
+            .map(|a| IpConfig { address: a.addr, gateway: None, interface: Some(0) })
+            .collect();
+        Ok(CniResult {
+            interfaces: vec![Interface {
+                name: ctx.env.ifname.clone(),
+                mac: "00:00:00:00:00:00".into(),
+                sandbox: netns.path().display().to_string(),
+                ..Default::default()
+            }],
+            ips,
+            ..Default::default()
+        })
+    }
+
+    fn del(&self, ctx: &Context) -> Result<()> {
+        // The pod may be gone already: nothing to undo then.
+        let Some(netns) = ctx.open_netns_if_exists()? else { return Ok(()) };
+        let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
+        match nl.link_by_name(&ctx.env.ifname).map_err(nl_err("looking up the loopback link"))? {
+            Some(link) if link.loopback => nl.set_down(link.index).map_err(nl_err("setting the loopback link down")),
+            _ => Ok(()),
+        }
+    }
+
+    fn check(&self, ctx: &Context) -> Result<()> {
+        let netns = ctx.open_netns()?;
+        let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
+        let link = loopback_link(&mut nl, &ctx.env.ifname)?;
+        if !link.up {
+            return Err(Error::internal("loopback interface is down"));
+        }
+        Ok(())
+    }
+}
+
+fn main() {
+    plugin_main(concat!("CNI loopback plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Loopback)
+}
