@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the plugins on a node: release binaries into PREFIX (default /opt/cni/bin) and, with --conf, the
+# kubenet conflist into /etc/cni/net.d (never overwriting an existing file unless --force).
+#   scripts/install.sh [--prefix DIR] [--conf] [--force]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+prefix=/opt/cni/bin conf=0 force=0
+while (($#)); do
+  case $1 in
+    --prefix) prefix=${2:?--prefix needs a directory}; shift ;;
+    --conf) conf=1 ;;
+    --force) force=1 ;;
+    *) echo "usage: $0 [--prefix DIR] [--conf] [--force]" >&2; exit 2 ;;
+  esac
+  shift
+done
+cargo build --release --quiet
+install -d -m 0755 "$prefix"
+for b in bridge host-local portmap bandwidth loopback cnitool; do
+  # Install through a temporary name and rename, so a running kubelet never executes a half-written binary.
+  install -m 0755 "target/release/$b" "$prefix/.$b.new"
+  mv -f "$prefix/.$b.new" "$prefix/$b"
+  echo "installed $prefix/$b"
+done
+if ((conf)); then
+  install -d -m 0755 /etc/cni/net.d
+  dest=/etc/cni/net.d/10-kubenet.conflist
+  if [[ -e $dest && $force == 0 ]]; then
+    echo "$dest exists; not overwritten (use --force)" >&2
+  else
+    install -m 0644 conf/10-kubenet.conflist "$dest"
+    echo "installed $dest (edit the pod subnet to the node's podCIDR)"
+  fi
+fi
