@@ -24,6 +24,7 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod upstream;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.

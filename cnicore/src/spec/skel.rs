@@ -60,6 +60,7 @@ impl Context {
     pub fn prev_result(&self) -> Result<Option<CniResult>> {
         match &self.conf.prev_result {
             None | Some(Value::Null) => Ok(None),
+            Some(v) if !v.is_object() => Err(Error::decode("failed to parse prevResult: it must be a JSON object")),
             Some(v) => {
                 // A prevResult may omit cniVersion; it is then in the config's version.
                 let mut v = v.clone();
@@ -137,18 +138,15 @@ pub fn plugin_main(about: &str, plugin: &dyn Plugin) -> ! {
         },
     };
     let mut out = std::io::stdout().lock();
-    let code = match outcome {
-        Ok(Some(v)) => {
-            let _ = serde_json::to_writer(&mut out, &v);
-            0
-        }
-        Ok(None) => 0,
-        Err(e) => {
-            let _ = serde_json::to_writer(&mut out, &e.to_json(&version.to_string()));
-            1
-        }
+    // Verbs without an answer print nothing at all, as the reference plugins do.
+    let (code, answer) = match outcome {
+        Ok(answer) => (0, answer),
+        Err(e) => (1, Some(e.to_json(&version.to_string()))),
     };
-    let _ = out.write_all(b"\n");
+    if let Some(answer) = answer {
+        let _ = serde_json::to_writer(&mut out, &answer);
+        let _ = out.write_all(b"\n");
+    }
     let _ = out.flush();
     std::process::exit(code)
 }

@@ -9,25 +9,30 @@ fn nl_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::os(what, e)
 }
 
-/// The loopback link named by `CNI_IFNAME` (the kubelet passes `lo`); any other kind of link is refused so that a
-/// wrong ifname never brings up or down a real interface.
-fn loopback_link(nl: &mut Netlink, name: &str) -> Result<cnicore::netlink::Link> {
-    let link = nl.link_by_name(name).map_err(nl_err("looking up the loopback link"))?;
-    let link = link.ok_or_else(|| Error::internal(format!("no interface {name:?} in the pod netns")))?;
+/// The interface this plugin manages. `CNI_IFNAME` is ignored, as the reference plugin does: runtimes pass `lo`,
+/// but cnitool passes its default `eth0`, and only `lo` is ever meant.
+const LOOPBACK: &str = "lo";
+
+/// The pod's `lo`, checked to be a loopback device.
+fn loopback_link(nl: &mut Netlink) -> Result<cnicore::netlink::Link> {
+    let link = nl.link_by_name(LOOPBACK).map_err(nl_err("looking up the loopback link"))?;
+    let link = link.ok_or_else(|| Error::internal(format!("no interface {LOOPBACK:?} in the pod netns")))?;
     if !link.loopback {
-        return Err(Error::config(format!("interface {name:?} is not a loopback device")));
+        return Err(Error::internal(format!("interface {LOOPBACK:?} is not a loopback device")));
     }
     Ok(link)
 }
 
 impl Plugin for Loopback {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
+        // Parsed first, so that a bad prevResult changes nothing.
+        let prev = ctx.prev_result()?;
         let netns = ctx.open_netns()?;
         let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
-        let link = loopback_link(&mut nl, &ctx.env.ifname)?;
+        let link = loopback_link(&mut nl)?;
         nl.set_up(link.index).map_err(nl_err("setting the loopback link up"))?;
         // A previous plugin's result is passed through unchanged, as the reference does.
-        if let Some(prev) = ctx.prev_result()? {
+        if let Some(prev) = prev {
             return Ok(prev);
         }
         // The first address of each family: 127.0.0.1/8, and ::1/128 where IPv6 is enabled.
@@ -40,7 +45,7 @@ impl Plugin for Loopback {
             .collect();
         Ok(CniResult {
             interfaces: vec![Interface {
-                name: ctx.env.ifname.clone(),
+                name: LOOPBACK.into(),
                 mac: "00:00:00:00:00:00".into(),
                 sandbox: netns.path().display().to_string(),
                 ..Default::default()
@@ -54,7 +59,7 @@ impl Plugin for Loopback {
         // The pod may be gone already: nothing to undo then.
         let Some(netns) = ctx.open_netns_if_exists()? else { return Ok(()) };
         let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
-        match nl.link_by_name(&ctx.env.ifname).map_err(nl_err("looking up the loopback link"))? {
+        match nl.link_by_name(LOOPBACK).map_err(nl_err("looking up the loopback link"))? {
             Some(link) if link.loopback => nl.set_down(link.index).map_err(nl_err("setting the loopback link down")),
             _ => Ok(()),
         }
@@ -63,7 +68,7 @@ impl Plugin for Loopback {
     fn check(&self, ctx: &Context) -> Result<()> {
         let netns = ctx.open_netns()?;
         let mut nl = Netlink::in_netns(&netns).map_err(nl_err("opening netlink in the pod netns"))?;
-        let link = loopback_link(&mut nl, &ctx.env.ifname)?;
+        let link = loopback_link(&mut nl)?;
         if !link.up {
             return Err(Error::internal("loopback interface is down"));
         }
