@@ -1,0 +1,129 @@
+//! CHECK: the attachment still looks as `prevResult` says: the bridge, the pod's veth and its host end on
+//! the bridge, the pod's addresses and routes.
+
+use cnicore::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
+use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result};
+
+use crate::config::{format_mac, Config};
+use crate::nl_err;
+use crate::node::{self, is_bridge};
+
+pub fn check(ctx: &Context) -> Result<()> {
+    let conf = Config::load(ctx)?;
+    let netns_path = ctx.netns()?;
+    let pod_ns = node::open_netns(netns_path)?;
+    if conf.layer3 {
+        ipam::exec(ctx, Command::Check)?;
+    }
+    let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
+    let ifname = ctx.env.ifname.as_str();
+    let sandbox = netns_path.display().to_string();
+
+    let mut node_nl = Netlink::new().map_err(nl_err("netlink"))?;
+    let mut pod_nl = Netlink::in_netns(&pod_ns).map_err(nl_err("netlink in the pod"))?;
+
+    let bridge_entry = prev.interfaces.iter().find(|i| i.name == conf.bridge);
+    let bridge = check_bridge(&mut node_nl, bridge_entry, &conf)?;
+
+    let pod_entry = prev.interfaces.iter().find(|i| i.name == ifname && i.sandbox == sandbox).ok_or_else(|| {
+        Error::internal(format!(
+            "Sandbox in prevResult doesn't match configured netns {sandbox:?} for interface {ifname:?}"
+        ))
+    })?;
+    let pod_link = pod_nl
+        .link_by_name(ifname)
+        .map_err(nl_err("netlink"))?
+        .ok_or_else(|| Error::internal(format!("CNI created interface in container {ifname} not found")))?;
+    if pod_link.kind.as_deref() != Some("veth") {
+        return Err(Error::internal(format!("Error: Container interface {ifname} not of type veth")));
+    }
+    check_mac(pod_entry, &pod_link)?;
+    if let Some(mtu) = pod_entry.mtu.filter(|&m| m != pod_link.mtu) {
+        return Err(Error::internal(format!(
+            "Interface {ifname} MTU {} doesn't match prevResult's {mtu}",
+            pod_link.mtu
+        )));
+    }
+
+    // The host end: a veth in prevResult whose peer is the pod interface and whose master is the bridge.
+    let mut found_host = false;
+    for entry in prev.interfaces.iter().filter(|i| i.name != conf.bridge && i.name != ifname && i.sandbox.is_empty()) {
+        let Some(link) = node_nl.link_by_name(&entry.name).map_err(nl_err("netlink"))? else {
+            return Err(Error::internal(format!("Interface name {} not found", entry.name)));
+        };
+        let ours = link.kind.as_deref() == Some("veth")
+            && Some(link.index) == pod_link.peer_index
+            && link.peer_index == Some(pod_link.index)
+            && link.master == Some(bridge.index);
+        if ours {
+            check_mac(entry, &link)?;
+            found_host = true;
+            break;
+        }
+    }
+    if !found_host {
+        return Err(Error::internal(format!("CNI veth created for bridge {} was not found", conf.bridge)));
+    }
+
+    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)
+}
+
+fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> Result<Link> {
+    let name = &conf.bridge;
+    let entry =
+        entry.ok_or_else(|| Error::internal(format!("CNI created bridge {name} in host namespace was not found")))?;
+    if !entry.sandbox.is_empty() {
+        return Err(Error::internal(format!("Interface {name} should not be in sandbox")));
+    }
+    let link = nl
+        .link_by_name(name)
+        .map_err(nl_err("netlink"))?
+        .ok_or_else(|| Error::internal(format!("Interface name {name} not found")))?;
+    if !is_bridge(&link) {
+        return Err(Error::internal(format!("Interface {name} does not have link type of bridge")));
+    }
+    if !entry.mac.is_empty() && Some(entry.mac.to_lowercase()) != link.mac.map(|m| format_mac(&m)) {
+        return Err(Error::internal(format!("Bridge interface {name} Mac doesn't match: {}", entry.mac)));
+    }
+    if link.promisc != conf.promisc {
+        return Err(Error::internal(format!(
+            "Bridge interface {name} configured Promisc Mode {} doesn't match current state: {}",
+            conf.promisc, link.promisc
+        )));
+    }
+    Ok(link)
+}
+
+fn check_mac(entry: &Interface, link: &Link) -> Result<()> {
+    let actual = link.mac.map(|m| format_mac(&m)).unwrap_or_default();
+    if !entry.mac.is_empty() && entry.mac.to_lowercase() != actual {
+        return Err(Error::internal(format!("Interface {} Mac {} doesn't match: {actual}", entry.name, entry.mac)));
+    }
+    Ok(())
+}
+
+/// Every address of the pod interface in `prev` is on the link, and every route is in the pod's table.
+fn check_addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {
+    let addresses = nl.addresses(Some(index)).map_err(nl_err("netlink"))?;
+    for ip in &prev.ips {
+        let for_pod = ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname);
+        if for_pod && !addresses.iter().any(|a| a.addr == ip.address) {
+            return Err(Error::internal(format!("Failed to match addr {} on interface {ifname}", ip.address)));
+        }
+    }
+    let mut routes = Vec::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        if prev.routes.iter().any(|r| r.dst.addr().is_ipv4() == (family == IpFamily::V4)) {
+            routes.extend(nl.routes(family, RT_TABLE_MAIN).map_err(nl_err("netlink"))?);
+        }
+    }
+    for expected in prev.routes.iter().filter(|r| r.table.is_none_or(|t| t == RT_TABLE_MAIN)) {
+        let present =
+            routes.iter().any(|r| r.dst == expected.dst && expected.gw.is_none_or(|gw| r.gateway == Some(gw)));
+        if !present {
+            let via = expected.gw.map(|g| format!(" via {g}")).unwrap_or_default();
+            return Err(Error::internal(format!("Failed to match route {}{via} in the container", expected.dst)));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! The bridge's network config: parsed and fully validated before anything on the node is touched.
+
+use cnicore::spec::{codes, validate_ifname, Context, Dns, Error, Result};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::masq::Backend;
+
+const DEFAULT_BRIDGE: &str = "cni0";
+/// The MTU range Linux accepts for Ethernet-like links (IPv4 needs at least 68).
+const MTU_RANGE: std::ops::RangeInclusive<i64> = 68..=65535;
+/// 802.1Q VLAN IDs usable on a bridge port (0 means "no VLAN").
+const VLAN_MAX: i64 = 4094;
+
+/// The config as written (field names and defaults of the reference plugin).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    #[serde(default)]
+    bridge: Option<String>,
+    #[serde(default)]
+    is_gateway: bool,
+    #[serde(default)]
+    is_default_gateway: bool,
+    #[serde(default)]
+    force_address: bool,
+    #[serde(default)]
+    ip_masq: bool,
+    #[serde(default)]
+    ip_masq_backend: Option<String>,
+    /// 0 (the reference's "unset") or absent: inferred.
+    #[serde(default)]
+    mtu: Option<i64>,
+    #[serde(default)]
+    hairpin_mode: bool,
+    #[serde(default)]
+    promisc_mode: bool,
+    #[serde(default)]
+    vlan: Option<i64>,
+    #[serde(default)]
+    vlan_trunk: Option<Vec<VlanTrunk>>,
+    #[serde(default = "default_true")]
+    preserve_default_vlan: bool,
+    #[serde(default, rename = "enabledad")]
+    enable_dad: bool,
+    #[serde(default, rename = "macspoofchk")]
+    mac_spoof_check: bool,
+    #[serde(default)]
+    disable_container_interface: bool,
+    #[serde(default)]
+    port_isolation: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// One `vlanTrunk` entry: a single `id` and/or a `minID`..`maxID` range.
+#[derive(Debug, Deserialize)]
+struct VlanTrunk {
+    #[serde(default, rename = "minID")]
+    min_id: Option<i64>,
+    #[serde(default, rename = "maxID")]
+    max_id: Option<i64>,
+    #[serde(default)]
+    id: Option<i64>,
+}
+
+/// The validated config.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub network: String,
+    pub bridge: String,
+    pub is_gateway: bool,
+    pub is_default_gateway: bool,
+    pub force_address: bool,
+    pub ip_masq: bool,
+    pub masq_backend: Option<Backend>,
+    /// Explicit MTU; `None` means "infer it from the node" (see [`crate::mtu`]).
+    pub mtu: Option<u32>,
+    pub hairpin: bool,
+    pub promisc: bool,
+    /// Access VLAN of the pod's port.
+    pub vlan: Option<u16>,
+    /// Tagged VLANs of the pod's port, sorted and unique.
+    pub trunk: Vec<u16>,
+    pub preserve_default_vlan: bool,
+    pub enable_dad: bool,
+    pub mac_spoof_check: bool,
+    pub disable_container_interface: bool,
+    pub port_isolation: bool,
+    /// MAC of the pod interface: `runtimeConfig.mac`, else `args.cni.mac`, else `CNI_ARGS` `MAC`.
+    pub mac: Option<[u8; 6]>,
+    /// An IPAM plugin is configured (layer 3); without one the pod gets a bare layer-2 port.
+    pub layer3: bool,
+    /// `dns` of the config, which takes precedence over IPAM's.
+    pub dns: Option<Dns>,
+}
+
+impl Config {
+    pub fn load(ctx: &Context) -> Result<Config> {
+        let raw: RawConf = ctx.parse_conf()?;
+        ctx.env.args.check_known(&["MAC"])?;
+        let bridge = raw.bridge.filter(|b| !b.is_empty()).unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
+        validate_ifname(&bridge).map_err(|e| Error::config(format!("invalid bridge name: {}", e.msg)))?;
+
+        let mtu = match raw.mtu {
+            None | Some(0) => None,
+            Some(m) if MTU_RANGE.contains(&m) => Some(m as u32),
+            Some(m) => return Err(Error::config(format!("invalid MTU {m}: must be between 68 and 65535"))),
+        };
+        let vlan = match raw.vlan {
+            None | Some(0) => None,
+            Some(v) if (1..=VLAN_MAX).contains(&v) => Some(v as u16),
+            Some(v) => return Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
+        };
+        let trunk = collect_trunk(raw.vlan_trunk.as_deref().unwrap_or_default())?;
+        if vlan.is_some() && !trunk.is_empty() {
+            return Err(Error::config("cannot set vlan and vlanTrunk at the same time"));
+        }
+        if raw.hairpin_mode && raw.promisc_mode {
+            return Err(Error::config("cannot set hairpin mode and promiscuous mode at the same time"));
+        }
+        let masq_backend = raw
+            .ip_masq_backend
+            .as_deref()
+            .map(|b| Backend::parse(b).map_err(|e| Error::config(format!("ipMasqBackend: {}", e.msg))))
+            .transpose()?;
+
+        let layer3 = ipam_configured(ctx)?;
+        let is_gateway = raw.is_gateway || raw.is_default_gateway;
+        if !layer3 {
+            let needs_ipam = [
+                (is_gateway, "isGateway/isDefaultGateway"),
+                (raw.ip_masq, "ipMasq"),
+                (raw.force_address, "forceAddress"),
+            ];
+            if let Some((_, what)) = needs_ipam.iter().find(|(set, _)| *set) {
+                return Err(Error::config(format!("{what} needs an ipam section with a type")));
+            }
+        }
+        if layer3 && raw.disable_container_interface {
+            return Err(Error::config("cannot use IPAM when disableContainerInterface is set"));
+        }
+        if vlan.is_some() && is_gateway && bridge.len() + 1 + digits(vlan.unwrap_or(0)) > 15 {
+            return Err(Error::config(format!(
+                "bridge name {bridge:?} is too long to name its VLAN gateway interface \"{bridge}.<vlan>\" (15 bytes at most)"
+            )));
+        }
+
+        Ok(Config {
+            network: ctx.conf.name.clone(),
+            bridge,
+            is_gateway,
+            is_default_gateway: raw.is_default_gateway,
+            force_address: raw.force_address,
+            ip_masq: raw.ip_masq,
+            masq_backend,
+            mtu,
+            hairpin: raw.hairpin_mode,
+            promisc: raw.promisc_mode,
+            vlan,
+            trunk,
+            preserve_default_vlan: raw.preserve_default_vlan,
+            enable_dad: raw.enable_dad,
+            mac_spoof_check: raw.mac_spoof_check,
+            disable_container_interface: raw.disable_container_interface,
+            port_isolation: raw.port_isolation,
+            mac: requested_mac(ctx)?,
+            layer3,
+            dns: ctx.conf.dns.clone().filter(|d| !d.is_empty()),
+        })
+    }
+
+    pub fn uses_vlans(&self) -> bool {
+        self.vlan.is_some() || !self.trunk.is_empty()
+    }
+}
+
+fn digits(n: u16) -> usize {
+    n.to_string().len()
+}
+
+/// True when an IPAM plugin is configured. As the reference does, an absent or empty `ipam` section means a
+/// layer-2 only attachment; a section with settings but no (valid) `type` is a mistake and an error.
+fn ipam_configured(ctx: &Context) -> Result<bool> {
+    match &ctx.conf.ipam {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Object(o)) if o.is_empty() => Ok(false),
+        Some(Value::Object(_)) => ctx.conf.ipam_type().map(|_| true),
+        Some(_) => Err(Error::config("ipam must be an object")),
+    }
+}
+
+/// The VLAN IDs of `vlanTrunk`, sorted and unique, validated as the reference does.
+fn collect_trunk(items: &[VlanTrunk]) -> Result<Vec<u16>> {
+    let valid = |v: i64, what: &str| -> Result<u16> {
+        if (1..=VLAN_MAX).contains(&v) {
+            Ok(v as u16)
+        } else {
+            Err(Error::config(format!("incorrect trunk {what} parameter {v} (must be between 1 and 4094)")))
+        }
+    };
+    let mut vlans = Vec::new();
+    for item in items {
+        match (item.min_id, item.max_id) {
+            (Some(min), Some(max)) => {
+                let (min, max) = (valid(min, "minID")?, valid(max, "maxID")?);
+                if max < min {
+                    return Err(Error::config("minID is greater than maxID in trunk parameter"));
+                }
+                vlans.extend(min..=max);
+            }
+            (None, Some(_)) => {
+                return Err(Error::config("minID and maxID should be configured simultaneously, minID is missing"))
+            }
+            (Some(_), None) => {
+                return Err(Error::config("minID and maxID should be configured simultaneously, maxID is missing"))
+            }
+            (None, None) => {}
+        }
+        if let Some(id) = item.id {
+            vlans.push(valid(id, "id")?);
+        }
+    }
+    vlans.sort_unstable();
+    vlans.dedup();
+    Ok(vlans)
+}
+
+/// The pod MAC asked for, by precedence: `runtimeConfig.mac`, `args.cni.mac`, `CNI_ARGS` `MAC`.
+fn requested_mac(ctx: &Context) -> Result<Option<[u8; 6]>> {
+    let from_json = |v: Option<&Value>, what: &str| -> Result<Option<String>> {
+        match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(Error::config(format!("{what} must be a string"))),
+        }
+    };
+    let chosen = match from_json(ctx.conf.runtime("mac"), "runtimeConfig.mac")? {
+        Some(m) => Some(m),
+        None => match from_json(ctx.conf.args_cni("mac"), "args.cni.mac")? {
+            Some(m) => Some(m),
+            None => ctx.env.args.get("MAC").filter(|m| !m.is_empty()).map(str::to_string),
+        },
+    };
+    chosen.map(|m| parse_mac(&m)).transpose()
+}
+
+/// A unicast Ethernet address, `aa:bb:cc:dd:ee:ff` or `aa-bb-cc-dd-ee-ff`.
+pub fn parse_mac(text: &str) -> Result<[u8; 6]> {
+    let bad = |why: &str| {
+        Error::new(
+            codes::INVALID_CONFIG,
+            format!("invalid MAC address {:?}: {why}", cnicore::spec::truncate_for_msg(text)),
+        )
+    };
+    let parts: Vec<&str> = text.split([':', '-']).collect();
+    if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
+        return Err(bad("expected six hexadecimal octets such as 0a:58:0a:f4:00:05"));
+    }
+    let mut mac = [0u8; 6];
+    for (octet, part) in mac.iter_mut().zip(&parts) {
+        *octet = u8::from_str_radix(part, 16).map_err(|_| bad("not hexadecimal"))?;
+    }
+    if mac[0] & 1 == 1 {
+        return Err(bad("a multicast address cannot be an interface address"));
+    }
+    if mac == [0; 6] {
+        return Err(bad("the all-zero address cannot be an interface address"));
+    }
+    Ok(mac)
+}
+
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cnicore::spec::{Command, Env, NetConf, Version};
+
+    fn ctx(conf: Value) -> Context {
+        ctx_args(conf, "")
+    }
+
+    fn ctx_args(conf: Value, args: &str) -> Context {
+        let stdin = serde_json::to_vec(&conf).unwrap();
+        Context {
+            env: Env {
+                command: Command::Add,
+                container_id: "c1".into(),
+                netns: Some("/run/netns/x".into()),
+                ifname: "eth0".into(),
+                args: cnicore::spec::parse_cni_args(args).unwrap_or_default(),
+                args_raw: args.into(),
+                path: vec![],
+            },
+            conf: serde_json::from_slice::<NetConf>(&stdin).unwrap(),
+            stdin,
+            version: Version::V110,
+        }
+    }
+
+    fn base() -> Value {
+        serde_json::json!({"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"host-local"}})
+    }
+
+    fn with(key: &str, v: Value) -> Value {
+        let mut c = base();
+        c[key] = v;
+        c
+    }
+
+    fn err(conf: Value) -> Error {
+        Config::load(&ctx(conf)).unwrap_err()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::load(&ctx(base())).unwrap();
+        assert_eq!(c.bridge, "cni0");
+        assert!(c.layer3 && c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
+        assert!(Config::load(&ctx(with("mtu", 0.into()))).unwrap().mtu.is_none());
+        assert!(Config::load(&ctx(with("isDefaultGateway", true.into()))).unwrap().is_gateway);
+    }
+
+    #[test]
+    fn bad_inputs_are_config_errors() {
+        let cases = [
+            with("bridge", "averyverylongbridgename".into()),
+            with("bridge", "br/0".into()),
+            with("bridge", "br 0".into()),
+            with("mtu", 67.into()),
+            with("mtu", 65536.into()),
+            with("mtu", (-1).into()),
+            with("mtu", "1500".into()),
+            with("vlan", 4095.into()),
+            with("vlan", (-1).into()),
+            with("vlanTrunk", serde_json::json!([{"minID": 10}])),
+            with("vlanTrunk", serde_json::json!([{"maxID": 10}])),
+            with("vlanTrunk", serde_json::json!([{"minID": 20, "maxID": 10}])),
+            with("vlanTrunk", serde_json::json!([{"minID": 0, "maxID": 10}])),
+            with("vlanTrunk", serde_json::json!([{"id": 5000}])),
+            with("ipMasqBackend", "ebtables".into()),
+            with("ipam", serde_json::json!({"subnet": "10.0.0.0/24"})),
+            with("ipam", serde_json::json!({"type": "../x"})),
+            with("ipam", "host-local".into()),
+        ];
+        for conf in cases {
+            let e = err(conf.clone());
+            assert_eq!(e.code, codes::INVALID_CONFIG, "{conf}: {e:?}");
+        }
+        let mut both = with("vlan", 5.into());
+        both["vlanTrunk"] = serde_json::json!([{"id": 6}]);
+        assert!(err(both).msg.contains("at the same time"));
+        let mut hp = with("hairpinMode", true.into());
+        hp["promiscMode"] = true.into();
+        assert!(err(hp).msg.contains("hairpin"));
+        let mut l2 = base();
+        l2.as_object_mut().unwrap().remove("ipam");
+        l2["ipMasq"] = true.into();
+        assert!(err(l2).msg.contains("ipMasq"));
+        assert!(err(with("disableContainerInterface", true.into())).msg.contains("IPAM"));
+    }
+
+    #[test]
+    fn trunk_ranges() {
+        let c =
+            Config::load(&ctx(with("vlanTrunk", serde_json::json!([{"minID": 3, "maxID": 5}, {"id": 4}, {"id": 9}]))))
+                .unwrap();
+        assert_eq!(c.trunk, vec![3, 4, 5, 9]);
+    }
+
+    #[test]
+    fn layer2_without_ipam() {
+        let mut c = base();
+        c.as_object_mut().unwrap().remove("ipam");
+        assert!(!Config::load(&ctx(c.clone())).unwrap().layer3);
+        c["ipam"] = serde_json::json!({});
+        assert!(!Config::load(&ctx(c)).unwrap().layer3);
+    }
+
+    #[test]
+    fn mac_precedence() {
+        let mut c = base();
+        c["args"] = serde_json::json!({"cni": {"mac": "02:00:00:00:00:02"}});
+        let got = Config::load(&ctx_args(c.clone(), "MAC=02:00:00:00:00:03")).unwrap().mac;
+        assert_eq!(got, Some([2, 0, 0, 0, 0, 2]));
+        c["runtimeConfig"] = serde_json::json!({"mac": "02-00-00-00-00-01"});
+        assert_eq!(Config::load(&ctx(c)).unwrap().mac, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!(Config::load(&ctx_args(base(), "MAC=02:00:00:00:00:03")).unwrap().mac, Some([2, 0, 0, 0, 0, 3]));
+        for bad in ["01:00:00:00:00:01", "00:00:00:00:00:00", "zz:00:00:00:00:01", "02:00:00:00:00"] {
+            assert!(Config::load(&ctx_args(base(), &format!("MAC={bad}"))).is_err(), "{bad}");
+        }
+        assert!(Config::load(&ctx_args(base(), "FOO=1")).is_err());
+        assert!(Config::load(&ctx_args(base(), "FOO=1;IgnoreUnknown=1")).is_ok());
+    }
+}

@@ -1,0 +1,158 @@
+//! DEL: remove whatever of the attachment is still there. Every step runs even when an earlier one failed,
+//! a missing netns, link, rule or lease is not an error, and the pod's IPs come from `prevResult` when the
+//! netns is gone, so IPAM and the masquerade rules are released in every case (the reference leaks the
+//! rules then: containernetworking/plugins#810). A second DEL succeeds.
+
+use std::io;
+
+use cnicore::netlink::{is_not_found, Netlink};
+use cnicore::netns::NetNs;
+use cnicore::spec::{ipam, Command, Context, Error, Result};
+use ipnet::IpNet;
+
+use crate::config::Config;
+use crate::masq::{self, Masq};
+use crate::nl_err;
+use crate::spoofchk::SpoofCheck;
+
+pub fn del(ctx: &Context) -> Result<()> {
+    let conf = Config::load(ctx)?;
+    let ifname = ctx.env.ifname.as_str();
+    let mut errors: Vec<Error> = Vec::new();
+    let mut ips = prev_result_ips(ctx);
+
+    let mut pod_link = None;
+    if let Some(path) = &ctx.env.netns {
+        match NetNs::open(path) {
+            Ok(pod_ns) => match find_pod_link(&pod_ns, ifname) {
+                Ok(Some(found)) => {
+                    ips.extend(found.addresses.iter().copied());
+                    pod_link = Some(found);
+                }
+                Ok(None) => {}
+                Err(e) => errors.push(e),
+            },
+            // The pod is gone: so are its interface and, with it, the host veth.
+            Err(e) if netns_gone(&e) => {}
+            Err(e) => errors.push(Error::os(format!("failed to open netns {:?}", path.display().to_string()), e)),
+        }
+    }
+    ips.sort();
+    ips.dedup();
+
+    // The steps are independent and mostly wait (for the kernel to tear the veth down, for firewall and IPAM
+    // processes): they run at the same time.
+    let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
+        let mut workers = Vec::new();
+        if let Some(link) = pod_link {
+            workers.push(s.spawn(move || link.delete(ifname)));
+        }
+        if conf.layer3 && conf.ip_masq {
+            let m = Masq { network: &conf.network, container_id: &ctx.env.container_id, ips: &ips };
+            workers.push(s.spawn(move || masq::teardown(&m)));
+        }
+        if conf.mac_spoof_check {
+            workers.push(s.spawn(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));
+        }
+        let mut outcomes = Vec::new();
+        if conf.layer3 {
+            outcomes.push(ipam::exec(ctx, Command::Del));
+        }
+        outcomes.extend(
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
+        );
+        outcomes
+    });
+    errors.extend(outcomes.into_iter().filter_map(Result::err));
+
+    let mut errors = errors.into_iter();
+    match errors.next() {
+        None => Ok(()),
+        Some(first) => {
+            let rest: Vec<String> = errors.map(|e| e.msg).collect();
+            Err(if rest.is_empty() { first } else { first.with_details(rest.join("; ")) })
+        }
+    }
+}
+
+/// A netns path that no longer exists, or a file that is no longer a namespace (left behind after the
+/// namespace was unmounted), means the pod's network is gone.
+fn netns_gone(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput)
+}
+
+/// The pod's addresses recorded in `prevResult` (those of the pod interface, or with no interface given).
+fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
+    let prev = match ctx.prev_result() {
+        Ok(Some(prev)) => prev,
+        Ok(None) => return Vec::new(),
+        Err(e) => {
+            eprintln!("bridge: ignoring prevResult on DEL: {}", e.msg);
+            return Vec::new();
+        }
+    };
+    prev.ips
+        .iter()
+        .filter(|ip| match ip.interface.and_then(|i| prev.interfaces.get(i)) {
+            Some(iface) => iface.name == ctx.env.ifname,
+            None => true,
+        })
+        .map(|ip| ip.address)
+        .collect()
+}
+
+/// The pod end of one of our veth pairs, with the global addresses it has.
+struct PodLink {
+    netlink: Netlink,
+    index: u32,
+    addresses: Vec<IpNet>,
+}
+
+impl PodLink {
+    /// Deletes the pod end, which deletes the host end too.
+    fn delete(mut self, ifname: &str) -> Result<()> {
+        match self.netlink.delete_link(self.index) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
+        }
+    }
+}
+
+/// The pod's `ifname` if it is the pod end of one of our veth pairs (its peer is a veth in the node
+/// namespace); anything else under that name is not ours to delete.
+fn find_pod_link(pod_ns: &NetNs, ifname: &str) -> Result<Option<PodLink>> {
+    let mut pod = Netlink::in_netns(pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
+    let Some(link) = pod.link_by_name(ifname).map_err(nl_err(format!("failed to look up {ifname:?}")))? else {
+        return Ok(None);
+    };
+    if link.kind.as_deref() != Some("veth") || !peer_is_on_node(link.index, link.peer_index) {
+        eprintln!("bridge: {ifname:?} in the pod is not a veth connected to this node; leaving it alone");
+        return Ok(None);
+    }
+    let addresses =
+        pod.addresses(Some(link.index)).map_err(nl_err(format!("failed to get IP addresses of {ifname:?}")))?;
+    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global_unicast(a.addr())).collect();
+    Ok(Some(PodLink { netlink: pod, index: link.index, addresses }))
+}
+
+/// True if the veth peer `peer_index` is, in the node namespace, a veth whose own peer is `pod_index`.
+fn peer_is_on_node(pod_index: u32, peer_index: Option<u32>) -> bool {
+    let Some(peer_index) = peer_index else { return false };
+    let Ok(mut node) = Netlink::new() else { return false };
+    match node.link_by_index(peer_index) {
+        Ok(Some(peer)) => peer.kind.as_deref() == Some("veth") && peer.peer_index == Some(pod_index),
+        _ => false,
+    }
+}
+
+fn is_global_unicast(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(a) => {
+            !(a.is_loopback() || a.is_link_local() || a.is_multicast() || a.is_broadcast() || a.is_unspecified())
+        }
+        std::net::IpAddr::V6(a) => {
+            !(a.is_loopback() || a.is_multicast() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80)
+        }
+    }
+}

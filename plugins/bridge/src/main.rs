@@ -1,0 +1,67 @@
+//! The bridge plugin: pods on a Linux bridge through veth pairs, with the bridge as their gateway and
+//! optional masquerading (kubenet's `cbr0`). See README.md for the options and the MTU rule.
+//!
+//! Every verb follows config → validate (nothing touched yet) → plan → apply, and ADD keeps an undo list
+//! so that a failure leaves nothing behind.
+
+mod add;
+mod check;
+mod config;
+mod del;
+mod masq;
+mod mtu;
+mod node;
+mod pod;
+mod spoofchk;
+mod undo;
+
+use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, Plugin, Result};
+
+struct Bridge;
+
+impl Plugin for Bridge {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        add::add(ctx)
+    }
+
+    fn del(&self, ctx: &Context) -> Result<()> {
+        del::del(ctx)
+    }
+
+    fn check(&self, ctx: &Context) -> Result<()> {
+        check::check(ctx)
+    }
+
+    /// GC goes to IPAM (stale leases) and to the masquerade rules of attachments that are not valid any more.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let conf = config::Config::load(ctx)?;
+        let mut first_error = None;
+        if conf.layer3 {
+            first_error = ipam::exec(ctx, Command::Gc).err();
+        }
+        if conf.ip_masq {
+            let valid = ctx.valid_attachments()?;
+            if let Err(e) = masq::gc(&conf.network, &valid) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn status(&self, ctx: &Context) -> Result<()> {
+        let conf = config::Config::load(ctx)?;
+        if conf.layer3 {
+            ipam::exec(ctx, Command::Status)?;
+        }
+        Ok(())
+    }
+}
+
+/// Maps a netlink error to a CNI error saying what was being done.
+pub(crate) fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::os(what, e)
+}
+
+fn main() {
+    plugin_main("CNI bridge plugin (cni-plugins-rs)", &Bridge)
+}

@@ -1,0 +1,262 @@
+//! The node side: the bridge, the pods' host veths as its ports, the gateway addresses, node sysctls.
+
+use std::io;
+
+use cnicore::netlink::{is_exists, is_not_found, InfoBridge, Link, Netlink, PortVlan};
+use cnicore::netns::NetNs;
+use cnicore::spec::{Error, Result};
+use cnicore::sysctl;
+use ipnet::IpNet;
+
+use crate::config::Config;
+
+/// Bound on a new IPv6 gateway address leaving the tentative state.
+const GATEWAY_SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Host veth names: `veth` + 8 random hex digits (NetworkManager ignores `veth*` links).
+pub fn random_veth_name() -> Result<String> {
+    let mut bytes = [0u8; 4];
+    // SAFETY: the buffer is valid for its length; getrandom(2) writes at most that many bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        return Err(Error::os("failed to generate a random veth name", io::Error::last_os_error()));
+    }
+    Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
+}
+
+pub fn is_bridge(link: &Link) -> bool {
+    link.kind.as_deref() == Some("bridge")
+}
+
+fn not_a_bridge(name: &str) -> Error {
+    Error::config(format!("{name:?} already exists but is not a bridge"))
+}
+
+fn vlan_unsupported(e: &io::Error) -> Error {
+    Error::config(format!(
+        "vlan and vlanTrunk need a bridge with VLAN filtering, which this kernel refused ({e}); \
+         it may lack CONFIG_BRIDGE_VLAN_FILTERING"
+    ))
+}
+
+/// Sets a sysctl when it differs, ignoring failures: used for settings the reference plugin also treats as
+/// best effort (e.g. `accept_ra` of a link whose IPv6 is disabled has no file).
+pub fn sysctl_best_effort(name: &str, value: &str) {
+    if let Err(e) = sysctl::write_if_different(name, value) {
+        if e.kind() != io::ErrorKind::NotFound {
+            eprintln!("bridge: sysctl {name}={value}: {e}");
+        }
+    }
+}
+
+/// Sets a sysctl that must be set.
+pub fn sysctl_required(name: &str, value: &str) -> Result<()> {
+    sysctl::write_if_different(name, value)
+        .map(|_| ())
+        .map_err(|e| Error::os(format!("failed to set {name}={value}"), e))
+}
+
+/// Finds the bridge or creates it (with `mtu`), tolerating a concurrent ADD creating it at the same moment,
+/// then makes sure it is a bridge, promiscuous if asked, and up.
+pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mtu: u32) -> Result<Link> {
+    let bridge = match existing {
+        Some(link) => link,
+        None => {
+            let options = if conf.uses_vlans() { vec![InfoBridge::VlanFiltering(true)] } else { Vec::new() };
+            match nl.create_bridge_with(&conf.bridge, Some(mtu), options) {
+                Ok(link) => {
+                    // We own the routes of this interface, not router advertisements.
+                    sysctl_best_effort(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
+                    link
+                }
+                Err(e) if is_exists(&e) => nl
+                    .link_by_name(&conf.bridge)
+                    .map_err(|e| Error::os(format!("could not look up {:?}", conf.bridge), e))?
+                    .ok_or_else(|| {
+                        Error::internal(format!("bridge {:?} vanished right after being created", conf.bridge))
+                    })?,
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) && conf.uses_vlans() => {
+                    return Err(vlan_unsupported(&e))
+                }
+                Err(e) => return Err(Error::os(format!("failed to create bridge {:?}", conf.bridge), e)),
+            }
+        }
+    };
+    if !is_bridge(&bridge) {
+        return Err(not_a_bridge(&conf.bridge));
+    }
+    if conf.promisc && !bridge.promisc {
+        nl.set_promisc(bridge.index, true)
+            .map_err(|e| Error::os(format!("could not set promiscuous mode on {:?}", conf.bridge), e))?;
+    }
+    if !bridge.up {
+        nl.set_up(bridge.index).map_err(|e| Error::os(format!("failed to set {:?} up", conf.bridge), e))?;
+    }
+    Ok(bridge)
+}
+
+/// Checks, without changing anything, that `name` is free or a bridge.
+pub fn check_bridge_name(existing: Option<&Link>, name: &str) -> Result<()> {
+    match existing {
+        Some(link) if !is_bridge(link) => Err(not_a_bridge(name)),
+        _ => Ok(()),
+    }
+}
+
+/// Makes `port` a port of `bridge` with the configured port options, and brings it up.
+pub fn attach_port(
+    nl: &mut Netlink,
+    port: &Link,
+    bridge: &Link,
+    conf: &Config,
+    vlan: Option<u16>,
+    trunk: &[u16],
+) -> Result<()> {
+    let name = &port.name;
+    nl.set_master(port.index, bridge.index)
+        .map_err(|e| Error::os(format!("failed to connect {name:?} to bridge {:?}", bridge.name), e))?;
+    if conf.hairpin {
+        nl.set_hairpin(port.index, true)
+            .map_err(|e| Error::os(format!("failed to set hairpin mode on {name:?}"), e))?;
+    }
+    if conf.port_isolation {
+        nl.set_port_isolated(port.index, true)
+            .map_err(|e| Error::os(format!("failed to set port isolation on {name:?}"), e))?;
+    }
+    if vlan.is_some() || !trunk.is_empty() {
+        set_port_vlans(nl, port, vlan, trunk, conf.preserve_default_vlan)?;
+    }
+    sysctl_best_effort(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
+    nl.set_up(port.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))
+}
+
+/// Access port (`vlan`: untagged, PVID) or trunk port (`trunk`: tagged).
+fn set_port_vlans(
+    nl: &mut Netlink,
+    port: &Link,
+    vlan: Option<u16>,
+    trunk: &[u16],
+    preserve_default: bool,
+) -> Result<()> {
+    let refused = |e: io::Error| {
+        if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            vlan_unsupported(&e)
+        } else {
+            Error::os(format!("failed to set up VLANs on {:?}", port.name), e)
+        }
+    };
+    if !preserve_default {
+        for existing in nl.bridge_vlans(port.index).map_err(refused)? {
+            nl.bridge_vlan_del(port.index, existing.vid).map_err(refused)?;
+        }
+    }
+    if let Some(vid) = vlan {
+        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: true, untagged: true }).map_err(refused)?;
+    }
+    for &vid in trunk {
+        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: false, untagged: false }).map_err(refused)?;
+    }
+    Ok(())
+}
+
+/// The interface that carries the gateway address of VLAN `vid`: a veth `<bridge>.<vid>` whose peer is an
+/// access port of the bridge in that VLAN (as the reference plugin does). Created on first use.
+pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid: u16, mtu: u32) -> Result<Link> {
+    let name = format!("{}.{vid}", bridge.name);
+    if let Some(link) = nl.link_by_name(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))? {
+        return Ok(link);
+    }
+    let node_ns = nl.netns().try_clone().map_err(|e| Error::os("failed to open the node namespace", e))?;
+    let peer_name = random_veth_name()?;
+    let link = match nl.create_veth(&name, &peer_name, &node_ns, Some(mtu), None) {
+        Ok(link) => link,
+        Err(e) if is_exists(&e) => {
+            return nl.require_link(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))
+        }
+        Err(e) => return Err(Error::os(format!("failed to create VLAN gateway {name:?}"), e)),
+    };
+    let peer = nl.require_link(&peer_name).map_err(|e| Error::os(format!("failed to find {peer_name:?}"), e))?;
+    let port_conf = Config { hairpin: false, port_isolation: false, ..conf.clone() };
+    attach_port(nl, &peer, bridge, &port_conf, Some(vid), &[])?;
+    nl.set_up(link.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))?;
+    Ok(link)
+}
+
+/// Puts gateway address `gw` on `link` (the bridge), as the reference's ensureAddr: an IPv4 address other
+/// than `gw`, or an overlapping IPv6 one, is an error unless `force` (then it is replaced).
+pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: bool) -> Result<()> {
+    let addresses = nl
+        .addresses(Some(link.index))
+        .map_err(|e| Error::os(format!("could not get list of IP addresses of {:?}", link.name), e))?;
+    let present = addresses.iter().any(|a| a.addr == gw);
+    if !present {
+        for existing in addresses.iter().filter(|a| a.addr.addr().is_ipv4() == gw.addr().is_ipv4()) {
+            let conflicts =
+                gw.addr().is_ipv4() || existing.addr.contains(&gw.addr()) || gw.contains(&existing.addr.addr());
+            if !conflicts {
+                continue;
+            }
+            if !force {
+                return Err(Error::internal(format!("{:?} already has an IP address different from {gw}", link.name)));
+            }
+            match nl.del_address(link.index, existing.addr) {
+                Ok(()) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(Error::os(format!("could not remove IP address from {:?}", link.name), e)),
+            }
+        }
+        if gw.addr().is_ipv6() {
+            // The gateway is ours by definition: no duplicate address detection on the bridge.
+            sysctl_best_effort(&format!("net/ipv6/conf/{}/accept_dad", link.name), "0");
+        }
+        match nl.add_address(link.index, gw) {
+            Ok(()) => {}
+            Err(e) if is_exists(&e) => {}
+            Err(e) => return Err(Error::os(format!("could not add IP address to {:?}", link.name), e)),
+        }
+        // Pin the bridge's MAC: otherwise it follows the lowest MAC among its ports and changes as pods come
+        // and go.
+        if let Some(mac) = link.mac {
+            nl.set_mac(link.index, mac).map_err(|e| Error::os(format!("could not set {:?}'s MAC", link.name), e))?;
+        }
+    }
+    if gw.addr().is_ipv6() {
+        // Until the address has left the tentative state, the bridge drops neighbour solicitations for it.
+        nl.wait_address_settled(link.index, gw.addr(), GATEWAY_SETTLE_TIMEOUT)
+            .map_err(|e| Error::os(format!("gateway address {gw} on {:?}", link.name), e))?;
+    }
+    Ok(())
+}
+
+/// `net.bridge.bridge-nf-call-iptables=1` (and ip6tables), as kubenet sets them so that kube-proxy's rules
+/// see bridged pod-to-pod traffic. The files only exist with br_netfilter; without it this is a note.
+pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
+    let names = [(v4, "net/bridge/bridge-nf-call-iptables"), (v6, "net/bridge/bridge-nf-call-ip6tables")];
+    for (_, name) in names.iter().filter(|(wanted, _)| *wanted) {
+        match sysctl::write_if_different(name, "1") {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                eprintln!(
+                    "bridge: {name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
+                );
+            }
+            Err(e) => eprintln!("bridge: failed to set {name}=1: {e}"),
+        }
+    }
+}
+
+/// IP forwarding for the families the node routes pod traffic for.
+pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
+    if v4 {
+        sysctl_required("net/ipv4/ip_forward", "1")?;
+    }
+    if v6 {
+        sysctl_required("net/ipv6/conf/all/forwarding", "1")?;
+    }
+    Ok(())
+}
+
+/// Opens the pod's network namespace.
+pub fn open_netns(path: &std::path::Path) -> Result<NetNs> {
+    NetNs::open(path).map_err(|e| Error::os(format!("failed to open netns {:?}", path.display().to_string()), e))
+}
