@@ -5,10 +5,12 @@
 //! - [`netns`], [`netlink`], [`sysctl`]: network namespaces and a small synchronous netlink layer.
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 
+pub mod firewall;
 pub mod netlink;
 pub mod netns;
 pub mod spec;
 pub mod state;
 pub mod sysctl;
+pub mod tc;
 
 pub use spec::{Error, Result};
