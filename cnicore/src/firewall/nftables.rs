@@ -1,0 +1,257 @@
+//! The nftables backend: one `nft -f -` transaction per call; state read with `nft -j list ...`.
+//!
+//! A [`Script`] is applied atomically by the kernel: when any command fails, nothing changes. Identifiers and
+//! comments (owner tags, [`super::nft_tag`]) in scripts are generated; strings from configs (interface names)
+//! go through [`string`], which refuses anything that could end the string or the command. Addresses and
+//! ports are rendered from parsed values.
+//!
+//! Design rule for callers: the usual ADD should only add (deleting anything makes the kernel wait for an RCU
+//! grace period, ~10–20 ms here) and should not create per-container chains (nft lists every chain of the
+//! table before each transaction), so that its cost does not grow with the number of containers. Owners are
+//! recorded as element comments, read back with [`table_elements`].
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::exec::{self, Failure};
+use crate::spec::{Error, Result};
+
+/// One nft transaction.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    lines: Vec<String>,
+}
+
+impl Script {
+    pub fn new() -> Script {
+        Script::default()
+    }
+
+    /// Adds one command (`add rule inet t c ...`), built from generated names and [`string`]-checked text.
+    pub fn push(&mut self, command: impl Into<String>) -> &mut Self {
+        self.lines.push(command.into());
+        self
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    pub fn render(&self) -> String {
+        let mut text = self.lines.join("\n");
+        text.push('\n');
+        text
+    }
+
+    /// Runs the transaction with one `nft -f -`.
+    pub fn apply(&self) -> Result<(), Failure> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        exec::run("nft", &["-f", "-"], self.render().as_bytes()).map(|_| ())
+    }
+}
+
+/// `nft -j list <args>`, parsed; `None` when the object listed does not exist.
+pub fn list(args: &[&str]) -> Result<Option<Value>, Failure> {
+    let mut all = vec!["-j", "list"];
+    all.extend_from_slice(args);
+    match exec::run("nft", &all, b"") {
+        Ok(text) => Ok(Some(serde_json::from_str(&text).map_err(|e| Failure {
+            command: format!("nft {}", all.join(" ")),
+            missing: false,
+            stderr: format!("unparseable JSON output: {e}"),
+        })?)),
+        Err(failure) if failure.is_not_found() && !failure.missing => Ok(None),
+        Err(failure) => Err(failure),
+    }
+}
+
+/// A double-quoted nft string. nft strings have no escapes, so quotes, backslashes and control characters
+/// are refused rather than escaped.
+pub fn string(text: &str) -> Result<String> {
+    if text.chars().any(|c| c == '"' || c == '\\' || c.is_control()) {
+        return Err(Error::config(format!(
+            "{:?} cannot be used in an nftables rule (quote, backslash or control character)",
+            crate::spec::truncate_for_msg(text)
+        )));
+    }
+    Ok(format!("\"{text}\""))
+}
+
+/// The objects of a `nft -j list` answer (`{"nftables": [{"map": {...}}, ...]}`) of one kind (`"map"`,
+/// `"chain"`, `"rule"`, ...) in `family`/`table`.
+pub fn objects<'a>(listing: &'a Value, kind: &'a str, family: &'a str, table: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    listing
+        .get("nftables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(move |item| item.get(kind))
+        .filter(move |object| {
+            object.get("family").and_then(Value::as_str) == Some(family)
+                && object.get("table").and_then(Value::as_str) == Some(table)
+        })
+}
+
+/// One element of a set or map of a table, read back from `nft -j list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Element {
+    /// The set or map holding it.
+    pub set: String,
+    /// The key in nft syntax (`tcp . 8080`, `10.22.0.0/24 . 10.22.0.5`), usable in `delete element`.
+    pub key: String,
+    /// The value of a map element in nft syntax (`10.22.0.5 . 80`, `jump dnat4-any`).
+    pub value: Option<String>,
+    /// The element's comment (our owner tag).
+    pub comment: Option<String>,
+}
+
+/// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
+/// does not exist. Elements whose key cannot be rendered back safely are skipped.
+pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
+    let Some(listing) = list(&["table", "inet", table]).map_err(|f| error(&format!("listing table inet {table}"), &f))? else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for kind in ["map", "set"] {
+        for object in objects(&listing, kind, "inet", table) {
+            let Some(name) = object.get("name").and_then(Value::as_str) else { continue };
+            let items = object.get("elem").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+            out.extend(items.iter().filter_map(|item| element(name, item)));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// One `elem` entry: `key`, `{"elem": {"val": key, "comment": c}}`, or `[key-or-elem, value]` for maps.
+fn element(set: &str, item: &Value) -> Option<Element> {
+    let (keyed, value) = match item.as_array() {
+        Some(pair) => (pair.first()?, Some(render_value(pair.get(1)?)?)),
+        None => (item, None),
+    };
+    let (key, comment) = match keyed.get("elem") {
+        Some(inner) => (inner.get("val")?, inner.get("comment").and_then(Value::as_str).map(str::to_string)),
+        None => (keyed, None),
+    };
+    Some(Element { set: set.to_string(), key: render_key(key)?, value, comment })
+}
+
+/// A map value: a verdict (`jump X`) or data written like a key.
+fn render_value(value: &Value) -> Option<String> {
+    for verdict in ["jump", "goto"] {
+        if let Some(target) = value.get(verdict).and_then(|j| j.get("target")).and_then(Value::as_str) {
+            let safe = target.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+            return safe.then(|| format!("{verdict} {target}"));
+        }
+    }
+    render_key(value)
+}
+
+/// A key from JSON (`"10.0.0.1"`, `8080`, `{"concat": [...]}`, `{"prefix": {"addr", "len"}}`,
+/// `{"range": [a, b]}`) back in nft syntax.
+fn render_key(key: &Value) -> Option<String> {
+    match key {
+        Value::String(s) => {
+            let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'_'));
+            safe.then(|| s.clone())
+        }
+        Value::Number(n) => n.as_u64().map(|n| n.to_string()),
+        Value::Object(o) => {
+            if let Some(parts) = o.get("concat").and_then(Value::as_array) {
+                let rendered: Option<Vec<String>> = parts.iter().map(render_key).collect();
+                return Some(rendered?.join(" . "));
+            }
+            if let Some(prefix) = o.get("prefix") {
+                let addr = render_key(prefix.get("addr")?)?;
+                return Some(format!("{addr}/{}", prefix.get("len")?.as_u64()?));
+            }
+            let range = o.get("range")?.as_array()?;
+            Some(format!("{}-{}", render_key(range.first()?)?, render_key(range.get(1)?)?))
+        }
+        _ => None,
+    }
+}
+
+/// Concurrent changes can make a transaction computed from a listing fail; it is then recomputed.
+const ATTEMPTS: usize = 3;
+
+/// Deletes, in one transaction, every element of `inet <table>` whose comment satisfies `owned`. Elements
+/// already gone are fine; a transaction that fails because of a concurrent change is recomputed.
+pub fn delete_tagged(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let Some(elements) = table_elements(table)? else { return Ok(()) };
+        let mut script = Script::new();
+        for element in elements {
+            if element.comment.as_deref().is_some_and(&owned) {
+                script.push(format!("delete element inet {table} {} {{ {} }}", element.set, element.key));
+            }
+        }
+        match script.apply() {
+            Ok(()) => return Ok(()),
+            Err(failure) => last = Some(failure),
+        }
+    }
+    let failure = last.expect("at least one attempt");
+    Err(error(&format!("deleting elements from table inet {table}"), &failure))
+}
+
+/// Deletes the elements tagged ([`super::nft_tag`]) for attachments of `network` whose container is not in
+/// `valid`.
+pub fn gc_tagged(table: &str, kind: &str, network: &str, valid: &BTreeSet<&str>) -> Result<()> {
+    let prefix = super::nft_tag_prefix(kind, network);
+    let keep: BTreeSet<String> = valid.iter().map(|id| super::nft_tag(kind, network, id)).collect();
+    delete_tagged(table, |tag| tag.starts_with(&prefix) && !keep.contains(tag))
+}
+
+/// A CNI error for a failed nft call, naming what was being done.
+pub fn error(what: &str, failure: &Failure) -> Error {
+    if failure.missing {
+        return Error::new(crate::spec::codes::NOT_AVAILABLE, format!("{what}: {}", failure.describe()));
+    }
+    Error::internal(format!("{what}: {}", failure.describe()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strings_cannot_escape() {
+        assert_eq!(string("eth0").unwrap(), "\"eth0\"");
+        for bad in ["a\"b", "a\\b", "a\nb", "a;\0"] {
+            assert!(string(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn reads_elements() {
+        let listing = json!({"nftables": [
+            {"metainfo": {"version": "1.0.6"}},
+            {"map": {"family": "inet", "name": "dnat4", "table": "t", "map": "ipv4_addr . inet_service",
+                "elem": [[{"elem": {"val": {"concat": ["tcp", 8080]}, "comment": "pm-1"}}, {"concat": ["10.22.0.5", 80]}],
+                         [{"concat": ["udp", 53]}, {"jump": {"target": "c2"}}],
+                         [{"concat": ["bad\"", 1]}, {"jump": {"target": "c3"}}]]}},
+            {"set": {"family": "inet", "name": "hairpin4", "table": "t",
+                "elem": [{"elem": {"val": {"concat": [{"prefix": {"addr": "10.22.0.0", "len": 24}}, "10.22.0.5"]}, "comment": "pm-1"}},
+                         {"concat": [{"range": ["10.0.0.1", "10.0.0.9"]}, "10.22.0.6"]}]}},
+            {"map": {"family": "inet", "name": "other", "table": "else"}}
+        ]});
+        let maps: Vec<_> = objects(&listing, "map", "inet", "t").collect();
+        assert_eq!(maps.len(), 1);
+        let elements: Vec<Element> = maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
+        assert_eq!(elements.len(), 2);
+        assert_eq!(elements[0].key, "tcp . 8080");
+        assert_eq!(elements[0].value.as_deref(), Some("10.22.0.5 . 80"));
+        assert_eq!(elements[0].comment.as_deref(), Some("pm-1"));
+        assert_eq!(elements[1].value.as_deref(), Some("jump c2"));
+        let sets: Vec<_> = objects(&listing, "set", "inet", "t").collect();
+        let elements: Vec<Element> = sets[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("hairpin4", e)).collect();
+        assert_eq!(elements[0].key, "10.22.0.0/24 . 10.22.0.5");
+        assert_eq!(elements[1].key, "10.0.0.1-10.0.0.9 . 10.22.0.6");
+        assert_eq!(elements[1].comment, None);
+    }
+}

@@ -1,0 +1,146 @@
+//! portmap: Kubernetes hostPort support as a chained CNI plugin (`"capabilities": {"portMappings": true}`).
+//!
+//! Forwards host ports (`runtimeConfig.portMappings`) to the container addresses found in `prevResult`, with
+//! the iptables backend (the reference plugin's chain layout, one `iptables-restore` per family per call) or
+//! the nftables backend (one table, lookups keyed by protocol and port, one `nft` transaction per call).
+//! See `iptables.rs` and `nftables.rs` for the layouts.
+
+mod config;
+mod iptables;
+mod localnet;
+mod nftables;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use cnicore::firewall::conntrack::{self, PROTO_UDP};
+use cnicore::firewall::{families_of, Backend, Family};
+use cnicore::spec::{codes, plugin_main, CniResult, Context, Error, Plugin, Result};
+use ipnet::IpNet;
+
+use config::{container_ips, Config, Protocol};
+
+const ABOUT: &str = "CNI portmap plugin (Rust) v0.1.0";
+
+struct PortMap;
+
+impl Plugin for PortMap {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        let config = Config::parse(ctx)?;
+        let prev = ctx.require_prev_result()?;
+        if config.mappings.is_empty() {
+            return Ok(prev);
+        }
+        let containers = container_ips(&prev, &ctx.env.ifname);
+        if containers.is_empty() {
+            return Ok(prev);
+        }
+        if config.snat {
+            for container in containers.iter().filter(|c| c.addr().is_ipv4()) {
+                localnet::enable(container.addr())?;
+            }
+        }
+        if let Err(e) = forward(&config, &containers) {
+            // Leave nothing half-applied (e.g. IPv4 rules when IPv6 failed).
+            let _ = unforward(&config, Some(&containers));
+            return Err(e);
+        }
+        flush_udp_conntrack(&config, &containers);
+        Ok(prev)
+    }
+
+    fn del(&self, ctx: &Context) -> Result<()> {
+        let config = match Config::parse(ctx) {
+            // No firewall binary at all: nothing can have been set up.
+            Err(e) if e.code == codes::NOT_AVAILABLE => return Ok(()),
+            other => other?,
+        };
+        if !config.backend.available() {
+            return Ok(());
+        }
+        let containers = ctx.prev_result()?.map(|prev| container_ips(&prev, &ctx.env.ifname));
+        unforward(&config, containers.as_deref().filter(|c| !c.is_empty()))
+    }
+
+    fn check(&self, ctx: &Context) -> Result<()> {
+        let config = Config::parse(ctx)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
+        if config.mappings.is_empty() {
+            return Ok(());
+        }
+        let containers = container_ips(&prev, &ctx.env.ifname);
+        match config.backend {
+            Backend::Iptables => containers.iter().try_for_each(|c| iptables::check(&config, c)),
+            Backend::Nftables if containers.is_empty() => Ok(()),
+            Backend::Nftables => nftables::check(&config, &containers),
+        }
+    }
+
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let valid = ctx.valid_attachments()?;
+        let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
+        let network = &ctx.conf.name;
+        if Backend::Iptables.available() {
+            for family in [Family::V4, Family::V6] {
+                iptables::gc(network, &valid, family)?;
+            }
+        }
+        if Backend::Nftables.available() {
+            nftables::gc(network, &valid)?;
+        }
+        Ok(())
+    }
+
+    fn status(&self, ctx: &Context) -> Result<()> {
+        let config = Config::parse(ctx)?;
+        if !config.backend.available() {
+            return Err(Error::new(codes::NOT_AVAILABLE, format!("the {} backend is not installed", config.backend)));
+        }
+        Ok(())
+    }
+}
+
+/// Installs the mappings for the container addresses.
+fn forward(config: &Config, containers: &[IpNet]) -> Result<()> {
+    match config.backend {
+        Backend::Iptables => containers.iter().try_for_each(|c| iptables::add(config, c)),
+        Backend::Nftables => nftables::add(config, containers),
+    }
+}
+
+/// Removes the container's mappings. `containers` (from prevResult) name the families to clean; without them
+/// both are.
+fn unforward(config: &Config, containers: Option<&[IpNet]>) -> Result<()> {
+    match config.backend {
+        Backend::Iptables => {
+            let families = containers.map(families_of).unwrap_or_else(|| vec![Family::V4, Family::V6]);
+            for family in families {
+                let container = containers.and_then(|cs| cs.iter().find(|c| Family::of_net(c) == family));
+                iptables::del(config, family, container)?;
+            }
+            Ok(())
+        }
+        Backend::Nftables => nftables::del(config, containers),
+    }
+}
+
+/// Deletes conntrack entries of the mapped UDP host ports, so that flows tracked before the rules existed do
+/// not keep bypassing them. Failures are only logged, as in the reference.
+fn flush_udp_conntrack(config: &Config, containers: &[IpNet]) {
+    for family in families_of(containers) {
+        let ports: Vec<u16> = config
+            .mappings
+            .iter()
+            .filter(|m| m.protocol == Protocol::Udp && m.applies_to(family))
+            .map(|m| m.host_port)
+            .collect();
+        if let Err(e) = conntrack::delete_by_dst_port(family, PROTO_UDP, &ports) {
+            let what = containers.iter().map(|c| c.addr()).find(|ip: &IpAddr| Family::of(*ip) == family);
+            eprintln!("failed to delete stale UDP conntrack entries for {what:?}: {e}");
+        }
+    }
+}
+
+fn main() {
+    plugin_main(ABOUT, &PortMap)
+}

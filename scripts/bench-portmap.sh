@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Benchmark of the portmap plugin: ADD and DEL medians of one container (a TCP and a UDP mapping) with 0, 100
+# and 1,000 other containers' mappings installed, for our iptables backend, our nftables backend and the
+# reference (/usr/lib/cni/portmap, Debian's containernetworking-plugins v1.1.1, iptables only).
+#
+# Each call is one exec of the plugin by a bash loop running inside a "node" namespace (so no `ip netns exec`
+# per call), timed with $EPOCHREALTIME around the exec; ours and the reference alternate in the same loop on
+# the same rule set. The harness's own cost (exec of /bin/true the same way) is measured and shown; the
+# figures are not corrected for it. The other containers are installed by our plugin (for iptables the rules
+# are byte-for-byte the reference's).
+#
+# Needs root, iptables and nft. Touches only the namespaces it makes (removed on exit, also on failure).
+#   BENCH_RUNS=N      ADD/DEL pairs per implementation and level (default 21)
+#   BENCH_LEVELS="…"  numbers of other containers (default "0 100 1000")
+#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   REFERENCE=path    the reference plugin (default /usr/lib/cni/portmap)
+set -euo pipefail
+
+# ---- inner modes, run inside the node namespace by the outer script ----
+
+# __populate <binary> <backend> <from> <to>: ADD containers from..to-1, one TCP mapping each.
+if [[ ${1:-} == __populate ]]; then
+    bin=$2 backend=$3 from=$4 to=$5
+    export CNI_COMMAND=ADD CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS=$BENCH_POD_NETNS
+    for ((i = from; i < to; i++)); do
+        ip="10.100.$((i / 250)).$((i % 250 + 2))"
+        conf=$(printf '{"cniVersion":"1.0.0","name":"bench","type":"portmap","backend":"%s","runtimeConfig":{"portMappings":[{"hostPort":%d,"containerPort":80,"protocol":"tcp"}]},"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"%s"}],"ips":[{"address":"%s/16","interface":0}]}}' \
+            "$backend" $((20000 + i)) "$BENCH_POD_NETNS" "$ip")
+        CNI_CONTAINERID="other-$i" "$bin" <<<"$conf" >/dev/null || { echo "populate: ADD other-$i failed" >&2; exit 1; }
+    done
+    exit 0
+fi
+
+# __measure <runs> <conf file> <binary>...: prints "<binary index> <add µs> <del µs>" per run and binary, and
+# "harness <µs>" per run.
+if [[ ${1:-} == __measure ]]; then
+    runs=$2 conf=$3
+    shift 3
+    export CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS=$BENCH_POD_NETNS CNI_CONTAINERID=bench-pod
+    us() { local t=${EPOCHREALTIME/./}; echo "$t"; }
+    for ((r = 0; r < runs; r++)); do
+        t0=$(us); /bin/true <"$conf" >/dev/null; t1=$(us)
+        echo "harness $((t1 - t0))"
+        index=0
+        for bin in "$@"; do
+            t0=$(us); CNI_COMMAND=ADD "$bin" <"$conf" >/dev/null || { echo "ADD by $bin failed" >&2; exit 1; }
+            t1=$(us); CNI_COMMAND=DEL "$bin" <"$conf" >/dev/null || { echo "DEL by $bin failed" >&2; exit 1; }
+            t2=$(us)
+            echo "$index $((t1 - t0)) $((t2 - t1))"
+            index=$((index + 1))
+        done
+    done
+    exit 0
+fi
+
+# ---- outer script ----
+
+cd "$(dirname "$0")/.."
+SELF=$(realpath "$0")
+RUNS=${BENCH_RUNS:-21}
+LEVELS=${BENCH_LEVELS:-"0 100 1000"}
+OURS_DIR=${OURS_DIR:-target/release}
+REFERENCE=${REFERENCE:-/usr/lib/cni/portmap}
+
+die() { echo "bench-portmap: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+command -v iptables-restore >/dev/null || die "needs iptables"
+command -v nft >/dev/null || die "needs nft"
+[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
+[[ -x $OURS_DIR/portmap ]] || cargo build --release --quiet -p portmap
+OURS=$(realpath "$OURS_DIR/portmap")
+
+WORK=$(mktemp -d /tmp/bench-portmap.XXXXXX)
+NAMESPACES=()
+cleanup() {
+    for ns in "${NAMESPACES[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+POD=pmbench-pod-$$
+ip netns add "$POD"; NAMESPACES+=("$POD")
+export BENCH_POD_NETNS=/run/netns/$POD
+
+# A node namespace with a link towards the pods (route_localnet is set on it, as on a bridge).
+make_node() { # <name>
+    ip netns add "$1"; NAMESPACES+=("$1")
+    ip -n "$1" link set lo up
+    ip -n "$1" link add pods type veth peer name pods-peer
+    ip -n "$1" addr add 10.96.0.1/12 dev pods
+    ip -n "$1" link set pods up
+}
+
+conf_for() { # <backend> → file
+    local file=$WORK/conf-$1.json
+    printf '{"cniVersion":"1.0.0","name":"bench","type":"portmap","backend":"%s","runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":8053,"containerPort":53,"protocol":"udp"}]},"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"%s"}],"ips":[{"address":"10.99.0.5/16","interface":0}]}}' \
+        "$1" "$BENCH_POD_NETNS" >"$file"
+    echo "$file"
+}
+
+median() { sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else printf "%.1f", v[int((NR + 1) / 2)] / 1000}'; }
+
+# Rows: "<backend> <impl> <level> <add ms> <del ms>".
+ROWS=$WORK/rows
+HARNESS=$WORK/harness
+: >"$ROWS"; : >"$HARNESS"
+
+bench_backend() { # <backend> <binary>...
+    local backend=$1 node=pmbench-$1-$$ installed=0 level conf out
+    shift
+    make_node "$node"
+    conf=$(conf_for "$backend")
+    for level in $LEVELS; do
+        if ((level > installed)); then
+            echo "  $backend: installing containers $installed..$((level - 1))" >&2
+            ip netns exec "$node" bash "$SELF" __populate "$OURS" "$backend" "$installed" "$level"
+            installed=$level
+        fi
+        echo "  $backend: measuring with $level installed" >&2
+        out=$WORK/measure-$backend-$level
+        ip netns exec "$node" bash "$SELF" __measure "$RUNS" "$conf" "$@" >"$out"
+        grep '^harness' "$out" | awk '{print $2}' >>"$HARNESS"
+        local index=0 bin impl
+        for bin in "$@"; do
+            impl=ours; [[ $bin == "$OURS" ]] || impl=reference
+            local add del
+            add=$(awk -v i="$index" '$1 == i {print $2}' "$out" | median)
+            del=$(awk -v i="$index" '$1 == i {print $3}' "$out" | median)
+            echo "$backend $impl $level $add $del" >>"$ROWS"
+            index=$((index + 1))
+        done
+    done
+}
+
+echo "portmap benchmark: $RUNS runs per cell, levels: $LEVELS" >&2
+bench_backend iptables "$OURS" "$REFERENCE"
+bench_backend nftables "$OURS"
+
+echo
+echo "portmap ADD / DEL medians in ms (one exec each; $RUNS runs; other containers' mappings installed)"
+echo "machine: $(nproc) CPUs, $(uname -r), $(iptables --version), $(nft --version | head -1)"
+echo "harness overhead (exec of /bin/true the same way): median $(median <"$HARNESS") ms"
+echo
+printf '%-9s %-10s %10s %9s %9s %14s %14s\n' backend impl installed "ADD ms" "DEL ms" "ADD vs ours" "DEL vs ours"
+while read -r backend impl level add del; do
+    ours_add=$(awk -v b="$backend" -v l="$level" '$1 == b && $2 == "ours" && $3 == l {print $4}' "$ROWS")
+    ours_del=$(awk -v b="$backend" -v l="$level" '$1 == b && $2 == "ours" && $3 == l {print $5}' "$ROWS")
+    ratio_add=$(awk -v a="$add" -v o="$ours_add" 'BEGIN {printf "%.1fx", a / o}')
+    ratio_del=$(awk -v a="$del" -v o="$ours_del" 'BEGIN {printf "%.1fx", a / o}')
+    printf '%-9s %-10s %10s %9s %9s %14s %14s\n' "$backend" "$impl" "$level" "$add" "$del" "$ratio_add" "$ratio_del"
+done <"$ROWS"
+echo
+for backend in iptables nftables; do
+    first=$(awk -v b="$backend" '$1 == b && $2 == "ours" {print $4; exit}' "$ROWS")
+    last=$(awk -v b="$backend" '$1 == b && $2 == "ours" {v = $4} END {print v}' "$ROWS")
+    awk -v b="$backend" -v f="$first" -v l="$last" 'BEGIN {printf "ours %s: ADD at the largest level / ADD at the smallest = %.2f\n", b, l / f}'
+done
