@@ -5,5 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
-cargo build --workspace --bins --quiet
-cargo test --workspace --quiet "$@"
+# Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.
+features=(--features cnicore/failpoints)
+cargo build --workspace --bins --quiet "${features[@]}"
+cargo test --workspace --quiet "${features[@]}" "$@"

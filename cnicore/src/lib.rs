@@ -6,6 +6,7 @@
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 
 pub mod firewall;
+pub mod failpoint;
 pub mod netlink;
 pub mod netns;
 pub mod spec;
