@@ -1,0 +1,378 @@
+//! The host-local configuration: parsed from the network config, validated, defaults filled in as the
+//! reference does (gateway = first address, allocation from the first usable to the last usable address).
+
+use crate::range::{from_u128, to_u128, Range, RangeSet};
+use cnicore::spec::{codes, Context, Error, Result, Route, Version};
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+
+/// What one invocation works with.
+#[derive(Debug)]
+pub struct Config {
+    /// The network name: the lease directory's name under `data_dir`.
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub range_sets: Vec<RangeSet>,
+    pub routes: Vec<Route>,
+    pub resolv_conf: Option<PathBuf>,
+    /// Addresses asked for by the runtime (at most one per range set).
+    pub requested: Vec<IpAddr>,
+}
+
+impl Config {
+    /// The directory holding this network's leases.
+    pub fn network_dir(&self) -> PathBuf {
+        self.data_dir.join(&self.name)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NetConfIn {
+    #[serde(default)]
+    ipam: Option<IpamIn>,
+    #[serde(default)]
+    runtime_config: Option<RuntimeIn>,
+    #[serde(default)]
+    args: Option<ArgsIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IpamIn {
+    #[serde(flatten)]
+    legacy: RangeIn,
+    #[serde(default)]
+    ranges: Option<Vec<Vec<RangeIn>>>,
+    #[serde(default)]
+    routes: Option<Vec<RouteIn>>,
+    #[serde(default)]
+    data_dir: Option<String>,
+    #[serde(default)]
+    resolv_conf: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RangeIn {
+    #[serde(default)]
+    subnet: Option<String>,
+    #[serde(default)]
+    range_start: Option<String>,
+    #[serde(default)]
+    range_end: Option<String>,
+    #[serde(default)]
+    gateway: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RouteIn {
+    dst: String,
+    #[serde(default)]
+    gw: Option<String>,
+    #[serde(default)]
+    mtu: Option<u32>,
+    #[serde(default)]
+    advmss: Option<u32>,
+    #[serde(default)]
+    priority: Option<u32>,
+    #[serde(default)]
+    table: Option<u32>,
+    #[serde(default)]
+    scope: Option<u8>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RuntimeIn {
+    #[serde(default)]
+    ips: Option<Vec<String>>,
+    #[serde(default)]
+    ip_ranges: Option<Vec<Vec<RangeIn>>>,
+}
+
+#[derive(Deserialize)]
+struct ArgsIn {
+    #[serde(default)]
+    cni: Option<ArgsCniIn>,
+}
+
+#[derive(Deserialize)]
+struct ArgsCniIn {
+    #[serde(default)]
+    ips: Option<Vec<String>>,
+}
+
+/// Parses and validates the whole configuration of this invocation (nothing is touched on disk).
+pub fn load(ctx: &Context) -> Result<Config> {
+    let conf: NetConfIn = ctx.parse_conf()?;
+    let mut ipam = conf.ipam.ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))?;
+    cnicore::state::validate_path_component("network name", &ctx.conf.name)?;
+
+    let data_dir = match ipam.data_dir.as_deref() {
+        None | Some("") => PathBuf::from(DEFAULT_DATA_DIR),
+        Some(d) if d.starts_with('/') && !d.contains('\0') => PathBuf::from(d),
+        Some(d) => return Err(Error::config(format!("dataDir must be an absolute path, got {:?}", truncate(d)))),
+    };
+
+    let runtime = conf.runtime_config.unwrap_or(RuntimeIn { ips: None, ip_ranges: None });
+    // runtimeConfig.ipRanges (capability "ipRanges") replaces the configured ranges.
+    let raw_sets: Vec<Vec<RangeIn>> = match runtime.ip_ranges.filter(|r| !r.is_empty()) {
+        Some(sets) => sets,
+        None => {
+            let mut sets = Vec::new();
+            // The legacy single range (top-level subnet) comes first, as in the reference.
+            if ipam.legacy.subnet.is_some() {
+                sets.push(vec![std::mem::take(&mut ipam.legacy)]);
+            }
+            sets.extend(ipam.ranges.take().unwrap_or_default());
+            sets
+        }
+    };
+    if raw_sets.is_empty() {
+        return Err(Error::config("no IP ranges specified: set ipam.ranges (or the legacy ipam.subnet)"));
+    }
+    let range_sets = raw_sets.iter().enumerate().map(|(i, set)| parse_range_set(i, set)).collect::<Result<Vec<_>>>()?;
+    for (i, a) in range_sets.iter().enumerate() {
+        if let Some(j) = range_sets[i + 1..].iter().position(|b| a.overlaps(b)) {
+            return Err(Error::config(format!("range set {i} overlaps with range set {}", i + 1 + j)));
+        }
+    }
+    // Results of 0.1.0/0.2.0 carry one address per family.
+    let v4_sets = range_sets.iter().filter(|s| s.is_ipv4()).count();
+    if (v4_sets > 1 || range_sets.len() - v4_sets > 1) && ctx.version < Version::V030 {
+        return Err(Error::new(
+            codes::INCOMPATIBLE_VERSION,
+            format!("CNI version {} does not support more than 1 address per family", ctx.version),
+        ));
+    }
+
+    let routes = ipam
+        .routes
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| parse_route(i, r))
+        .collect::<Result<Vec<_>>>()?;
+    let resolv_conf = ipam.resolv_conf.filter(|p| !p.is_empty()).map(PathBuf::from);
+    let requested = requested_ips(ctx, runtime.ips, conf.args.and_then(|a| a.cni).and_then(|c| c.ips))?;
+
+    Ok(Config { name: ctx.conf.name.clone(), data_dir, range_sets, routes, resolv_conf, requested })
+}
+
+fn truncate(s: &str) -> String {
+    cnicore::spec::truncate_for_msg(s)
+}
+
+fn parse_ip(what: &str, s: &str) -> Result<IpAddr> {
+    s.trim().parse().map_err(|_| Error::config(format!("{what} {:?} is not an IP address", truncate(s))))
+}
+
+fn parse_range_set(idx: usize, set: &[RangeIn]) -> Result<RangeSet> {
+    let bad = |msg: String| Error::config(format!("invalid range set {idx}: {msg}"));
+    if set.is_empty() {
+        return Err(bad("empty range set".into()));
+    }
+    let ranges = set
+        .iter()
+        .enumerate()
+        .map(|(j, r)| {
+            parse_range(r).map_err(|e| bad(if set.len() > 1 { format!("range {j}: {}", e.msg) } else { e.msg }))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if ranges.iter().any(|r| r.is_ipv4() != ranges[0].is_ipv4()) {
+        return Err(bad("mixed address families (IPv4 and IPv6 go into separate range sets)".into()));
+    }
+    let set = RangeSet(ranges);
+    if let Some((a, b)) = set.inner_overlap() {
+        return Err(bad(format!("subnets {a} and {b} overlap")));
+    }
+    Ok(set)
+}
+
+/// One range with the reference's defaults: gateway = network + 1, start = network + 1,
+/// end = the last address (IPv6) or the one before the broadcast (IPv4).
+fn parse_range(r: &RangeIn) -> Result<Range> {
+    let subnet_text = r.subnet.as_deref().filter(|s| !s.is_empty()).ok_or_else(|| Error::config("missing subnet"))?;
+    let subnet: IpNet = subnet_text
+        .trim()
+        .parse()
+        .map_err(|_| Error::config(format!("subnet {:?} is not a CIDR (e.g. 10.1.0.0/16)", truncate(subnet_text))))?;
+    if let IpNet::V6(n) = subnet {
+        if n.addr().to_ipv4_mapped().is_some() {
+            return Err(Error::config(format!(
+                "subnet {subnet}: IPv4-mapped IPv6 subnets are not supported, use the IPv4 form"
+            )));
+        }
+    }
+    if subnet.prefix_len() > subnet.max_prefix_len() - 2 {
+        let smallest = if subnet.addr().is_ipv4() { "/30" } else { "/126" };
+        return Err(Error::config(format!("network {subnet} too small to allocate from (the smallest is {smallest})")));
+    }
+    if subnet.addr() != subnet.network() {
+        return Err(Error::config(format!(
+            "network {subnet} has host bits set: for a prefix length of {} the network address is {}",
+            subnet.prefix_len(),
+            subnet.network()
+        )));
+    }
+    let net = to_u128(subnet.network());
+    let first = from_u128(net + 1, subnet.addr());
+    let last = if subnet.addr().is_ipv4() {
+        from_u128(to_u128(subnet.broadcast()) - 1, subnet.addr())
+    } else {
+        subnet.broadcast()
+    };
+    let inside = |what: &str, text: &Option<String>, default: IpAddr| -> Result<IpAddr> {
+        let Some(text) = text.as_deref().filter(|t| !t.is_empty()) else { return Ok(default) };
+        let ip = parse_ip(what, text)?;
+        if !subnet.contains(&ip) || ip.is_ipv4() != subnet.addr().is_ipv4() {
+            return Err(Error::config(format!("{what} {ip} is not in subnet {subnet}")));
+        }
+        Ok(ip)
+    };
+    let gateway = inside("gateway", &r.gateway, first)?;
+    let start = inside("rangeStart", &r.range_start, first)?;
+    let end = inside("rangeEnd", &r.range_end, last)?;
+    if to_u128(start) > to_u128(end) {
+        return Err(Error::config(format!("rangeStart {start} is after rangeEnd {end}")));
+    }
+    Ok(Range { subnet, start, end, gateway })
+}
+
+fn parse_route(idx: usize, r: &RouteIn) -> Result<Route> {
+    let dst: IpNet = r
+        .dst
+        .trim()
+        .parse()
+        .map_err(|_| Error::config(format!("route {idx}: dst {:?} is not a CIDR", truncate(&r.dst))))?;
+    let gw = match r.gw.as_deref().filter(|g| !g.is_empty()) {
+        None => None,
+        Some(g) => {
+            let gw = parse_ip(&format!("route {idx}: gw"), g)?;
+            if gw.is_ipv4() != dst.addr().is_ipv4() {
+                return Err(Error::config(format!("route {idx}: gw {gw} is not of the family of dst {dst}")));
+            }
+            Some(gw)
+        }
+    };
+    Ok(Route { dst, gw, mtu: r.mtu, advmss: r.advmss, priority: r.priority, table: r.table, scope: r.scope })
+}
+
+/// Requested addresses, by priority: `runtimeConfig.ips` (capability "ips"), then `args.cni.ips`, then
+/// `CNI_ARGS` `IP=` (comma-separated). The first source that has any wins. `a.b.c.d/len` is accepted too.
+fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<String>>) -> Result<Vec<IpAddr>> {
+    ctx.env.args.check_known(&["IP"])?;
+    let parse = |s: &str| -> Option<IpAddr> {
+        let s = s.trim();
+        s.parse::<IpAddr>().ok().or_else(|| s.parse::<IpNet>().ok().map(|n| n.addr()))
+    };
+    let mut ips: Vec<IpAddr> = Vec::new();
+    if let Some(list) = runtime.filter(|l| !l.is_empty()) {
+        for s in &list {
+            ips.push(
+                parse(s).ok_or_else(|| {
+                    Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s)))
+                })?,
+            );
+        }
+    } else if let Some(list) = args.filter(|l| !l.is_empty()) {
+        for s in &list {
+            ips.push(
+                parse(s)
+                    .ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?,
+            );
+        }
+    } else if let Some(raw) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
+        for s in raw.split(',').filter(|s| !s.trim().is_empty()) {
+            ips.push(
+                parse(s).ok_or_else(|| Error::env(format!("CNI_ARGS IP: {:?} is not an IP address", truncate(s))))?,
+            );
+        }
+    }
+    let mut unique = Vec::with_capacity(ips.len());
+    for ip in ips {
+        if !unique.contains(&ip) {
+            unique.push(ip);
+        }
+    }
+    Ok(unique)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cnicore::spec::{Command, Env, NetConf};
+    use serde_json::json;
+
+    fn ctx(conf: serde_json::Value, cni_args: &str) -> Context {
+        let stdin = conf.to_string().into_bytes();
+        let parsed: NetConf = serde_json::from_slice(&stdin).unwrap();
+        let version = cnicore::spec::Version::parse(&parsed.cni_version).unwrap();
+        Context {
+            env: Env {
+                command: Command::Add,
+                container_id: "c".into(),
+                netns: None,
+                ifname: "eth0".into(),
+                args: cnicore::spec::parse_cni_args(cni_args).unwrap_or_default(),
+                args_raw: cni_args.into(),
+                path: vec![],
+            },
+            stdin,
+            conf: parsed,
+            version,
+        }
+    }
+
+    fn load_ipam(ipam: serde_json::Value) -> Result<Config> {
+        load(&ctx(json!({"cniVersion": "1.0.0", "name": "n", "ipam": ipam}), ""))
+    }
+
+    #[test]
+    fn defaults_as_the_reference() {
+        let c = load_ipam(json!({"subnet": "10.1.0.0/16"})).unwrap();
+        assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        let r = &c.range_sets[0].0[0];
+        assert_eq!(
+            (r.start.to_string(), r.end.to_string(), r.gateway.to_string()),
+            ("10.1.0.1".into(), "10.1.255.254".into(), "10.1.0.1".into())
+        );
+        let c = load_ipam(json!({"ranges": [[{"subnet": "fd00::/64"}]]})).unwrap();
+        let r = &c.range_sets[0].0[0];
+        assert_eq!((r.start.to_string(), r.end.to_string()), ("fd00::1".into(), "fd00::ffff:ffff:ffff:ffff".into()));
+    }
+
+    #[test]
+    fn legacy_subnet_comes_first_and_runtime_ranges_replace() {
+        let c = load_ipam(json!({"subnet": "10.1.0.0/16", "ranges": [[{"subnet": "fd00::/64"}]]})).unwrap();
+        assert!(c.range_sets[0].is_ipv4() && !c.range_sets[1].is_ipv4());
+        let c = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"},
+                   "runtimeConfig": {"ipRanges": [[{"subnet": "10.2.0.0/16"}]]}}),
+            "",
+        ))
+        .unwrap();
+        assert_eq!(c.range_sets.len(), 1);
+        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.2.0.0/16");
+    }
+
+    #[test]
+    fn requested_priority() {
+        let base = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"}});
+        let c = load(&ctx(base.clone(), "IP=10.1.0.5, 10.1.0.6")).unwrap();
+        assert_eq!(c.requested, ["10.1.0.5".parse::<IpAddr>().unwrap(), "10.1.0.6".parse().unwrap()]);
+        let mut with_args = base.clone();
+        with_args["args"] = json!({"cni": {"ips": ["10.1.0.7"]}});
+        assert_eq!(
+            load(&ctx(with_args.clone(), "IP=10.1.0.5")).unwrap().requested,
+            ["10.1.0.7".parse::<IpAddr>().unwrap()]
+        );
+        with_args["runtimeConfig"] = json!({"ips": ["10.1.0.8/16", "10.1.0.8"]});
+        assert_eq!(load(&ctx(with_args, "IP=10.1.0.5")).unwrap().requested, ["10.1.0.8".parse::<IpAddr>().unwrap()]);
+    }
+}

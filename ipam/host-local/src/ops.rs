@@ -1,0 +1,242 @@
+//! The verbs: ADD, DEL, CHECK, GC, STATUS.
+
+use crate::config::{self, Config};
+use crate::dns::parse_resolv_conf;
+use crate::lease::{Content, Owner};
+use crate::store::{is_garbage, Store};
+use cnicore::spec::{codes, CniResult, Context, Dns, Error, IpConfig, Result};
+use ipnet::IpNet;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+/// The requested address of each range set, checked before anything is written.
+fn requested_per_set(cfg: &Config) -> Result<Vec<Option<IpAddr>>> {
+    let mut wanted = vec![None; cfg.range_sets.len()];
+    for &ip in &cfg.requested {
+        let Some(idx) = cfg.range_sets.iter().position(|s| s.contains(ip)) else {
+            let ranges: Vec<String> = cfg.range_sets.iter().map(|s| s.to_string()).collect();
+            return Err(Error::config(format!(
+                "requested IP {ip} is not in any range of network {} ({})",
+                cfg.name,
+                ranges.join("; ")
+            )));
+        };
+        if let Some(other) = wanted[idx] {
+            return Err(Error::config(format!(
+                "requested IPs {other} and {ip} are both in range set {idx}: one address per range set"
+            )));
+        }
+        if let Some(range) = cfg.range_sets[idx].range_for(ip).filter(|r| r.is_reserved(ip)) {
+            let what = if ip == range.gateway { "the gateway" } else { "the network or broadcast address" };
+            return Err(Error::config(format!("requested IP {ip} is {what} of subnet {}", range.subnet)));
+        }
+        wanted[idx] = Some(ip);
+    }
+    Ok(wanted)
+}
+
+fn lock_network(cfg: &Config, create: bool) -> Result<Option<Store>> {
+    Store::open(&cfg.network_dir(), create)
+}
+
+pub fn add(ctx: &Context) -> Result<CniResult> {
+    let cfg = config::load(ctx)?;
+    let wanted = requested_per_set(&cfg)?;
+    let dns = match &cfg.resolv_conf {
+        Some(path) => parse_resolv_conf(path)?,
+        None => Dns::default(),
+    };
+    let (id, ifname) = (ctx.env.container_id.as_str(), ctx.env.ifname.as_str());
+    let mut store = lock_network(&cfg, true)?.ok_or_else(|| Error::internal("network directory vanished"))?;
+    store.ensure_index()?;
+
+    // One attachment, one address per range set: a second ADD is an error, as in the reference.
+    let owner = Owner::attachment(id, ifname);
+    let mut held = store.leases_of(&owner)?;
+    held.extend(store.leases_of(&Owner::Legacy { id: id.to_string() })?);
+    if let Some(ip) = held.iter().find(|ip| cfg.range_sets.iter().any(|s| s.contains(**ip))) {
+        store.commit()?;
+        return Err(Error::internal(format!(
+            "{ip} has been allocated to {id} (interface {ifname}), duplicate allocation is not allowed"
+        )));
+    }
+
+    let mut ips = Vec::new();
+    let mut taken = Vec::new();
+    let mut reserver = store.reserver(&owner)?;
+    let mut allocate = || -> Result<()> {
+        for (idx, set) in cfg.range_sets.iter().enumerate() {
+            let ip = match wanted[idx] {
+                Some(ip) => {
+                    if !reserver.try_reserve(ip)? {
+                        let holder = match reserver.store().read_lease(ip)? {
+                            Some(Content::Owner(o)) => format!(": leased to container {}", o.id()),
+                            _ => String::new(),
+                        };
+                        return Err(Error::internal(format!(
+                            "requested IP address {ip} is not available in range set {set}{holder}"
+                        )));
+                    }
+                    ip
+                }
+                None => {
+                    let last = reserver.store().last_reserved(idx);
+                    let mut found = None;
+                    for (_, ip) in set.candidates(last) {
+                        if reserver.try_reserve(ip)? {
+                            found = Some(ip);
+                            break;
+                        }
+                    }
+                    found.ok_or_else(|| {
+                        Error::internal(format!(
+                            "failed to allocate for range {idx}: no IP addresses available in range set: {set}"
+                        ))
+                    })?
+                }
+            };
+            taken.push(ip);
+            reserver.store().set_last_reserved(idx, ip)?;
+            let range = set.range_for(ip).ok_or_else(|| Error::internal(format!("{ip} is outside range set {idx}")))?;
+            let address = IpNet::new(ip, range.subnet.prefix_len()).map_err(|e| Error::internal(e.to_string()))?;
+            ips.push(IpConfig { address, gateway: Some(range.gateway), interface: None });
+        }
+        Ok(())
+    };
+    let outcome = allocate();
+    if outcome.is_err() {
+        for ip in &taken {
+            let _ = reserver.undo(*ip);
+        }
+    }
+    drop(reserver);
+    store.commit()?;
+    outcome?;
+    Ok(CniResult { interfaces: Vec::new(), ips, routes: cfg.routes, dns })
+}
+
+pub fn del(ctx: &Context) -> Result<()> {
+    let cfg = config::load(ctx)?;
+    let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
+    store.ensure_index()?;
+    let (owner, ips) = store.leases_for_release(&ctx.env.container_id, &ctx.env.ifname)?;
+    let mut outcome = Ok(());
+    for ip in ips {
+        // Release as much as possible; report the first failure.
+        if let Err(e) = store.release(ip, &owner) {
+            outcome = outcome.and(Err(e));
+        }
+    }
+    store.commit()?;
+    outcome
+}
+
+pub fn check(ctx: &Context) -> Result<()> {
+    let cfg = config::load(ctx)?;
+    let (id, ifname) = (ctx.env.container_id.as_str(), ctx.env.ifname.as_str());
+    let not_found = || {
+        Error::internal(format!(
+            "host-local: failed to find an address leased to container {id} (interface {ifname}) in network {}",
+            cfg.name
+        ))
+    };
+    let Some(mut store) = lock_network(&cfg, false)? else { return Err(not_found()) };
+    store.ensure_index()?;
+    let (_, leased) = store.leases_for_release(id, ifname)?;
+    store.commit()?;
+    if leased.is_empty() {
+        return Err(not_found());
+    }
+    // Addresses of the previous result that belong to this network must be leased to this container.
+    if let Some(prev) = ctx.prev_result()? {
+        for ip in prev.ips.iter().map(|i| i.address.addr()) {
+            if cfg.range_sets.iter().any(|s| s.contains(ip)) && !leased.contains(&ip) {
+                return Err(Error::internal(format!(
+                    "host-local: address {ip} of container {id} (interface {ifname}) has no lease"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn gc(ctx: &Context) -> Result<()> {
+    let cfg = config::load(ctx)?;
+    // Without the list (as opposed to an empty list) only garbage is removed, never a lease with an owner.
+    let raw: Value = serde_json::from_slice(&ctx.stdin).map_err(|e| Error::decode(e.to_string()))?;
+    let has_list = raw.get("cni.dev/valid-attachments").or_else(|| raw.get("cni.dev/attachments")).is_some();
+    let valid: HashSet<(String, String)> = ctx.valid_attachments()?.into_iter().collect();
+    let valid_ids: HashSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
+    let is_valid = |o: &Owner| match o {
+        Owner::Attachment { id, ifname } => valid.contains(&(id.clone(), ifname.clone())),
+        Owner::Legacy { id } => valid_ids.contains(id.as_str()),
+    };
+
+    let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
+    let mut kept = Vec::new();
+    for entry in store.scan()? {
+        let remove = match &entry.lease {
+            _ if is_garbage(&entry) => true,
+            Some((ip, Content::Owner(owner))) => {
+                let keep = !has_list || is_valid(owner);
+                if keep {
+                    kept.push((*ip, owner.clone()));
+                }
+                !keep
+            }
+            Some((_, Content::Unreadable)) => has_list,
+            _ => false,
+        };
+        if remove {
+            store.remove_entry(&entry.name)?;
+        }
+    }
+    store.index.rebuild(kept);
+    store.touch();
+    store.commit()
+}
+
+pub fn status(ctx: &Context) -> Result<()> {
+    let cfg = config::load(ctx)?;
+    let dir = cfg.network_dir();
+    let unavailable = |why: String| {
+        Error::new(
+            codes::NOT_AVAILABLE,
+            format!("host-local: data directory {} cannot be written: {why}", dir.display()),
+        )
+    };
+    let mut store =
+        lock_network(&cfg, true).map_err(|e| unavailable(e.msg))?.ok_or_else(|| unavailable("missing".into()))?;
+    let was_current = store.index.is_current();
+    probe_write(store.dir()).map_err(|e| unavailable(e.to_string()))?;
+    if was_current {
+        store.touch();
+        store.commit().map_err(|e| unavailable(e.msg))?;
+    }
+    for (idx, set) in cfg.range_sets.iter().enumerate() {
+        let last = store.last_reserved(idx);
+        if !set.candidates(last).any(|(_, ip)| store.is_free(ip)) {
+            return Err(Error::new(
+                codes::NOT_AVAILABLE,
+                format!(
+                    "host-local: no free address in range set {idx} ({set}) of network {}: every address is leased",
+                    cfg.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Creates and removes a file: the only reliable test of writability (root ignores permission bits, not a
+/// read-only mount or a full disk).
+fn probe_write(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let path = dir.join(format!("{}status-{}", crate::store::TMP_PREFIX, std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let result =
+        std::fs::OpenOptions::new().write(true).create_new(true).open(&path).and_then(|mut f| f.write_all(b"probe"));
+    let _ = std::fs::remove_file(&path);
+    result
+}
