@@ -121,7 +121,10 @@ impl Config {
     /// Parses and checks everything; nothing is applied before this succeeds.
     pub fn parse(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
-        validate_owner(&ctx.conf.name, &ctx.env.container_id)?;
+        // STATUS (and GC) have no container; the entry point has validated the ID of the other verbs.
+        if ctx.env.command.is_attachment_verb() {
+            validate_owner(&ctx.conf.name, &ctx.env.container_id)?;
+        }
 
         let backend = Backend::resolve(raw.backend.as_deref())?;
         if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
