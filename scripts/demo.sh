@@ -25,11 +25,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-in() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+nsrun() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 step() { printf '\n== %s\n' "$*"; }
 
 step "a node netns with an uplink to a wan netns (192.0.2.0/24), and two pod netns"
-for ns in $node $wan $pod1 $pod2; do ip netns add "$ns"; in "$ns" ip link set lo up; done
+for ns in $node $wan $pod1 $pod2; do ip netns add "$ns"; nsrun "$ns" ip link set lo up; done
 ip -n "$node" link add eth0 type veth peer name eth0 netns "$wan"
 ip -n "$node" addr add 192.0.2.1/24 dev eth0 && ip -n "$node" link set eth0 up
 ip -n "$wan" addr add 192.0.2.2/24 dev eth0 && ip -n "$wan" link set eth0 up
@@ -41,7 +41,7 @@ mkdir -p "$tmp/net.d" "$tmp/cache"
 sed "s|\"type\": \"host-local\",|\"type\": \"host-local\", \"dataDir\": \"$tmp/ipam\",|" conf/10-kubenet.conflist >"$tmp/net.d/10-kubenet.conflist"
 cp conf/99-loopback.conf "$tmp/net.d/"
 cnitool() {
-  in "$node" env NETCONFPATH="$tmp/net.d" CNI_PATH="$bin" CNI_CACHE_DIR="$tmp/cache" "$@"
+  nsrun "$node" env NETCONFPATH="$tmp/net.d" CNI_PATH="$bin" CNI_CACHE_DIR="$tmp/cache" "$@"
 }
 
 step "ADD pod1 (hostPort 8080 -> 80, 10 Mbit/s each way) and pod2, with loopback"
@@ -53,34 +53,36 @@ cnitool "$bin/cnitool" add kubenet "/run/netns/$pod2" >"$tmp/pod2.json"
 for p in $pod1 $pod2; do cnitool CNI_IFNAME=lo "$bin/cnitool" add cni-loopback "/run/netns/$p" >/dev/null; done
 echo "ADD of the kubenet chain for pod1 took $(((end - start) / 1000000)) ms"
 cat "$tmp/pod1.json"
-ip1=$(in "$pod1" ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
-ip2=$(in "$pod2" ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
+ip1=$(nsrun "$pod1" ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
+ip2=$(nsrun "$pod2" ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1)
 echo "pod1 eth0: $ip1   pod2 eth0: $ip2"
-in "$pod1" ip route
+nsrun "$pod1" ip route
 
 step "CHECK pod1"
 cnitool CAP_ARGS="$caps" "$bin/cnitool" check kubenet "/run/netns/$pod1" && echo "check: ok"
 
 step "connectivity"
-in "$pod1" ping -c1 -W2 "$ip2" >/dev/null && echo "pod1 -> pod2 ($ip2): ok"
-in "$pod1" ping -c1 -W2 10.244.1.1 >/dev/null && echo "pod1 -> gateway (10.244.1.1): ok"
-in "$pod1" ping -c1 -W2 192.0.2.2 >/dev/null && echo "pod1 -> wan (192.0.2.2), masqueraded: ok"
+nsrun "$pod1" ping -c1 -W2 "$ip2" >/dev/null && echo "pod1 -> pod2 ($ip2): ok"
+nsrun "$pod1" ping -c1 -W2 10.244.1.1 >/dev/null && echo "pod1 -> gateway (10.244.1.1): ok"
+nsrun "$pod1" ping -c1 -W2 192.0.2.2 >/dev/null && echo "pod1 -> wan (192.0.2.2), masqueraded: ok"
 
 step "hostPort 8080 on the node -> pod1:80"
-in "$pod1" socat TCP-LISTEN:80,fork,reuseaddr SYSTEM:'echo hello from pod1' &
+nsrun "$pod1" socat TCP-LISTEN:80,fork,reuseaddr SYSTEM:'echo hello from pod1' &
 pids+=($!)
 sleep 0.3
-echo "from the wan:            $(in "$wan" socat -T2 - TCP:192.0.2.1:8080 </dev/null)"
-echo "from the node localhost: $(in "$node" socat -T2 - TCP:127.0.0.1:8080 </dev/null)"
+echo "from the wan:            $(nsrun "$wan" socat -T2 - TCP:192.0.2.1:8080 </dev/null)"
+echo "from the node localhost: $(nsrun "$node" socat -T2 - TCP:127.0.0.1:8080 </dev/null)"
 
 step "traffic shaping on pod1's host veth"
-in "$node" tc qdisc show | grep -E 'tbf|ingress' || true
+nsrun "$node" tc qdisc show | grep -E 'tbf|ingress' || true
 
 step "DEL everything"
 for p in $pod1 $pod2; do cnitool CNI_IFNAME=lo "$bin/cnitool" del cni-loopback "/run/netns/$p"; done
 cnitool CAP_ARGS="$caps" "$bin/cnitool" del kubenet "/run/netns/$pod1"
 cnitool "$bin/cnitool" del kubenet "/run/netns/$pod2"
-echo "links left on the node:"; in "$node" ip -br link
-echo "CNI firewall rules left: $( (in "$node" iptables-save 2>/dev/null; in "$node" nft list ruleset 2>/dev/null) | grep -c -E 'CNI-|cni' || true)"
+echo "links left on the node:"; nsrun "$node" ip -br link
+rules=$( (nsrun "$node" iptables-save 2>/dev/null; nsrun "$node" nft list ruleset 2>/dev/null) || true)
+echo "firewall rules naming a pod (its address, container ID or per-pod chain) left: $(grep -c -E "$ip1|$ip2|cnitool-|CNI-DN-|CNI-[0-9a-f]{24}" <<<"$rules" || true)"
+echo "(the shared CNI-HOSTPORT-* chains stay, empty of pods, as the reference plugins leave them)"
 echo "leases left: $(find "$tmp/ipam" -type f -name '10.*' | wc -l), cache entries left: $(find "$tmp/cache" -type f | wc -l)"
 step "done: namespaces and temporary state are removed on exit"

@@ -1,0 +1,234 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: our plugins against the reference plugins (Debian's containernetworking-plugins in
+# /usr/lib/cni), run alternately under the same conditions: the same runner (upstream cnitool when built, else
+# ours), the same conflist (conf/10-kubenet.conflist with a port mapping and bandwidth limits), the same netns
+# layout (a node netns with an uplink to a wan netns, pods in their own netns). Medians of RUNS runs (default 20).
+# Prints a table and writes it to docs/benchmarks.md (OUT=path to write elsewhere, OUT= to skip).
+#   scripts/bench.sh            RUNS=30 scripts/bench.sh
+# Nothing touches the root network namespace. The result cache of upstream cnitool (which always uses
+# /var/lib/cni) is kept in a temporary directory mounted over /var/lib/cni in a private mount namespace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+RUNS=${RUNS:-20}
+OUT=${OUT-docs/benchmarks.md}
+
+if [[ -z ${CNI_BENCH_INNER:-} ]]; then
+  [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }
+  scripts/setup.sh
+  echo "bench: building release binaries" >&2
+  cargo build --release --quiet
+  mkdir -p /var/lib/cni # a mount point only: the private mount namespace puts a temp dir over it
+  exec unshare --mount --propagation private env CNI_BENCH_INNER=1 "$0" "$@"
+fi
+
+ours=$root/target/release
+ref=/usr/lib/cni
+cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}
+runner="upstream cnitool (libcni 1.1.2)"
+[[ -x $cnitool ]] || { cnitool=$ours/cnitool; runner="our cnitool (upstream cnitool not built)"; }
+
+tmp=$(mktemp -d /tmp/cni-bench.XXXXXX)
+mkdir -p "$tmp/cache"
+mount --bind "$tmp/cache" /var/lib/cni
+id=$$
+namespaces=()
+cleanup() {
+  for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+  umount /var/lib/cni 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
+
+# A node netns with an uplink veth (eth0) to a wan netns and a default route through it.
+make_node() {
+  local node=$1 wan=$2
+  newns "$node"; newns "$wan"
+  ip -n "$node" link add eth0 type veth peer name eth0 netns "$wan"
+  ip -n "$node" addr add 192.0.2.1/24 dev eth0; ip -n "$node" link set eth0 up
+  ip -n "$wan" addr add 192.0.2.2/24 dev eth0; ip -n "$wan" link set eth0 up
+  ip -n "$node" route add default via 192.0.2.2
+}
+
+# Microseconds taken by a command (bash's clock: no extra process per measurement).
+elapsed() {
+  local s=$EPOCHREALTIME
+  "$@" >/dev/null 2>>"$tmp/errors" || { echo "bench: failed: $*" >&2; tail -n 3 "$tmp/errors" >&2; exit 1; }
+  local e=$EPOCHREALTIME
+  echo $((10#${e/./} - 10#${s/./}))
+}
+median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print int((a[NR/2]+a[NR/2+1])/2)}'; }
+ms() { awk -v us="$1" 'BEGIN {printf "%.1f ms", us / 1000}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.1fx", a / b; else print "-"}'; }
+
+node=cbn$id wan=cbw$id
+make_node "$node" "$wan"
+mkdir -p "$tmp/net.d"
+sed "s|\"type\": \"host-local\",|\"type\": \"host-local\", \"dataDir\": \"$tmp/ipam\",|" conf/10-kubenet.conflist >"$tmp/net.d/10-kubenet.conflist"
+caps='{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}],"bandwidth":{"ingressRate":10000000,"ingressBurst":1000000,"egressRate":10000000,"egressBurst":1000000}}'
+
+# cni PATH VERB POD: the runner, inside the node netns, on the kubenet conflist.
+cni() {
+  NETCONFPATH=$tmp/net.d CNI_PATH=$1 CAP_ARGS=$caps nsenter --net=/run/netns/$node "$cnitool" "$2" kubenet "/run/netns/$3"
+}
+
+declare -A add del cycle
+pod=cbp$id
+newns "$pod"
+echo "bench: chain ADD/DEL, $RUNS runs each side, alternating" >&2
+for side in ref ours; do add[$side]=""; del[$side]=""; cycle[$side]=""; done
+harness=""
+for ((i = 0; i < RUNS; i++)); do
+  for side in ref ours; do
+    path=${!side}
+    a=$(elapsed cni "$path" add "$pod")
+    d=$(elapsed cni "$path" del "$pod")
+    add[$side]+="$a "; del[$side]+="$d "; cycle[$side]+="$((a + d)) "
+  done
+  # The harness alone: nsenter + the runner loading the conflist, with no plugin run (an unknown network).
+  s=$EPOCHREALTIME
+  NETCONFPATH=$tmp/net.d CNI_PATH=$ours nsenter --net=/run/netns/$node "$cnitool" del no-such-net "/run/netns/$pod" >/dev/null 2>&1 || true
+  e=$EPOCHREALTIME
+  harness+="$((10#${e/./} - 10#${s/./})) "
+done
+med() { tr ' ' '\n' <<<"$1" | grep . | median; }
+H=$(med "$harness")
+declare -A A D C
+for side in ref ours; do A[$side]=$(med "${add[$side]}"); D[$side]=$(med "${del[$side]}"); C[$side]=$(med "${cycle[$side]}"); done
+net() { local v=$(($1 - $2)); ((v > 0)) || v=1; echo $v; }
+
+# VERSION: one exec per plugin, medians of 50.
+declare -A V
+for p in bridge host-local portmap bandwidth loopback; do
+  for side in ref ours; do
+    path=${!side}
+    runs=""
+    for ((i = 0; i < 50; i++)); do runs+="$(CNI_COMMAND=VERSION elapsed "$path/$p" </dev/null) "; done
+    V[$side-$p]=$(med "$runs")
+  done
+done
+
+# Peak RSS of each plugin during one chain ADD: wrappers that run the real binary under /usr/bin/time.
+declare -A RSS
+for side in ref ours; do
+  path=${!side}
+  wrap=$tmp/wrap-$side
+  mkdir -p "$wrap"
+  for p in bridge host-local portmap bandwidth; do
+    printf '#!/bin/sh\nexec /usr/bin/time -a -o %s -f "%s %%M" %s "$@"\n' "$tmp/rss-$side" "$p" "$path/$p" >"$wrap/$p"
+    chmod +x "$wrap/$p"
+  done
+  : >"$tmp/rss-$side"
+  cni "$wrap" add "$pod" >/dev/null
+  RSS[$side]=$(awk '{if ($2 > m) {m = $2; n = $1}} END {printf "%.1f MB (%s)", m / 1024, n}' "$tmp/rss-$side")
+  cni "$path" del "$pod" >/dev/null
+done
+
+# 64 pods added concurrently, then deleted concurrently: wall time, and every address distinct.
+declare -A PAR_ADD PAR_DEL
+pods=()
+for ((i = 0; i < 64; i++)); do newns "cbq$id-$i"; pods+=("cbq$id-$i"); done
+for side in ref ours; do
+  path=${!side}
+  s=$EPOCHREALTIME
+  for p in "${pods[@]}"; do cni "$path" add "$p" >"$tmp/par-$p.json" 2>>"$tmp/errors" & done
+  wait
+  e=$EPOCHREALTIME
+  PAR_ADD[$side]=$((10#${e/./} - 10#${s/./}))
+  addrs=$(cat "$tmp"/par-*.json | grep -o '"address": *"[^"]*"' | sort)
+  total=$(grep -c . <<<"$addrs" || true)
+  distinct=$(sort -u <<<"$addrs" | grep -c . || true)
+  [[ $total == 64 && $distinct == 64 ]] || echo "bench: $side: $total addresses, $distinct distinct (expected 64)" >&2
+  s=$EPOCHREALTIME
+  for p in "${pods[@]}"; do cni "$path" del "$p" >/dev/null 2>>"$tmp/errors" & done
+  wait
+  e=$EPOCHREALTIME
+  PAR_DEL[$side]=$((10#${e/./} - 10#${s/./}))
+  rm -f "$tmp"/par-*.json
+done
+
+# portmap ADD/DEL of one more container with 1,000 other containers' mappings installed (iptables: the only
+# backend the reference has). The 1,000 are installed by our portmap: the chain layout is the reference's.
+pm_node=cbm$id
+newns "$pm_node"
+pm_conf() { # CONTAINER HOSTPORT
+  printf '{"cniVersion":"1.0.0","name":"kubenet","type":"portmap","snat":true,"capabilities":{"portMappings":true},"runtimeConfig":{"portMappings":[{"hostPort":%s,"containerPort":80,"protocol":"tcp"}]},"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/run/netns/x"}],"ips":[{"address":"10.244.%s.%s/16","interface":0}]}}' "$2" $(($2 % 250)) $(($2 / 250 % 250 + 1))
+}
+pm() { # PATH VERB CONTAINER HOSTPORT
+  pm_conf "$3" "$4" | CNI_COMMAND=$2 CNI_CONTAINERID=$3 CNI_NETNS=/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=$1 nsenter --net=/run/netns/$pm_node "$1/portmap"
+}
+for ((i = 0; i < 1000; i++)); do pm "$ours" ADD "bench-fill-$i" $((20000 + i)) >/dev/null; done
+declare -A PM_ADD PM_DEL
+for side in ref ours; do PM_ADD[$side]=""; PM_DEL[$side]=""; done
+for ((i = 0; i < RUNS; i++)); do
+  for side in ref ours; do
+    path=${!side}
+    PM_ADD[$side]+="$(elapsed pm "$path" ADD bench-pm-$side 18080) "
+    PM_DEL[$side]+="$(elapsed pm "$path" DEL bench-pm-$side 18080) "
+  done
+done
+
+# host-local ADD/DEL with 60,000 leases in a /16 (lease files written directly, in the reference layout).
+hl_dir=$tmp/hl
+mkdir -p "$hl_dir/bench"
+for ((i = 0; i < 60000; i++)); do
+  printf 'fill-%d\r\neth0' "$i" >"$hl_dir/bench/10.250.$((i / 250 + 1)).$((i % 250 + 2))"
+done
+hl_conf='{"cniVersion":"1.0.0","name":"bench","ipam":{"type":"host-local","dataDir":"'$hl_dir'","ranges":[[{"subnet":"10.250.0.0/16"}]]}}'
+hl() { CNI_COMMAND=$2 CNI_CONTAINERID=$3 CNI_NETNS=/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=$1 "$1/host-local" <<<"$hl_conf"; }
+declare -A HL_ADD HL_DEL
+for side in ref ours; do HL_ADD[$side]=""; HL_DEL[$side]=""; done
+# In blocks, not alternating: any change by the reference invalidates our lease index (by design, so that
+# leases it writes are never missed), and the first call of ours after it rescans the directory once.
+for side in ref ours; do
+  path=${!side}
+  hl "$path" ADD bench-hl-warm >/dev/null && hl "$path" DEL bench-hl-warm >/dev/null
+  for ((i = 0; i < RUNS; i++)); do
+    HL_ADD[$side]+="$(elapsed hl "$path" ADD bench-hl-$side) "
+    HL_DEL[$side]+="$(elapsed hl "$path" DEL bench-hl-$side) "
+  done
+done
+
+size() { stat -c %s "$1" | awk '{printf "%.2f MB", $1 / 1048576}'; }
+row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
+{
+  echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)),"
+  echo "with \`scripts/bench.sh\` (RUNS=$RUNS). Runner: $runner inside a node netns via nsenter."
+  echo "Reference: Debian containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null) in /usr/lib/cni."
+  echo
+  row "figure (median)" "reference" "ours" "speed-up"
+  row "---" "---" "---" "---"
+  row "harness overhead (nsenter + runner, no plugin)" "$(ms "$H")" "$(ms "$H")" ""
+  row "chain ADD + DEL" "$(ms "${C[ref]}")" "$(ms "${C[ours]}")" "$(ratio "${C[ref]}" "${C[ours]}")"
+  row "chain ADD + DEL, net of harness (2 runner calls)" "$(ms "$(net "${C[ref]}" $((2 * H)))")" "$(ms "$(net "${C[ours]}" $((2 * H)))")" "$(ratio "$(net "${C[ref]}" $((2 * H)))" "$(net "${C[ours]}" $((2 * H)))")"
+  row "chain ADD" "$(ms "${A[ref]}")" "$(ms "${A[ours]}")" "$(ratio "${A[ref]}" "${A[ours]}")"
+  row "chain DEL" "$(ms "${D[ref]}")" "$(ms "${D[ours]}")" "$(ratio "${D[ref]}" "${D[ours]}")"
+  row "64 pods ADD concurrently (wall)" "$(ms "${PAR_ADD[ref]}")" "$(ms "${PAR_ADD[ours]}")" "$(ratio "${PAR_ADD[ref]}" "${PAR_ADD[ours]}")"
+  row "64 pods DEL concurrently (wall)" "$(ms "${PAR_DEL[ref]}")" "$(ms "${PAR_DEL[ours]}")" "$(ratio "${PAR_DEL[ref]}" "${PAR_DEL[ours]}")"
+  row "portmap ADD, 1,000 mappings installed (iptables)" "$(ms "$(med "${PM_ADD[ref]}")")" "$(ms "$(med "${PM_ADD[ours]}")")" "$(ratio "$(med "${PM_ADD[ref]}")" "$(med "${PM_ADD[ours]}")")"
+  row "portmap DEL, 1,000 mappings installed (iptables)" "$(ms "$(med "${PM_DEL[ref]}")")" "$(ms "$(med "${PM_DEL[ours]}")")" "$(ratio "$(med "${PM_DEL[ref]}")" "$(med "${PM_DEL[ours]}")")"
+  row "host-local ADD, 60,000 leases" "$(ms "$(med "${HL_ADD[ref]}")")" "$(ms "$(med "${HL_ADD[ours]}")")" "$(ratio "$(med "${HL_ADD[ref]}")" "$(med "${HL_ADD[ours]}")")"
+  row "host-local DEL, 60,000 leases" "$(ms "$(med "${HL_DEL[ref]}")")" "$(ms "$(med "${HL_DEL[ours]}")")" "$(ratio "$(med "${HL_DEL[ref]}")" "$(med "${HL_DEL[ours]}")")"
+  row "peak RSS of a plugin during chain ADD" "${RSS[ref]}" "${RSS[ours]}" ""
+  for p in bridge host-local portmap bandwidth loopback; do
+    row "VERSION exec, $p" "$(ms "${V[ref-$p]}")" "$(ms "${V[ours-$p]}")" "$(ratio "${V[ref-$p]}" "${V[ours-$p]}")"
+  done
+  for p in bridge host-local portmap bandwidth loopback; do
+    row "binary size, $p" "$(size "$ref/$p")" "$(size "$ours/$p")" ""
+  done
+  row "binary size, cnitool" "$(size "$cnitool")" "$(size "$ours/cnitool")" ""
+} >"$tmp/table.md"
+cat "$tmp/table.md"
+if [[ -n $OUT ]]; then
+  {
+    echo "# Benchmarks"
+    echo
+    echo "Produced by \`scripts/bench.sh\` (one command: it builds in release mode, then runs ours and the reference"
+    echo "alternately in the same conditions). Figures are medians; each invocation is a fresh process, as the kubelet runs it."
+    echo
+    cat "$tmp/table.md"
+  } >"$root/$OUT"
+  echo "bench: written to $OUT" >&2
+fi
