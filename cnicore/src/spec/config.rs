@@ -116,7 +116,54 @@ pub fn json_error(what: &str, e: &serde_json::Error) -> Error {
         Category::Data => codes::INVALID_CONFIG,
         Category::Io | Category::Syntax | Category::Eof => codes::DECODE,
     };
-    Error::new(code, format!("{what}: {e}"))
+    Error::new(code, format!("{what}: {}", shorten_json_error(e)))
+}
+
+/// serde_json's message, with a long middle cut out: its "invalid type" errors quote the offending string whole,
+/// which for hostile input can be a megabyte. The end ("at line 1 column 181") is kept.
+pub fn shorten_json_error(e: &serde_json::Error) -> String {
+    const MAX: usize = 200;
+    const TAIL: usize = 60;
+    let text = e.to_string();
+    if text.len() <= MAX {
+        return text;
+    }
+    let mut head = MAX - TAIL;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - TAIL;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…{}", &text[..head], &text[tail..])
+}
+
+/// [`json_error`] for an error in `input`, with the text just before the error's position, so that a message
+/// about a wrong type names the field (serde's own says only "invalid type: string, expected i64 at column
+/// 181"). The excerpt is at most 40 bytes of that line, with control characters replaced: hostile input
+/// cannot flood or break the message.
+pub fn json_error_in(what: &str, e: &serde_json::Error, input: &[u8]) -> Error {
+    let mut error = json_error(what, e);
+    if let Some(excerpt) = json_error_excerpt(e, input) {
+        error.msg.push_str(&format!(" (near `{excerpt}`)"));
+    }
+    error
+}
+
+fn json_error_excerpt(e: &serde_json::Error, input: &[u8]) -> Option<String> {
+    const MAX_EXCERPT: usize = 40;
+    if e.line() == 0 || e.classify() == serde_json::error::Category::Eof {
+        return None;
+    }
+    let line = input.split(|&b| b == b'\n').nth(e.line() - 1)?;
+    let end = e.column().min(line.len());
+    let start = end.saturating_sub(MAX_EXCERPT);
+    let excerpt: String =
+        String::from_utf8_lossy(&line[start..end]).chars().map(|c| if c.is_control() || c == '`' { '?' } else { c }).collect();
+    // The cut may split a character: its remains are not worth showing.
+    let excerpt = excerpt.trim_start_matches('\u{FFFD}').trim();
+    (!excerpt.is_empty()).then(|| excerpt.to_string())
 }
 
 #[cfg(test)]
@@ -141,6 +188,33 @@ mod tests {
         assert!(c.ipam_type().is_err());
         let c: NetConf = serde_json::from_str(r#"{"ipam":{}}"#).unwrap();
         assert!(c.ipam_type().is_err());
+    }
+
+    #[test]
+    fn json_error_names_the_field() {
+        let input = br#"{"cniVersion":"1.0.0","name":"n","mtu":"1500"}"#;
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Mtu {
+            mtu: Option<i64>,
+        }
+        let e = serde_json::from_slice::<Mtu>(input).unwrap_err();
+        let error = json_error_in("invalid network config", &e, input);
+        assert_eq!(error.code, codes::INVALID_CONFIG);
+        assert!(error.msg.ends_with(r#","mtu":"1500"`)"#), "{}", error.msg);
+        let hostile = b"{\"name\": \"\x1b[2J\n\n";
+        let e = serde_json::from_slice::<NetConf>(hostile).unwrap_err();
+        let error = json_error_in("x", &e, hostile);
+        assert!(!error.msg.contains('\x1b') && error.msg.len() < 200, "{}", error.msg);
+    }
+
+    #[test]
+    fn json_errors_do_not_quote_hostile_values_whole() {
+        let input = format!(r#"{{"cniVersion":"1.0.0","name":"n","dns":"{}"}}"#, "é".repeat(100_000));
+        let e = serde_json::from_str::<NetConf>(&input).unwrap_err();
+        let error = json_error_in("invalid network config", &e, input.as_bytes());
+        assert!(error.msg.len() < 400, "{} bytes: {}", error.msg.len(), error.msg);
+        assert!(error.msg.contains("expected struct Dns at line 1 column"), "{}", error.msg);
     }
 
     #[test]

@@ -146,7 +146,9 @@ impl CniResult {
     pub fn from_json(v: &Value) -> Result<CniResult> {
         let version = v.get("cniVersion").and_then(Value::as_str).unwrap_or("");
         let version = Version::parse_supported(version)?;
-        let bad = |e: serde_json::Error| Error::new(codes::DECODE, format!("failed to parse {version} result: {e}"));
+        let bad = |e: serde_json::Error| {
+            Error::new(codes::DECODE, format!("failed to parse {version} result: {}", super::config::shorten_json_error(&e)))
+        };
         if version.legacy_result() {
             let l = LegacyShape::deserialize(v).map_err(bad)?;
             let mut r = CniResult { dns: l.dns.unwrap_or_default(), ..Default::default() };

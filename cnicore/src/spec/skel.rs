@@ -1,7 +1,7 @@
 //! The entry point every plugin's `main` calls: read the environment and the config, dispatch the verb,
 //! print the result in the config's version or the error object, exit.
 
-use super::config::{json_error, validate_network_name, NetConf};
+use super::config::{json_error, json_error_in, validate_network_name, NetConf};
 use super::env::{Command, Env};
 use super::error::{codes, Error, Result};
 use super::result::CniResult;
@@ -27,7 +27,7 @@ pub struct Context {
 impl Context {
     /// Parses the plugin's own config type from the same bytes.
     pub fn parse_conf<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.stdin).map_err(|e| json_error("invalid network config", &e))
+        serde_json::from_slice(&self.stdin).map_err(|e| json_error_in("invalid network config", &e, &self.stdin))
     }
 
     /// `CNI_NETNS`, which the environment check guarantees for ADD and CHECK.
@@ -77,7 +77,10 @@ impl Context {
     /// The `prevResult`, required (chained plugins such as portmap and bandwidth).
     pub fn require_prev_result(&self) -> Result<CniResult> {
         self.prev_result()?
-            .ok_or_else(|| Error::config(format!("must be called as a chained plugin: {} needs prevResult", self.conf.plugin_type)))
+            .ok_or_else(|| {
+                let plugin = super::env::truncate(&self.conf.plugin_type);
+                Error::config(format!("must be called as a chained plugin: {plugin} needs prevResult"))
+            })
     }
 
     /// `cni.dev/valid-attachments` (or the older `cni.dev/attachments`) of a GC call, as (containerID, ifname).
@@ -158,7 +161,7 @@ pub fn run(env: Env, stdin: Vec<u8>, plugin: &dyn Plugin) -> (Version, Result<Op
     }
     let conf: NetConf = match serde_json::from_slice(&stdin) {
         Ok(c) => c,
-        Err(e) => return (Version::LATEST, Err(json_error("invalid network config", &e))),
+        Err(e) => return (Version::LATEST, Err(json_error_in("invalid network config", &e, &stdin))),
     };
     let version = match Version::parse_supported(&conf.cni_version) {
         Ok(v) => v,

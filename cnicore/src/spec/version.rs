@@ -24,7 +24,8 @@ impl Version {
         if s.is_empty() {
             return Ok(Version::V010);
         }
-        let bad = || Error::new(codes::DECODE, format!("invalid version {s:?}: expected major.minor.patch"));
+        // The version comes from the config: quoted shortened, so that a hostile one cannot flood the message.
+        let bad = || Error::new(codes::DECODE, format!("invalid version {:?}: expected major.minor.patch", super::env::truncate(s)));
         let mut parts = s.split('.');
         let mut next = || -> Result<u16> {
             let p = parts.next().ok_or_else(bad)?;
@@ -83,6 +84,12 @@ mod tests {
         assert!(Version::parse("1.0.0.0").is_err());
         assert!(Version::parse("a.b.c").is_err());
         assert!(Version::parse("-1.0.0").is_err());
+    }
+
+    #[test]
+    fn long_versions_are_not_quoted_whole() {
+        let e = Version::parse(&"1".repeat(100_000)).unwrap_err();
+        assert!(e.msg.len() < 200, "{}", e.msg.len());
     }
 
     #[test]
