@@ -8,4 +8,9 @@ scripts/setup.sh
 # Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.
 features=(--features cnicore/failpoints)
 cargo build --workspace --bins --quiet "${features[@]}"
+# A short fuzzing run (10 s per target; about 5 minutes on a fresh machine, most of it installing cargo-fuzz and
+# building the targets). CNI_TEST_FUZZ=0 skips it; scripts/fuzz.sh SECONDS runs longer campaigns.
+if [[ ${CNI_TEST_FUZZ:-1} != 0 ]]; then
+  scripts/fuzz.sh --short
+fi
 cargo test --workspace --quiet "${features[@]}" "$@"

@@ -6,7 +6,7 @@
 
 use cnicore::spec::ipam::{find_plugin, run_with_stdin};
 use cnicore::spec::{
-    validate_container_id, validate_ifname, validate_network_name, CniResult, Error as CniError, Version,
+    shorten_json_error, validate_container_id, validate_ifname, validate_network_name, CniResult, Error as CniError, Version,
 };
 use cnicore::state;
 use serde_json::{json, Map, Value};
@@ -91,7 +91,7 @@ pub struct ConfList {
 impl ConfList {
     pub fn from_bytes(bytes: &[u8]) -> Result<ConfList> {
         let raw: Map<String, Value> =
-            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {e}")))?;
+            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
         let name = match raw.get("name") {
             Some(Value::String(n)) => n.clone(),
             Some(_) => return Err(RunError::new("error parsing configuration list: invalid name type")),
@@ -124,7 +124,7 @@ impl ConfList {
     /// A single plugin config (`.conf`/`.json`) as a list of one, as libcni's `ConfListFromConf` does.
     pub fn from_single_conf(bytes: &[u8]) -> Result<ConfList> {
         let conf: Map<String, Value> =
-            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration: {e}")))?;
+            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration: {}", shorten_json_error(&e))))?;
         let list = json!({
             "cniVersion": conf.get("cniVersion").cloned().unwrap_or_else(|| "".into()),
             "name": conf.get("name").cloned().unwrap_or(Value::Null),
