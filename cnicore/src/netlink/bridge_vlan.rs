@@ -4,12 +4,15 @@
 use std::io;
 
 use netlink_packet_core::NLM_F_DUMP;
-use netlink_packet_route::link::{
-    AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags, LinkAttribute, LinkExtentMask, LinkMessage,
-};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
+use super::link::{link_request, split_link_message, AF_BRIDGE};
+use super::wire::{self, attributes, Request};
 use super::Netlink;
+
+/// `IFLA_BRIDGE_VLAN_INFO` inside `IFLA_AF_SPEC`: `struct bridge_vlan_info` {flags: u16, vid: u16}.
+const IFLA_BRIDGE_VLAN_INFO: u16 = 2;
+const BRIDGE_VLAN_INFO_PVID: u16 = 1 << 1;
+const BRIDGE_VLAN_INFO_UNTAGGED: u16 = 1 << 2;
 
 /// One VLAN of a bridge port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,61 +24,91 @@ pub struct PortVlan {
     pub untagged: bool,
 }
 
-fn vlan_message(index: u32, vlan: PortVlan) -> LinkMessage {
-    let mut flags = BridgeVlanInfoFlags::empty();
+fn vlan_request(message_type: u16, index: u32, vlan: PortVlan) -> Request {
+    let mut flags = 0;
     if vlan.pvid {
-        flags |= BridgeVlanInfoFlags::Pvid;
+        flags |= BRIDGE_VLAN_INFO_PVID;
     }
     if vlan.untagged {
-        flags |= BridgeVlanInfoFlags::Untagged;
+        flags |= BRIDGE_VLAN_INFO_UNTAGGED;
     }
-    let mut message = LinkMessage::default();
-    message.header.interface_family = AddressFamily::Bridge;
-    message.header.index = index;
-    let info = AfSpecBridge::VlanInfo(BridgeVlanInfo { flags, vid: vlan.vid });
-    message.attributes.push(LinkAttribute::AfSpecBridge(vec![info]));
-    message
+    let mut request = link_request(message_type, AF_BRIDGE, index);
+    let spec = request.begin_nested(libc::IFLA_AF_SPEC);
+    let mut info = [0; 4];
+    info[..2].copy_from_slice(&flags.to_ne_bytes());
+    info[2..].copy_from_slice(&vlan.vid.to_ne_bytes());
+    request.attr(IFLA_BRIDGE_VLAN_INFO, &info);
+    request.end_nested(spec);
+    request
 }
 
 impl Netlink {
     /// Adds a VLAN to bridge port `index`.
     pub fn bridge_vlan_add(&mut self, index: u32, vlan: PortVlan) -> io::Result<()> {
-        self.request(RouteNetlinkMessage::SetLink(vlan_message(index, vlan)), 0)?;
+        self.request_raw(&mut vlan_request(libc::RTM_SETLINK, index, vlan), 0)?;
         Ok(())
     }
 
     /// Removes VLAN `vid` from bridge port `index`.
     pub fn bridge_vlan_del(&mut self, index: u32, vid: u16) -> io::Result<()> {
         let vlan = PortVlan { vid, pvid: false, untagged: false };
-        self.request(RouteNetlinkMessage::DelLink(vlan_message(index, vlan)), 0)?;
+        self.request_raw(&mut vlan_request(libc::RTM_DELLINK, index, vlan), 0)?;
         Ok(())
     }
 
     /// The VLANs of bridge port `index` (empty when the bridge does not filter VLANs).
     pub fn bridge_vlans(&mut self, index: u32) -> io::Result<Vec<PortVlan>> {
-        let mut message = LinkMessage::default();
-        message.header.interface_family = AddressFamily::Bridge;
-        message.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::Brvlan]));
-        let replies = self.request(RouteNetlinkMessage::GetLink(message), NLM_F_DUMP)?;
+        let mut request = link_request(libc::RTM_GETLINK, AF_BRIDGE, 0);
+        request.attr_u32(libc::IFLA_EXT_MASK, libc::RTEXT_FILTER_BRVLAN as u32);
+        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
         let mut vlans = Vec::new();
-        for reply in replies {
-            let RouteNetlinkMessage::NewLink(link) = reply else { continue };
-            if link.header.index != index {
+        for reply in replies.iter().filter(|reply| reply.message_type == libc::RTM_NEWLINK) {
+            let Some((link_index, _, attrs)) = split_link_message(&reply.data) else { continue };
+            if link_index != index {
                 continue;
             }
-            for attribute in &link.attributes {
-                let LinkAttribute::AfSpecBridge(specs) = attribute else { continue };
-                for spec in specs {
-                    if let AfSpecBridge::VlanInfo(info) = spec {
-                        vlans.push(PortVlan {
-                            vid: info.vid,
-                            pvid: info.flags.contains(BridgeVlanInfoFlags::Pvid),
-                            untagged: info.flags.contains(BridgeVlanInfoFlags::Untagged),
-                        });
-                    }
+            for (_, specs) in attributes(attrs).filter(|(kind, _)| *kind == libc::IFLA_AF_SPEC) {
+                for (_, info) in attributes(specs).filter(|(kind, _)| *kind == IFLA_BRIDGE_VLAN_INFO) {
+                    let (Some(flags), Some(vid)) = (info.get(..2), info.get(2..4)) else { continue };
+                    let (flags, vid) = (wire::as_u16(flags).unwrap_or(0), wire::as_u16(vid).unwrap_or(0));
+                    vlans.push(PortVlan {
+                        vid,
+                        pvid: flags & BRIDGE_VLAN_INFO_PVID != 0,
+                        untagged: flags & BRIDGE_VLAN_INFO_UNTAGGED != 0,
+                    });
                 }
             }
         }
         Ok(vlans)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_route::link::{
+        AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags, LinkAttribute, LinkExtentMask, LinkMessage,
+    };
+    use netlink_packet_route::AddressFamily;
+
+    use super::*;
+    use crate::netlink::wire::emitted;
+
+    #[test]
+    fn requests_like_netlink_packet_route() {
+        let request = vlan_request(libc::RTM_SETLINK, 6, PortVlan { vid: 100, pvid: true, untagged: true });
+        let mut expected = LinkMessage::default();
+        expected.header.interface_family = AddressFamily::Bridge;
+        expected.header.index = 6;
+        let flags = BridgeVlanInfoFlags::Pvid | BridgeVlanInfoFlags::Untagged;
+        let info = AfSpecBridge::VlanInfo(BridgeVlanInfo { flags, vid: 100 });
+        expected.attributes.push(LinkAttribute::AfSpecBridge(vec![info]));
+        assert_eq!(request.payload(), emitted(&expected));
+
+        let mut request = link_request(libc::RTM_GETLINK, AF_BRIDGE, 0);
+        request.attr_u32(libc::IFLA_EXT_MASK, libc::RTEXT_FILTER_BRVLAN as u32);
+        let mut expected = LinkMessage::default();
+        expected.header.interface_family = AddressFamily::Bridge;
+        expected.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::Brvlan]));
+        assert_eq!(request.payload(), emitted(&expected));
     }
 }

@@ -1,7 +1,8 @@
 //! A small synchronous rtnetlink (NETLINK_ROUTE) client: one socket per network namespace.
 //!
-//! [`Netlink::request`] sends any [`RouteNetlinkMessage`] and collects the replies (ACKs, errors and
-//! multi-part dumps); the typed helpers in [`link`], [`addr`] and [`route`] are built on it. Errors are
+//! [`Netlink::request_raw`] sends one request built with [`wire::Request`] and collects the replies (ACKs,
+//! errors and multi-part dumps); the typed helpers in [`link`], [`addr`], [`route`] and `crate::tc` are built
+//! on it and parse only the attributes they need (see [`wire`] for why). Errors are
 //! `std::io::Error`s carrying the kernel's errno, so callers can test e.g.
 //! `e.raw_os_error() == Some(libc::EEXIST)` (see [`is_exists`] and [`is_not_found`]).
 
@@ -10,12 +11,13 @@ pub mod bridge_vlan;
 pub mod dad;
 pub mod link;
 pub mod route;
+pub mod wire;
 
 use std::io;
 
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
-    NLM_F_REQUEST,
+    NetlinkDeserializable, NetlinkHeader, NLM_F_ACK, NLM_F_DUMP,
+    NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
@@ -26,6 +28,8 @@ pub use bridge_vlan::PortVlan;
 pub use link::{BridgePort, InfoBridge, Link};
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
+pub use wire::{Reply, Request};
+use wire::Received;
 
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
 const DUMP_ATTEMPTS: usize = 5;
@@ -129,19 +133,15 @@ impl Netlink {
         self.netns.run(|| open_socket(groups))?
     }
 
-    /// Sends `message` with `NLM_F_REQUEST | NLM_F_ACK | flags` and returns the messages the kernel
+    /// Sends `request` with `NLM_F_REQUEST | NLM_F_ACK | flags` and returns the messages the kernel
     /// answered with (empty for a plain ACK, every part for a dump with `NLM_F_DUMP`). A negative kernel
     /// answer becomes `io::Error::from_raw_os_error(errno)`.
-    pub fn request(
-        &mut self,
-        message: RouteNetlinkMessage,
-        flags: u16,
-    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+    pub fn request_raw(&mut self, request: &mut Request, flags: u16) -> io::Result<Vec<Reply>> {
         let is_dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let (replies, interrupted) = self.request_once(message.clone(), flags)?;
+            let (replies, interrupted) = self.request_once(request, flags)?;
             if !(is_dump && interrupted) {
                 return Ok(replies);
             }
@@ -154,56 +154,61 @@ impl Netlink {
         }
     }
 
-    /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
-    fn request_once(
+    /// Like [`Netlink::request_raw`] with netlink-packet-route's message enum. This links the parser and
+    /// emitter of every rtnetlink message into the binary (hundreds of KiB): prefer the typed helpers.
+    pub fn request(
         &mut self,
         message: RouteNetlinkMessage,
         flags: u16,
-    ) -> io::Result<(Vec<RouteNetlinkMessage>, bool)> {
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let mut request = Request::new(message.message_type(), &[]);
+        request.emit(&message);
+        let replies = self.request_raw(&mut request, flags)?;
+        replies
+            .iter()
+            .map(|reply| {
+                let mut header = NetlinkHeader::default();
+                header.message_type = reply.message_type;
+                RouteNetlinkMessage::deserialize(&header, &reply.data).map_err(|e| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("bad netlink message: {e}"),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
+    fn request_once(&mut self, request: &mut Request, flags: u16) -> io::Result<(Vec<Reply>, bool)> {
         self.sequence = self.sequence.wrapping_add(1);
         let sequence = self.sequence;
-        let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
-        header.sequence_number = sequence;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(message));
-        packet.finalize();
-        let mut buf = vec![0; packet.buffer_len()];
-        packet.serialize(&mut buf);
         let kernel = SocketAddr::new(0, 0);
-        self.socket.send_to(&buf, &kernel, 0)?;
+        let packet = request.finish(NLM_F_REQUEST | NLM_F_ACK | flags, sequence);
+        self.socket.send_to(packet, &kernel, 0)?;
 
         let mut replies = Vec::new();
         let mut interrupted = false;
         loop {
             let (datagram, _) = self.socket.recv_from_full()?;
-            for packet in parse_datagram(&datagram)? {
+            for message in wire::split_datagram(&datagram)? {
                 // Answers to earlier requests (e.g. after an error mid-dump) and events are not ours.
-                if packet.header.sequence_number != sequence {
+                if message.sequence != sequence {
                     continue;
                 }
-                if packet.header.flags & NLM_F_DUMP_INTR != 0 {
+                if message.flags & NLM_F_DUMP_INTR != 0 {
                     interrupted = true;
                 }
-                match packet.payload {
+                match message.received {
+                    Received::Message { message_type, payload } => replies.push(Reply {
+                        message_type,
+                        data: payload.to_vec(),
+                    }),
                     // Dumps end with NLMSG_DONE, everything else with the ACK (also after a single
                     // answer such as RTM_GETLINK by name).
-                    NetlinkPayload::InnerMessage(inner) => replies.push(inner),
-                    NetlinkPayload::Error(error) => {
-                        return match error.code {
-                            None => Ok((replies, interrupted)),
-                            Some(code) => Err(io::Error::from_raw_os_error(-code.get())),
-                        };
-                    }
-                    NetlinkPayload::Done(done) => {
-                        if done.code < 0 {
-                            return Err(io::Error::from_raw_os_error(-done.code));
-                        }
-                        return Ok((replies, interrupted));
-                    }
-                    NetlinkPayload::Overrun(_) => {
-                        return Err(io::Error::other("netlink overrun"));
-                    }
-                    _ => {}
+                    Received::End => return Ok((replies, interrupted)),
+                    Received::Failed(e) => return Err(e),
+                    Received::Nothing => {}
                 }
             }
         }
@@ -218,33 +223,4 @@ fn open_socket(groups: &[u32]) -> io::Result<Socket> {
         socket.add_membership(group)?;
     }
     Ok(socket)
-}
-
-/// Splits one received datagram into the netlink messages it holds.
-pub(crate) fn parse_datagram(
-    datagram: &[u8],
-) -> io::Result<Vec<NetlinkMessage<RouteNetlinkMessage>>> {
-    let mut messages = Vec::new();
-    let mut offset = 0;
-    while offset + 16 <= datagram.len() {
-        let rest = &datagram[offset..];
-        let length = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if length < 16 || length > rest.len() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "truncated netlink message",
-            ));
-        }
-        let message =
-            NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..length]).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("bad netlink message: {e}"),
-                )
-            })?;
-        messages.push(message);
-        // Messages are aligned to 4 bytes.
-        offset += (length + 3) & !3;
-    }
-    Ok(messages)
 }

@@ -1,5 +1,5 @@
 //! Traffic control over rtnetlink: qdiscs (tbf, ingress, clsact) and u32 filters with a mirred redirect,
-//! built on [`Netlink::request`]. No `tc` process is ever spawned.
+//! built on [`Netlink::request_raw`]. No `tc` process is ever spawned.
 //!
 //! Handles are plain `u32`s as the kernel sees them (`major << 16 | minor`); see [`handle`].
 
@@ -8,10 +8,9 @@ mod u32;
 
 use std::io;
 
-use netlink_packet_core::{DefaultNla, Nla, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
-use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption};
-use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
 
+use crate::netlink::wire::{self, attributes, Request};
 use crate::netlink::Netlink;
 
 pub use tbf::{tick_in_usec, ticks_to_time, time_to_ticks, Tbf, TbfError, MAX_BUFFER_TICKS};
@@ -66,31 +65,66 @@ pub struct Qdisc {
     pub kind: QdiscKind,
 }
 
-impl Qdisc {
-    fn from_message(message: &TcMessage) -> Qdisc {
-        let mut name = String::new();
-        let mut options = None;
-        for attribute in &message.attributes {
-            match attribute {
-                TcAttribute::Kind(kind) => name = kind.clone(),
-                TcAttribute::Options(values) => options = Some(values),
-                _ => {}
-            }
+/// Size of `struct tcmsg`.
+const TCMSG_LEN: usize = 20;
+
+/// The fields of a `struct tcmsg` {family, pad, ifindex, handle, parent, info}.
+#[derive(Debug, Clone, Copy)]
+struct TcHeader {
+    index: u32,
+    handle: u32,
+    parent: u32,
+    info: u32,
+}
+
+impl TcHeader {
+    fn to_bytes(self) -> [u8; TCMSG_LEN] {
+        let mut header = [0; TCMSG_LEN];
+        header[4..8].copy_from_slice(&self.index.to_ne_bytes());
+        header[8..12].copy_from_slice(&self.handle.to_ne_bytes());
+        header[12..16].copy_from_slice(&self.parent.to_ne_bytes());
+        header[16..20].copy_from_slice(&self.info.to_ne_bytes());
+        header
+    }
+
+    /// The header of a tc message and the attributes after it.
+    fn parse(data: &[u8]) -> Option<(TcHeader, &[u8])> {
+        let header = TcHeader {
+            index: wire::u32_at(data, 4)?,
+            handle: wire::u32_at(data, 8)?,
+            parent: wire::u32_at(data, 12)?,
+            info: wire::u32_at(data, 16)?,
+        };
+        Some((header, data.get(TCMSG_LEN..)?))
+    }
+}
+
+/// `TCA_KIND` and `TCA_OPTIONS` of a tc message (kind first: the options depend on it).
+fn kind_and_options(attrs: &[u8]) -> (String, Option<&[u8]>) {
+    let mut kind = String::new();
+    let mut options = None;
+    for (attribute, value) in attributes(attrs) {
+        match attribute {
+            libc::TCA_KIND => kind = wire::as_string(value),
+            libc::TCA_OPTIONS => options = Some(value),
+            _ => {}
         }
+    }
+    (kind, options)
+}
+
+impl Qdisc {
+    /// The qdisc in an `RTM_NEWQDISC` payload.
+    fn parse(data: &[u8]) -> Option<Qdisc> {
+        let (header, attrs) = TcHeader::parse(data)?;
+        let (name, options) = kind_and_options(attrs);
         let kind = match name.as_str() {
-            "tbf" => {
-                QdiscKind::Tbf(options.and_then(|values| raw_options(values)).and_then(|raw| Tbf::from_options(&raw)))
-            }
+            "tbf" => QdiscKind::Tbf(options.and_then(Tbf::from_options)),
             "ingress" => QdiscKind::Ingress,
             "clsact" => QdiscKind::Clsact,
             _ => QdiscKind::Other(name),
         };
-        Qdisc {
-            index: message.header.index as u32,
-            handle: message.header.handle.into(),
-            parent: message.header.parent.into(),
-            kind,
-        }
+        Some(Qdisc { index: header.index, handle: header.handle, parent: header.parent, kind })
     }
 
     /// True for the root qdisc of its device.
@@ -113,40 +147,37 @@ impl Qdisc {
     }
 }
 
-/// netlink-packet-route keeps the `TCA_OPTIONS` of kinds it does not know as one raw attribute holding
-/// the nested payload; returns that payload.
-fn raw_options(values: &[TcOption]) -> Option<Vec<u8>> {
-    match values {
-        [TcOption::Other(nla)] => {
-            let mut payload = vec![0; nla.value_len()];
-            nla.emit_value(&mut payload);
-            Some(payload)
-        }
-        _ => None,
+/// A tc request (`RTM_*QDISC`, `RTM_*TFILTER`) for interface `index`.
+fn tc_request(message_type: u16, index: u32, handle: u32, parent: u32, info: u32) -> io::Result<Request> {
+    // The kernel's ifindex is an int.
+    if i32::try_from(index).is_err() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "interface index out of range"));
     }
+    Ok(Request::new(message_type, &TcHeader { index, handle, parent, info }.to_bytes()))
 }
 
-fn tc_message(index: u32, handle: u32, parent: u32) -> io::Result<TcMessage> {
-    let index = i32::try_from(index)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface index out of range"))?;
-    let mut message = TcMessage::with_index(index);
-    message.header.handle = TcHandle::from(handle);
-    message.header.parent = TcHandle::from(parent);
-    Ok(message)
+/// The `RTM_NEWQDISC` of [`Netlink::add_tbf`].
+fn tbf_request(index: u32, handle: u32, parent: u32, tbf: &Tbf) -> io::Result<Request> {
+    let mut request = tc_request(libc::RTM_NEWQDISC, index, handle, parent, 0)?;
+    request.attr_str(libc::TCA_KIND, "tbf");
+    let options = request.begin_nested(libc::TCA_OPTIONS);
+    for (kind, value) in tbf.to_attributes() {
+        request.attr(kind, &value);
+    }
+    request.end_nested(options);
+    Ok(request)
 }
 
 impl Netlink {
     /// The qdiscs of interface `index` (every interface when `None`). The kernel's implicit default
     /// qdiscs (handle 0, e.g. `noqueue` or `pfifo_fast`) are included; see [`Qdisc::handle`].
     pub fn qdiscs(&mut self, index: Option<u32>) -> io::Result<Vec<Qdisc>> {
-        let message = tc_message(index.unwrap_or(0), 0, 0)?;
-        let replies = self.request(RouteNetlinkMessage::GetQueueDiscipline(message), NLM_F_DUMP)?;
+        let mut request = tc_request(libc::RTM_GETQDISC, index.unwrap_or(0), 0, 0, 0)?;
+        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
         Ok(replies
             .iter()
-            .filter_map(|reply| match reply {
-                RouteNetlinkMessage::NewQueueDiscipline(message) => Some(Qdisc::from_message(message)),
-                _ => None,
-            })
+            .filter(|reply| reply.message_type == libc::RTM_NEWQDISC)
+            .filter_map(|reply| Qdisc::parse(&reply.data))
             .filter(|qdisc| index.is_none_or(|index| qdisc.index == index))
             .collect())
     }
@@ -165,16 +196,9 @@ impl Netlink {
     /// `replace`, an existing qdisc at that parent is replaced (`tc qdisc replace`); without, an existing
     /// one is EEXIST.
     pub fn add_tbf(&mut self, index: u32, handle: u32, parent: u32, tbf: &Tbf, replace: bool) -> io::Result<()> {
-        let mut message = tc_message(index, handle, parent)?;
-        message.attributes.push(TcAttribute::Kind("tbf".into()));
-        let options = tbf
-            .to_attributes()
-            .into_iter()
-            .map(|(kind, value)| TcOption::Other(DefaultNla::new(kind, value)))
-            .collect();
-        message.attributes.push(TcAttribute::Options(options));
+        let mut request = tbf_request(index, handle, parent, tbf)?;
         let flags = if replace { NLM_F_CREATE | NLM_F_REPLACE } else { NLM_F_CREATE | NLM_F_EXCL };
-        self.request(RouteNetlinkMessage::NewQueueDiscipline(message), flags)?;
+        self.request_raw(&mut request, flags)?;
         Ok(())
     }
 
@@ -190,17 +214,17 @@ impl Netlink {
     }
 
     fn add_classless(&mut self, index: u32, kind: &str) -> io::Result<()> {
-        let mut message = tc_message(index, handle::INGRESS, handle::INGRESS_PARENT)?;
-        message.attributes.push(TcAttribute::Kind(kind.into()));
-        self.request(RouteNetlinkMessage::NewQueueDiscipline(message), NLM_F_CREATE | NLM_F_EXCL)?;
+        let mut request = tc_request(libc::RTM_NEWQDISC, index, handle::INGRESS, handle::INGRESS_PARENT, 0)?;
+        request.attr_str(libc::TCA_KIND, kind);
+        self.request_raw(&mut request, NLM_F_CREATE | NLM_F_EXCL)?;
         Ok(())
     }
 
     /// Deletes the qdisc at `parent` (with `handle`, 0 for any) of interface `index`. A missing qdisc is
     /// an error (ENOENT / EINVAL from the kernel); see [`Netlink::delete_qdisc_if_present`].
     pub fn delete_qdisc(&mut self, index: u32, handle: u32, parent: u32) -> io::Result<()> {
-        let message = tc_message(index, handle, parent)?;
-        self.request(RouteNetlinkMessage::DelQueueDiscipline(message), 0)?;
+        let mut request = tc_request(libc::RTM_DELQDISC, index, handle, parent, 0)?;
+        self.request_raw(&mut request, 0)?;
         Ok(())
     }
 
@@ -211,5 +235,40 @@ impl Netlink {
             Err(e) if crate::netlink::is_not_found(&e) || e.raw_os_error() == Some(libc::EINVAL) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_core::DefaultNla;
+    use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption};
+
+    use super::*;
+    use crate::netlink::wire::emitted;
+
+    #[test]
+    fn qdisc_requests_and_replies() {
+        let tbf = Tbf { rate: 125_000, buffer: 1000, limit: 128_125, burst: None };
+        let request = tbf_request(3, handle::make(1, 0), handle::ROOT, &tbf).unwrap();
+
+        let mut expected = TcMessage::with_index(3);
+        expected.header.handle = TcHandle::from(handle::make(1, 0));
+        expected.header.parent = TcHandle::from(handle::ROOT);
+        expected.attributes.push(TcAttribute::Kind("tbf".into()));
+        let values = tbf.to_attributes().into_iter().map(|(kind, value)| TcOption::Other(DefaultNla::new(kind, value)));
+        expected.attributes.push(TcAttribute::Options(values.collect()));
+        assert_eq!(request.payload(), emitted(&expected));
+
+        let qdisc = Qdisc::parse(&emitted(&expected)).unwrap();
+        assert_eq!(qdisc, Qdisc { index: 3, handle: handle::make(1, 0), parent: handle::ROOT, kind: QdiscKind::Tbf(Some(tbf)) });
+
+        let mut request = tc_request(libc::RTM_NEWQDISC, 3, handle::INGRESS, handle::INGRESS_PARENT, 0).unwrap();
+        request.attr_str(libc::TCA_KIND, "clsact");
+        let mut expected = TcMessage::with_index(3);
+        expected.header.handle = TcHandle::from(handle::INGRESS);
+        expected.header.parent = TcHandle::from(handle::INGRESS_PARENT);
+        expected.attributes.push(TcAttribute::Kind("clsact".into()));
+        assert_eq!(request.payload(), emitted(&expected));
+        assert_eq!(Qdisc::parse(&emitted(&expected)).unwrap().kind, QdiscKind::Clsact);
     }
 }

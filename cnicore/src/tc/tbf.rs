@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use netlink_packet_core::{NlaBuffer, NlasIterator};
+use crate::netlink::wire::attributes;
 
 /// `TCA_TBF_*` attribute numbers (linux/pkt_sched.h).
 const TCA_TBF_PARMS: u16 = 1;
@@ -121,10 +121,8 @@ impl Tbf {
     pub fn from_options(payload: &[u8]) -> Option<Tbf> {
         let mut tbf: Option<Tbf> = None;
         let mut rate64 = None;
-        for nla in NlasIterator::new(payload) {
-            let nla: NlaBuffer<&[u8]> = nla.ok()?;
-            let value = nla.value();
-            match nla.kind() {
+        for (kind, value) in attributes(payload) {
+            match kind {
                 TCA_TBF_PARMS if value.len() >= TBF_QOPT_LEN => {
                     let word = |at: usize| u32::from_ne_bytes([value[at], value[at + 1], value[at + 2], value[at + 3]]);
                     tbf = Some(Tbf {

@@ -5,14 +5,29 @@
 use std::io;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
-use netlink_packet_route::tc::{
-    TcAction, TcActionAttribute, TcActionMirrorOption, TcActionOption, TcActionType, TcAttribute, TcFilterU32Option,
-    TcHandle, TcMessage, TcMirror, TcMirrorActionType, TcOption, TcU32Key, TcU32Selector, TcU32SelectorFlags,
-};
-use netlink_packet_route::RouteNetlinkMessage;
 
-use super::tc_message;
+use super::{kind_and_options, tc_request, TcHeader};
+use crate::netlink::wire::{self, attributes, Request, NLA_F_NESTED};
 use crate::netlink::Netlink;
+
+/// `TCA_U32_*` options of a u32 filter (linux/pkt_cls.h).
+const TCA_U32_CLASSID: u16 = 1;
+const TCA_U32_SEL: u16 = 5;
+const TCA_U32_ACT: u16 = 7;
+/// `TC_U32_TERMINAL`: a selector flag; the match is final.
+const TC_U32_TERMINAL: u8 = 1;
+/// `TCA_ACT_*` attributes of one action; actions are numbered from `TCA_ACT_TAB` (1) in a list.
+const TCA_ACT_TAB: u16 = 1;
+const TCA_ACT_KIND: u16 = 1;
+const TCA_ACT_OPTIONS: u16 = 2;
+const TCA_ACT_COOKIE: u16 = 6;
+/// `TCA_MIRRED_PARMS`: `struct tc_mirred` {tc_gen {index, capab, action, refcnt, bindcnt}, eaction, ifindex}.
+const TCA_MIRRED_PARMS: u16 = 2;
+const TC_MIRRED_LEN: usize = 28;
+/// `TCA_EGRESS_REDIR`: the mirred action redirects to the target's egress.
+const TCA_EGRESS_REDIR: u32 = 1;
+/// `TC_ACT_STOLEN`: the packet is consumed (redirected).
+const TC_ACT_STOLEN: u32 = 4;
 
 /// `ETH_P_ALL`: the filter sees every protocol.
 pub const ETH_P_ALL: u16 = 0x0003;
@@ -48,54 +63,50 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn from_message(message: &TcMessage) -> Filter {
-        let info = message.header.info;
-        let mut filter = Filter {
-            index: message.header.index as u32,
-            parent: message.header.parent.into(),
-            handle: message.header.handle.into(),
-            prio: (info >> 16) as u16,
-            protocol: u16::from_be((info & 0xFFFF) as u16),
-            kind: String::new(),
-            redirects: Vec::new(),
-        };
-        for attribute in &message.attributes {
-            match attribute {
-                TcAttribute::Kind(kind) => filter.kind = kind.clone(),
-                TcAttribute::Options(options) => {
-                    for option in options {
-                        if let TcOption::U32(TcFilterU32Option::Action(actions)) = option {
-                            filter.redirects.extend(actions.iter().filter_map(redirect_of));
-                        }
-                    }
-                }
-                _ => {}
+    /// The filter in an `RTM_NEWTFILTER` payload.
+    fn parse(data: &[u8]) -> Option<Filter> {
+        let (header, attrs) = TcHeader::parse(data)?;
+        let (kind, options) = kind_and_options(attrs);
+        let mut redirects = Vec::new();
+        if let (Some(options), "u32") = (options, kind.as_str()) {
+            for (_, actions) in attributes(options).filter(|(option, _)| *option == TCA_U32_ACT) {
+                redirects.extend(attributes(actions).filter_map(|(_, action)| redirect_of(action)));
             }
         }
-        filter
+        Some(Filter {
+            index: header.index,
+            parent: header.parent,
+            handle: header.handle,
+            prio: (header.info >> 16) as u16,
+            protocol: u16::from_be((header.info & 0xFFFF) as u16),
+            kind,
+            redirects,
+        })
     }
 }
 
-fn redirect_of(action: &TcAction) -> Option<Redirect> {
-    let mut mirror = None;
+/// The redirect of one action if it is a mirred action.
+fn redirect_of(action: &[u8]) -> Option<Redirect> {
+    let mut kind = None;
+    let mut options = None;
     let mut cookie = Vec::new();
-    for attribute in &action.attributes {
+    for (attribute, value) in attributes(action) {
         match attribute {
-            TcActionAttribute::Options(options) => {
-                for option in options {
-                    if let TcActionOption::Mirror(TcActionMirrorOption::Parms(parms)) = option {
-                        mirror = Some(parms.clone());
-                    }
-                }
-            }
-            TcActionAttribute::Cookie(bytes) => cookie = bytes.clone(),
+            TCA_ACT_KIND => kind = Some(wire::as_string(value)),
+            TCA_ACT_OPTIONS => options = Some(value),
+            TCA_ACT_COOKIE => cookie = value.to_vec(),
             _ => {}
         }
     }
-    let mirror = mirror?;
+    if kind.as_deref() != Some("mirred") {
+        return None;
+    }
+    let parms = attributes(options?)
+        .find(|(option, value)| *option == TCA_MIRRED_PARMS && value.len() >= TC_MIRRED_LEN)?
+        .1;
     Some(Redirect {
-        ifindex: mirror.ifindex,
-        egress_redirect: mirror.eaction == TcMirrorActionType::EgressRedir,
+        ifindex: wire::u32_at(parms, 24)?,
+        egress_redirect: wire::u32_at(parms, 20)? == TCA_EGRESS_REDIR,
         cookie,
     })
 }
@@ -108,14 +119,12 @@ fn filter_info(prio: u16, protocol: u16) -> u32 {
 impl Netlink {
     /// The filters attached at `parent` (e.g. [`super::handle::INGRESS`]) of interface `index`.
     pub fn filters(&mut self, index: u32, parent: u32) -> io::Result<Vec<Filter>> {
-        let message = tc_message(index, 0, parent)?;
-        let replies = self.request(RouteNetlinkMessage::GetTrafficFilter(message), NLM_F_DUMP)?;
+        let mut request = tc_request(libc::RTM_GETTFILTER, index, 0, parent, 0)?;
+        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
         Ok(replies
             .iter()
-            .filter_map(|reply| match reply {
-                RouteNetlinkMessage::NewTrafficFilter(message) => Some(Filter::from_message(message)),
-                _ => None,
-            })
+            .filter(|reply| reply.message_type == libc::RTM_NEWTFILTER)
+            .filter_map(|reply| Filter::parse(&reply.data))
             .collect())
     }
 
@@ -135,24 +144,17 @@ impl Netlink {
         if prio == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "filter priority 0 means 'any' to the kernel"));
         }
-        let mut message = tc_message(index, 0, parent)?;
-        message.header.info = filter_info(prio, ETH_P_ALL);
-        message.attributes.push(TcAttribute::Kind("u32".into()));
-        message.attributes.push(TcAttribute::Options(vec![
-            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(REFERENCE_CLASS_ID))),
-            TcOption::U32(TcFilterU32Option::Selector(match_all())),
-            TcOption::U32(TcFilterU32Option::Action(vec![mirred_redirect(target, cookie)])),
-        ]));
-        self.request(RouteNetlinkMessage::NewTrafficFilter(message), NLM_F_CREATE | NLM_F_EXCL)?;
+        let mut request = redirect_request(index, parent, prio, target, cookie)?;
+        self.request_raw(&mut request, NLM_F_CREATE | NLM_F_EXCL)?;
         Ok(())
     }
 
     /// Deletes one filter node (by its handle) as listed by [`Netlink::filters`].
     pub fn delete_filter(&mut self, filter: &Filter) -> io::Result<()> {
-        let mut message = tc_message(filter.index, filter.handle, filter.parent)?;
-        message.header.info = filter_info(filter.prio, filter.protocol);
-        message.attributes.push(TcAttribute::Kind(filter.kind.clone()));
-        self.request(RouteNetlinkMessage::DelTrafficFilter(message), 0)?;
+        let info = filter_info(filter.prio, filter.protocol);
+        let mut request = tc_request(libc::RTM_DELTFILTER, filter.index, filter.handle, filter.parent, info)?;
+        request.attr_str(libc::TCA_KIND, &filter.kind);
+        self.request_raw(&mut request, 0)?;
         Ok(())
     }
 
@@ -163,34 +165,127 @@ impl Netlink {
             // Priority 0 would flush every filter of the parent.
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "filter priority 0 would delete every filter"));
         }
-        let mut message = tc_message(index, 0, parent)?;
-        message.header.info = filter_info(prio, protocol);
-        self.request(RouteNetlinkMessage::DelTrafficFilter(message), 0)?;
+        let mut request = tc_request(libc::RTM_DELTFILTER, index, 0, parent, filter_info(prio, protocol))?;
+        self.request_raw(&mut request, 0)?;
         Ok(())
     }
 }
 
-/// One key that matches anything (`match u32 0 0`), terminal.
-fn match_all() -> TcU32Selector {
-    let mut selector = TcU32Selector::default();
-    selector.flags = TcU32SelectorFlags::Terminal;
-    selector.nkeys = 1;
-    selector.keys = vec![TcU32Key::default()];
+/// The `RTM_NEWTFILTER` of [`Netlink::add_redirect_filter`].
+fn redirect_request(index: u32, parent: u32, prio: u16, target: u32, cookie: Option<&[u8]>) -> io::Result<Request> {
+    let mut request = tc_request(libc::RTM_NEWTFILTER, index, 0, parent, filter_info(prio, ETH_P_ALL))?;
+    request.attr_str(libc::TCA_KIND, "u32");
+    let options = request.begin_nested(libc::TCA_OPTIONS);
+    request.attr_u32(TCA_U32_CLASSID, REFERENCE_CLASS_ID);
+    request.attr(TCA_U32_SEL, &match_all());
+    let actions = request.begin_nested(TCA_U32_ACT);
+    add_mirred_redirect(&mut request, target, cookie);
+    request.end_nested(actions);
+    request.end_nested(options);
+    Ok(request)
+}
+
+/// `struct tc_u32_sel` with one key that matches anything (`match u32 0 0`), terminal.
+fn match_all() -> [u8; 32] {
+    let mut selector = [0; 32];
+    selector[0] = TC_U32_TERMINAL;
+    selector[2] = 1; // nkeys; the key (mask, value, offset, offset mask) is all zeros
     selector
 }
 
-fn mirred_redirect(target: u32, cookie: Option<&[u8]>) -> TcAction {
-    let mut parms = TcMirror::default();
-    parms.generic.action = TcActionType::Stolen;
-    parms.eaction = TcMirrorActionType::EgressRedir;
-    parms.ifindex = target;
-    let mut action = TcAction::default();
-    action.attributes.push(TcActionAttribute::Kind("mirred".into()));
-    action
-        .attributes
-        .push(TcActionAttribute::Options(vec![TcActionOption::Mirror(TcActionMirrorOption::Parms(parms))]));
+/// One mirred action (the first of the list) redirecting to the egress of `target`.
+fn add_mirred_redirect(request: &mut Request, target: u32, cookie: Option<&[u8]>) {
+    let action = request.begin_nested(TCA_ACT_TAB);
+    request.attr_str(TCA_ACT_KIND, "mirred");
+    let options = request.begin_nested(TCA_ACT_OPTIONS | NLA_F_NESTED);
+    let mut parms = [0; TC_MIRRED_LEN];
+    parms[8..12].copy_from_slice(&TC_ACT_STOLEN.to_ne_bytes());
+    parms[20..24].copy_from_slice(&TCA_EGRESS_REDIR.to_ne_bytes());
+    parms[24..28].copy_from_slice(&target.to_ne_bytes());
+    request.attr(TCA_MIRRED_PARMS, &parms);
+    request.end_nested(options);
     if let Some(cookie) = cookie {
-        action.attributes.push(TcActionAttribute::Cookie(cookie.to_vec()));
+        request.attr(TCA_ACT_COOKIE, cookie);
     }
-    action
+    request.end_nested(action);
+}
+
+#[cfg(test)]
+mod tests {
+    //! Requests compared byte for byte with netlink-packet-route's, and the parser fed its messages.
+    use netlink_packet_route::tc::{
+        TcAction, TcActionAttribute, TcActionMirrorOption, TcActionOption, TcActionType, TcAttribute,
+        TcFilterU32Option, TcHandle, TcMessage, TcMirror, TcMirrorActionType, TcOption, TcU32Key, TcU32Selector,
+        TcU32SelectorFlags,
+    };
+
+    use super::*;
+    use crate::netlink::wire::emitted;
+
+    /// The filter the earlier netlink-packet-route code built.
+    fn reference(index: u32, parent: u32, prio: u16, target: u32, cookie: Option<&[u8]>) -> TcMessage {
+        let mut message = TcMessage::with_index(index as i32);
+        message.header.parent = TcHandle::from(parent);
+        message.header.info = filter_info(prio, ETH_P_ALL);
+        message.attributes.push(TcAttribute::Kind("u32".into()));
+        let mut selector = TcU32Selector::default();
+        selector.flags = TcU32SelectorFlags::Terminal;
+        selector.nkeys = 1;
+        selector.keys = vec![TcU32Key::default()];
+        let mut parms = TcMirror::default();
+        parms.generic.action = TcActionType::Stolen;
+        parms.eaction = TcMirrorActionType::EgressRedir;
+        parms.ifindex = target;
+        let mut action = TcAction::default();
+        action.attributes.push(TcActionAttribute::Kind("mirred".into()));
+        action
+            .attributes
+            .push(TcActionAttribute::Options(vec![TcActionOption::Mirror(TcActionMirrorOption::Parms(parms))]));
+        if let Some(cookie) = cookie {
+            action.attributes.push(TcActionAttribute::Cookie(cookie.to_vec()));
+        }
+        message.attributes.push(TcAttribute::Options(vec![
+            TcOption::U32(TcFilterU32Option::ClassId(TcHandle::from(REFERENCE_CLASS_ID))),
+            TcOption::U32(TcFilterU32Option::Selector(selector)),
+            TcOption::U32(TcFilterU32Option::Action(vec![action])),
+        ]));
+        message
+    }
+
+    #[test]
+    fn redirect_filter() {
+        for cookie in [None, Some(&b"0123456789abcdef"[..])] {
+            let request = redirect_request(4, super::super::handle::INGRESS, 1, 9, cookie).unwrap();
+            let expected = reference(4, super::super::handle::INGRESS, 1, 9, cookie);
+            assert_eq!(request.payload(), emitted(&expected));
+
+            let mut reported = expected.clone();
+            reported.header.handle = TcHandle::from(0x8000_0800);
+            let filter = Filter::parse(&emitted(&reported)).unwrap();
+            assert_eq!(
+                filter,
+                Filter {
+                    index: 4,
+                    parent: super::super::handle::INGRESS,
+                    handle: 0x8000_0800,
+                    prio: 1,
+                    protocol: ETH_P_ALL,
+                    kind: "u32".into(),
+                    redirects: vec![Redirect { ifindex: 9, egress_redirect: true, cookie: cookie.unwrap_or(&[]).to_vec() }],
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn deletion() {
+        let mut request = tc_request(libc::RTM_DELTFILTER, 4, 0x800, 0xFFFF_0000, filter_info(1, ETH_P_ALL)).unwrap();
+        request.attr_str(libc::TCA_KIND, "u32");
+        let mut expected = TcMessage::with_index(4);
+        expected.header.handle = TcHandle::from(0x800);
+        expected.header.parent = TcHandle::from(0xFFFF_0000);
+        expected.header.info = filter_info(1, ETH_P_ALL);
+        expected.attributes.push(TcAttribute::Kind("u32".into()));
+        assert_eq!(request.payload(), emitted(&expected));
+    }
 }

@@ -4,9 +4,6 @@
 use std::io;
 
 use cnicore::netlink::{Link, Netlink};
-use netlink_packet_core::NLM_F_DUMP;
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use netlink_packet_route::RouteNetlinkMessage;
 use sha2::{Digest, Sha512};
 
 /// Interface names are at most 15 bytes.
@@ -42,25 +39,16 @@ pub fn alias(network: &str, container_id: &str) -> Option<String> {
 /// Creates the ifb `name`, up, with `mtu` (the host veth's, as the reference) and the owner alias.
 /// A leftover device of the same name (an earlier ADD of this pod that did not finish) is replaced.
 pub fn create(nl: &mut Netlink, name: &str, mtu: u32, alias: Option<&str>) -> io::Result<Link> {
-    let mut message = LinkMessage::default();
-    message.header.flags = LinkFlags::Up;
-    message.header.change_mask = LinkFlags::Up;
-    message.attributes.push(LinkAttribute::IfName(name.to_string()));
-    message.attributes.push(LinkAttribute::Mtu(mtu));
-    message.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
-    let link = match nl.create_link(message.clone()) {
+    let link = match nl.create_ifb_with(name, Some(mtu), true) {
         Err(e) if cnicore::netlink::is_exists(&e) => {
             nl.delete_link_by_name(name)?;
-            nl.create_link(message)?
+            nl.create_ifb_with(name, Some(mtu), true)?
         }
         other => other?,
     };
     if let Some(alias) = alias {
         // The kernel ignores IFLA_IFALIAS when creating a link: set it afterwards.
-        let mut set = LinkMessage::default();
-        set.header.index = link.index;
-        set.attributes.push(LinkAttribute::IfAlias(alias.to_string()));
-        nl.request(RouteNetlinkMessage::SetLink(set), 0)?;
+        nl.set_alias(link.index, alias)?;
     }
     Ok(link)
 }
@@ -74,22 +62,10 @@ pub struct TaggedIfb {
 
 /// Every ifb of the namespace that this plugin created (tagged by [`alias`]).
 pub fn tagged(nl: &mut Netlink) -> io::Result<Vec<TaggedIfb>> {
-    let replies = nl.request(RouteNetlinkMessage::GetLink(LinkMessage::default()), NLM_F_DUMP)?;
     let mut found = Vec::new();
-    for reply in &replies {
-        let RouteNetlinkMessage::NewLink(message) = reply else { continue };
-        let (mut name, mut alias, mut is_ifb) = (None, None, false);
-        for attribute in &message.attributes {
-            match attribute {
-                LinkAttribute::IfName(n) => name = Some(n.clone()),
-                LinkAttribute::IfAlias(a) => alias = Some(a.clone()),
-                LinkAttribute::LinkInfo(infos) => {
-                    is_ifb = infos.iter().any(|info| matches!(info, LinkInfo::Kind(InfoKind::Ifb)));
-                }
-                _ => {}
-            }
-        }
-        let (Some(name), Some(alias), true) = (name, alias, is_ifb) else { continue };
+    for (link, alias) in nl.links_with_aliases()? {
+        let (Some(alias), Some("ifb")) = (alias, link.kind.as_deref()) else { continue };
+        let name = link.name;
         let mut fields = alias.split(' ');
         if let (Some(ALIAS_TAG), Some(network), Some(container_id), None) =
             (fields.next(), fields.next(), fields.next(), fields.next())

@@ -4,34 +4,12 @@
 
 use std::net::IpAddr;
 
-use cnicore::netlink::{Netlink, RouteNetlinkMessage};
+use cnicore::netlink::Netlink;
 use cnicore::spec::{Error, Result};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
-use netlink_packet_route::AddressFamily;
 
 /// The interface the node routes `container` through (`ip route get`), if any.
 fn routing_interface(netlink: &mut Netlink, container: IpAddr) -> Option<String> {
-    let mut message = RouteMessage::default();
-    match container {
-        IpAddr::V4(ip) => {
-            message.header.address_family = AddressFamily::Inet;
-            message.header.destination_prefix_length = 32;
-            message.attributes.push(RouteAttribute::Destination(RouteAddress::Inet(ip)));
-        }
-        IpAddr::V6(ip) => {
-            message.header.address_family = AddressFamily::Inet6;
-            message.header.destination_prefix_length = 128;
-            message.attributes.push(RouteAttribute::Destination(RouteAddress::Inet6(ip)));
-        }
-    }
-    let replies = netlink.request(RouteNetlinkMessage::GetRoute(message), 0).ok()?;
-    let index = replies.iter().find_map(|reply| match reply {
-        RouteNetlinkMessage::NewRoute(route) => route.attributes.iter().find_map(|a| match a {
-            RouteAttribute::Oif(index) => Some(*index),
-            _ => None,
-        }),
-        _ => None,
-    })?;
+    let index = netlink.route_get_oif(container).ok().flatten()?;
     netlink.link_by_index(index).ok().flatten().map(|link| link.name)
 }
 
