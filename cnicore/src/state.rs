@@ -29,6 +29,7 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
+        crate::failpoint::hit("state/before-rename");
         fs::rename(&tmp, path)
     })();
     if result.is_err() {

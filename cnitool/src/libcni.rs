@@ -281,7 +281,28 @@ impl CniConfig {
             self.exec("DEL", plugin, &stdin, rt)?;
         }
         let _ = std::fs::remove_file(self.cache_path(&list.name, rt));
+        self.remove_cache_temp_files(&list.name, rt);
         Ok(())
+    }
+
+    /// Removes the temporary files of this attachment's cache entry that a runner killed while writing it left
+    /// behind (`.tmp-<entry>-<pid>`, see `state::write_atomic`): the runtime never runs two operations on one
+    /// attachment at once, so none of them is being written now.
+    fn remove_cache_temp_files(&self, net: &str, rt: &RuntimeConf) {
+        let entry = self.cache_path(net, rt);
+        let (Some(dir), Some(name)) = (entry.parent(), entry.file_name()) else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let prefix = format!(".tmp-{}-", name.to_string_lossy());
+        for e in entries.filter_map(|e| e.ok()) {
+            let file = e.file_name();
+            let is_ours = file
+                .to_str()
+                .and_then(|f| f.strip_prefix(&prefix))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+            if is_ours {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// CHECK every plugin in order with the cached result.

@@ -4,6 +4,7 @@ use crate::config::{self, Config};
 use crate::dns::parse_resolv_conf;
 use crate::lease::{Content, Owner};
 use crate::store::{is_garbage, Store};
+use cnicore::failpoint;
 use cnicore::spec::{codes, CniResult, Context, Dns, Error, IpConfig, Result};
 use ipnet::IpNet;
 use serde_json::Value;
@@ -65,6 +66,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     let mut ips = Vec::new();
     let mut taken = Vec::new();
     let mut reserver = store.reserver(&owner)?;
+    failpoint::hit("host-local/after-temp-lease");
     let mut allocate = || -> Result<()> {
         for (idx, set) in cfg.range_sets.iter().enumerate() {
             let ip = match wanted[idx] {
@@ -98,6 +100,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
             };
             taken.push(ip);
             reserver.store().set_last_reserved(idx, ip)?;
+            failpoint::hit("host-local/after-last-reserved");
             let range = set.range_for(ip).ok_or_else(|| Error::internal(format!("{ip} is outside range set {idx}")))?;
             let address = IpNet::new(ip, range.subnet.prefix_len()).map_err(|e| Error::internal(e.to_string()))?;
             ips.push(IpConfig { address, gateway: Some(range.gateway), interface: None });
@@ -112,6 +115,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     }
     drop(reserver);
     store.commit()?;
+    failpoint::hit("host-local/after-index");
     outcome?;
     Ok(CniResult { interfaces: Vec::new(), ips, routes: cfg.routes, dns })
 }
@@ -121,7 +125,7 @@ pub fn del(ctx: &Context) -> Result<()> {
     let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
     store.ensure_index()?;
     let (owner, ips) = store.leases_for_release(&ctx.env.container_id, &ctx.env.ifname)?;
-    let mut outcome = Ok(());
+    let mut outcome = store.remove_temp_lease();
     for ip in ips {
         // Release as much as possible; report the first failure.
         if let Err(e) = store.release(ip, &owner) {

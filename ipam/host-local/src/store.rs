@@ -24,6 +24,10 @@ use std::time::{Duration, SystemTime};
 pub const LOCK_FILE: &str = "lock";
 pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
 pub const TMP_PREFIX: &str = ".tmp-";
+/// The file a new lease's content is prepared in before it is linked to `<ip>`. One name for every writer
+/// (they all hold the lock), so that the file of a writer killed in between is removed by the next ADD or
+/// DEL of the network rather than lingering until a GC finds it old.
+pub const TEMP_LEASE: &str = ".tmp-lease";
 /// An empty lease file (or one of our temporary files) older than this is left over by a crash: every
 /// writer fills its files while holding the lock, so it can only be garbage; the age is a margin for
 /// writers that do not lock.
@@ -214,9 +218,21 @@ impl Store {
         }
     }
 
+    /// Removes the prepared lease file a killed ADD left behind, if any.
+    pub fn remove_temp_lease(&mut self) -> Result<()> {
+        match fs::remove_file(self.dir.join(TEMP_LEASE)) {
+            Ok(()) => {
+                self.changed = true;
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("removing {TEMP_LEASE}: {e}"))),
+        }
+    }
+
     /// Prepares the content of new leases of `owner`; see [`Reserver::try_reserve`].
     pub fn reserver(&mut self, owner: &Owner) -> Result<Reserver<'_>> {
-        let tmp = self.dir.join(format!("{TMP_PREFIX}lease-{}", std::process::id()));
+        let tmp = self.dir.join(TEMP_LEASE);
         let _ = fs::remove_file(&tmp);
         let write = || -> io::Result<()> {
             let mut f = fs::OpenOptions::new()
@@ -297,6 +313,7 @@ impl Reserver<'_> {
         for attempt in 0..2 {
             match fs::hard_link(&self.tmp, &path) {
                 Ok(()) => {
+                    cnicore::failpoint::hit("host-local/after-lease");
                     self.store.index.insert(ip, &self.owner).map_err(io_err("updating the lease index"))?;
                     return Ok(true);
                 }

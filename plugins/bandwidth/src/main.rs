@@ -15,6 +15,7 @@ mod shaping;
 
 use std::collections::HashSet;
 
+use cnicore::failpoint;
 use cnicore::netlink::{is_not_found, Link, Netlink};
 use cnicore::spec::{plugin_main, CniResult, Context, Error, Interface, Plugin, Result};
 
@@ -38,12 +39,15 @@ fn mac_string(mac: Option<[u8; 6]>) -> String {
 fn apply(nl: &mut Netlink, host: &Link, ctx: &Context, ifb_name: &str, limits: &Limits) -> Result<Option<Link>> {
     if let Some(tbf) = &limits.ingress {
         shaping::install_ingress(nl, host, tbf)?;
+        failpoint::hit("bandwidth/after-ingress-tbf");
     }
     let Some(tbf) = &limits.egress else { return Ok(None) };
     let alias = ifb::alias(&ctx.conf.name, &ctx.env.container_id);
     let ifb = ifb::create(nl, ifb_name, host.mtu, alias.as_deref())
         .map_err(|e| Error::os(format!("creating ifb device {ifb_name}"), e))?;
+    failpoint::hit("bandwidth/after-ifb");
     shaping::install_egress(nl, host, &ifb, tbf)?;
+    failpoint::hit("bandwidth/after-filter");
     Ok(Some(ifb))
 }
 

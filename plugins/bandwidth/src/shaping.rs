@@ -91,7 +91,9 @@ pub fn install_ingress(nl: &mut Netlink, host: &Link, tbf: &Tbf) -> Result<()> {
 pub fn install_egress(nl: &mut Netlink, host: &Link, ifb: &Link, tbf: &Tbf) -> Result<()> {
     nl.add_tbf(ifb.index, TBF_HANDLE, handle::ROOT, tbf, true)
         .map_err(nl_err(format!("creating the tbf qdisc of {}", ifb.name)))?;
+    cnicore::failpoint::hit("bandwidth/after-ifb-tbf");
     let (parent, owns_qdisc, used) = ingress_hook(nl, host, &ifb.name)?;
+    cnicore::failpoint::hit("bandwidth/after-ingress-qdisc");
     // Our own qdisc: the reference's priority. Someone else's: the first priority nobody uses.
     let prio = (PREFERRED_PRIO..=u16::MAX)
         .find(|p| !used.contains(p))

@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result, Route};
@@ -87,7 +88,7 @@ fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     let layer3 = p.conf.layer3;
     // IPAM (another process) runs while the links are made: neither needs the other.
     let (links, lease) = std::thread::scope(|s| {
-        let ipam = layer3.then(|| s.spawn(move || ipam::add(ctx)));
+        let ipam = layer3.then(|| s.spawn(move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"))));
         let links = setup_links(p, undo);
         (links, ipam.map(join))
     });
@@ -135,8 +136,10 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
     let Plan { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
     let ifname = ctx.env.ifname.as_str();
     let bridge = node::ensure_bridge(node, conf, existing_bridge.take(), *mtu)?;
+    failpoint::hit("bridge/after-bridge");
 
     let host = create_veth(node, pod, pod_ns, ctx, *mtu, conf.mac)?;
+    failpoint::hit("bridge/after-veth");
     let host_name = host.name.clone();
     undo.push(format!("delete veth {host_name}"), move || {
         let mut nl = Netlink::new().map_err(nl_err("netlink"))?;
@@ -144,11 +147,13 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
     });
     let pod_link = pod.require_link(ifname).map_err(nl_err(format!("failed to find {ifname:?} in the pod")))?;
     node::attach_port(node, &host, &bridge, conf, conf.vlan, &conf.trunk)?;
+    failpoint::hit("bridge/after-port");
 
     if conf.mac_spoof_check {
         let check = SpoofCheck::new(&ctx.env.container_id, ifname);
         let mac = pod_link.mac.map(|m| format_mac(&m)).unwrap_or_default();
         let outcome = check.setup(&host.name, &mac);
+        failpoint::hit("bridge/after-spoofchk");
         // A failed transaction changed nothing, but a teardown is harmless either way.
         undo.push("remove the MAC spoof check", move || check.teardown());
         outcome?;
@@ -173,12 +178,17 @@ fn configure_layer3<'a>(
     }
     let gateways = plan_addresses(result, lease, conf);
     pod::configure(pod_ns, pod, &ctx.env.ifname, links.pod.index, result, conf.enable_dad)?;
+    failpoint::hit("bridge/after-pod-addresses");
 
     let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
     let container_id = ctx.env.container_id.as_str();
     let (node_side, masq_outcome) = std::thread::scope(|s| {
         let masq = conf.ip_masq.then(|| {
-            s.spawn(|| masq::setup(conf.masq_backend, &Masq { network: &conf.network, container_id, ips: &ips }))
+            s.spawn(|| {
+                let outcome = masq::setup(conf.masq_backend, &Masq { network: &conf.network, container_id, ips: &ips });
+                failpoint::hit("bridge/after-masq");
+                outcome
+            })
         });
         // Both ends up: the pod's own link-up processing (which flushes its neighbour entries and readies
         // IPv6) is over before the pod sends its first packet.
@@ -226,11 +236,13 @@ fn finish_node_side(
         for gw in gateways {
             node::ensure_gateway_address(nl, &gateway_link, *gw, conf.force_address)?;
         }
+        failpoint::hit("bridge/after-gateway");
     }
     if conf.is_gateway || conf.ip_masq {
         node::enable_forwarding(v4, v6)?;
     }
     node::enable_bridge_netfilter(v4, v6);
+    failpoint::hit("bridge/after-sysctls");
     Ok(())
 }
 

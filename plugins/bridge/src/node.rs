@@ -209,15 +209,25 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
             // The gateway is ours by definition: no duplicate address detection on the bridge.
             sysctl_best_effort(&format!("net/ipv6/conf/{}/accept_dad", link.name), "0");
         }
+        // Pin the bridge's MAC: otherwise it follows the lowest MAC among its ports and changes as pods come
+        // and go. Before the address, so that an ADD killed in between leaves it pinned. A bridge whose ports
+        // all left before it was pinned (an ADD killed after attaching its port) has the all-zero MAC, which
+        // cannot be set: it then pins the MAC it took from the new port.
+        let mac = match link.mac.filter(usable_mac) {
+            Some(mac) => Some(mac),
+            None => nl
+                .link_by_index(link.index)
+                .map_err(|e| Error::os(format!("could not look up {:?}", link.name), e))?
+                .and_then(|now| now.mac)
+                .filter(usable_mac),
+        };
+        if let Some(mac) = mac {
+            nl.set_mac(link.index, mac).map_err(|e| Error::os(format!("could not set {:?}'s MAC", link.name), e))?;
+        }
         match nl.add_address(link.index, gw) {
             Ok(()) => {}
             Err(e) if is_exists(&e) => {}
             Err(e) => return Err(Error::os(format!("could not add IP address to {:?}", link.name), e)),
-        }
-        // Pin the bridge's MAC: otherwise it follows the lowest MAC among its ports and changes as pods come
-        // and go.
-        if let Some(mac) = link.mac {
-            nl.set_mac(link.index, mac).map_err(|e| Error::os(format!("could not set {:?}'s MAC", link.name), e))?;
         }
     }
     if gw.addr().is_ipv6() {
@@ -226,6 +236,11 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
             .map_err(|e| Error::os(format!("gateway address {gw} on {:?}", link.name), e))?;
     }
     Ok(())
+}
+
+/// A MAC a bridge can be given: not all-zero, not multicast.
+fn usable_mac(mac: &[u8; 6]) -> bool {
+    *mac != [0; 6] && mac[0] & 1 == 0
 }
 
 /// `net.bridge.bridge-nf-call-iptables=1` (and ip6tables), as kubenet sets them so that kube-proxy's rules

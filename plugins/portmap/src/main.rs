@@ -13,6 +13,7 @@ mod nftables;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use cnicore::failpoint;
 use cnicore::firewall::conntrack::{self, PROTO_UDP};
 use cnicore::firewall::{families_of, Backend, Family};
 use cnicore::spec::{codes, plugin_main, CniResult, Context, Error, Plugin, Result};
@@ -38,6 +39,7 @@ impl Plugin for PortMap {
         if config.snat {
             for container in containers.iter().filter(|c| c.addr().is_ipv4()) {
                 localnet::enable(container.addr())?;
+                failpoint::hit("portmap/after-localnet");
             }
         }
         if let Err(e) = forward(&config, &containers) {
@@ -46,6 +48,7 @@ impl Plugin for PortMap {
             return Err(e);
         }
         flush_udp_conntrack(&config, &containers);
+        failpoint::hit("portmap/after-conntrack");
         Ok(prev)
     }
 
@@ -103,8 +106,10 @@ impl Plugin for PortMap {
 /// Installs the mappings for the container addresses.
 fn forward(config: &Config, containers: &[IpNet]) -> Result<()> {
     match config.backend {
-        Backend::Iptables => containers.iter().try_for_each(|c| iptables::add(config, c)),
-        Backend::Nftables => nftables::add(config, containers),
+        Backend::Iptables => containers
+            .iter()
+            .try_for_each(|c| iptables::add(config, c).map(|()| failpoint::hit("portmap/after-iptables"))),
+        Backend::Nftables => nftables::add(config, containers).map(|()| failpoint::hit("portmap/after-nftables")),
     }
 }
 
