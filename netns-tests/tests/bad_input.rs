@@ -7,9 +7,7 @@
 //! on stderr (with the plugin's code when a plugin refused) and change nothing either.
 //!
 //! The cases of one plugin run one after the other in one node netns (one test per plugin, the tests run in
-//! parallel). Every failure of a group is collected and reported together. A case marked `known(..)` records a
-//! disagreement between a plugin and its issue that is not fixed yet: it still runs, its failure is printed but
-//! does not fail the test, and it is reported when it starts passing (then remove the mark).
+//! parallel). Every failure of a group is collected and reported together.
 //!
 //! `BAD_INPUT_VERBOSE=1` prints every case's answer, to review the messages.
 
@@ -60,8 +58,6 @@ struct Case {
     expect: Expect,
     /// A word the message must contain (case-insensitive), so that a case fails for its own reason.
     needle: Option<String>,
-    /// A known disagreement with the issue, not fixed yet.
-    known: Option<&'static str>,
     /// Runner cases: the cnitool arguments and the conf dir's files.
     args: Vec<String>,
     files: Vec<(String, Vec<u8>)>,
@@ -81,7 +77,6 @@ impl Case {
             stdin: stdin.into(),
             expect: Expect::Code(code),
             needle: None,
-            known: None,
             args: Vec::new(),
             files: Vec::new(),
         }
@@ -110,22 +105,8 @@ impl Case {
         self
     }
 
-    /// Marks the case of this name as a known disagreement with the issue.
-    fn mark_known(cases: &mut [Case], name: &str, why: &'static str) {
-        let case = cases
-            .iter_mut()
-            .find(|c| c.name == name)
-            .unwrap_or_else(|| panic!("no case {name:?}"));
-        case.known = Some(why);
-    }
-
     fn needle(mut self, word: &str) -> Case {
         self.needle = Some(word.to_string());
-        self
-    }
-
-    fn known(mut self, why: &'static str) -> Case {
-        self.known = Some(why);
         self
     }
 }
@@ -400,7 +381,7 @@ fn run_group(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>) {
         panic!("{plugin}: two cases named {:?}", w[0]);
     }
     let (mut node_before, mut pod_before) = rig.settled();
-    let (mut failures, mut known_failures, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut failures = Vec::new();
     for (index, case) in cases.iter().enumerate() {
         let out = if plugin == "cnitool" {
             rig.run_runner(index, case)
@@ -441,25 +422,11 @@ fn run_group(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>) {
             };
             eprintln!("{label}: {said}");
         }
-        match (problems.is_empty(), case.known) {
-            (true, None) => {}
-            (true, Some(why)) => fixed.push(format!("{label}: passes now, remove known({why:?})")),
-            (false, None) => failures.push(format!("{label}: {}", problems.join("; "))),
-            (false, Some(why)) => {
-                known_failures.push(format!("{label}: KNOWN ({why}): {}", problems.join("; ")))
-            }
+        if !problems.is_empty() {
+            failures.push(format!("{label}: {}", problems.join("; ")));
         }
     }
-    eprintln!(
-        "{plugin}: {} cases, {} failed, {} known failures, {} known now passing",
-        cases.len(),
-        failures.len(),
-        known_failures.len(),
-        fixed.len()
-    );
-    for line in known_failures.iter().chain(&fixed) {
-        eprintln!("  {line}");
-    }
+    eprintln!("{plugin}: {} cases, {} failed", cases.len(), failures.len());
     assert!(
         failures.is_empty(),
         "{plugin}: {} of {} cases failed:\n{}",
@@ -999,8 +966,7 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
             &with(&with(&base, "ipam", json!({"type": "no-such-ipam"})), "bridge", json!("cbr-bad1")),
             INVALID_CONFIG,
         )
-        .needle("no-such-ipam")
-        .known("bridge: the bridge is created before the IPAM plugin is found missing, and stays (issue 8: invalid ipam, no change)"),
+        .needle("no-such-ipam"),
         Case::conf(
             "ipam refuses its config",
             "ADD",
@@ -1011,16 +977,10 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
             ),
             INVALID_CONFIG,
         )
-        .needle("too small")
-        .known("bridge: the bridge is created before IPAM refuses its config, and stays (issue 8: invalid ipam, no change)"),
+        .needle("too small"),
         Case::conf("CHECK with bad mtu", "CHECK", &with(&with(&base, "mtu", json!(1)), "prevResult", rig.prev_result("1.0.0")), INVALID_CONFIG),
         Case::conf("STATUS with bad ipam", "STATUS", &with(&with(&base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")), INVALID_CONFIG),
     ]);
-    Case::mark_known(
-        &mut cases,
-        "netns that does not exist",
-        "bridge: a missing CNI_NETNS is code 999 (as the reference), loopback and bandwidth say 3 (spec: container unknown)",
-    );
     cases
 }
 
@@ -1273,7 +1233,6 @@ fn runner_case(name: &str, args: &[&str], files: &[(&str, &[u8])], code: Option<
         stdin: Vec::new(),
         expect: Expect::Runner(code),
         needle: None,
-        known: None,
         args: args.iter().map(|a| a.to_string()).collect(),
         files: files
             .iter()
@@ -1343,10 +1302,7 @@ fn runner_cases(rig: &Rig) -> Vec<Case> {
             .needle("cniVersion"),
         add("conflist over 1 MiB for the plugin", &list(json!([padded_plugin])), Some(DECODE)),
         add("conflist of 2 MiB of junk", &vec![b'['; 2 * MAX_STDIN], None),
-        add("conflist a 100 KiB string", format!("\"{}\"", "x".repeat(100 * 1024)).as_bytes(), None).known(
-            "cnitool: the parse error quotes the whole 100 KiB value (libcni.rs prints serde errors whole; \
-             cnicore::spec::shorten_json_error cuts them)",
-        ),
+        add("conflist a 100 KiB string", format!("\"{}\"", "x".repeat(100 * 1024)).as_bytes(), None),
         add("bridge refuses its mtu", &list(json!([bridge(("mtu", json!(1)))])), Some(INVALID_CONFIG)).needle("mtu"),
         add("bridge refuses its name", &list(json!([bridge(("bridge", json!("../../x")))])), Some(INVALID_CONFIG)),
         add(

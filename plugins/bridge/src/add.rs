@@ -51,7 +51,11 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
 /// under the bridge's name, an interface already named `CNI_IFNAME` in the pod; and the MTU.
 fn plan(ctx: &Context) -> Result<Plan<'_>> {
     let conf = Config::load(ctx)?;
-    let pod_ns = node::open_netns(ctx.netns()?)?;
+    let pod_ns = ctx.open_netns()?;
+    if conf.layer3 {
+        // A missing IPAM plugin is known before anything is touched.
+        ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
+    }
     let mut node_nl = Netlink::new().map_err(nl_err("failed to open netlink in the node namespace"))?;
     let mut pod_nl = Netlink::in_netns(&pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
     // MTU inference needs every link of the node; otherwise the bridge is all there is to look at.
@@ -86,12 +90,20 @@ struct Links {
 fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     let ctx = p.ctx;
     let layer3 = p.conf.layer3;
-    // IPAM (another process) runs while the links are made: neither needs the other.
-    let (links, lease) = std::thread::scope(|s| {
-        let ipam = layer3.then(|| s.spawn(move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"))));
-        let links = setup_links(p, undo);
-        (links, ipam.map(join))
-    });
+    let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
+    let (links, lease) = if layer3 && p.existing_bridge.is_none() {
+        // This ADD would create the bridge: IPAM first, so that an IPAM refusal leaves the node as it was
+        // (rolling back a new bridge could pull it from under a concurrent ADD that just found it).
+        let lease = ipam_add()?;
+        (setup_links(p, undo), Some(Ok(lease)))
+    } else {
+        // IPAM (another process) runs while the links are made: neither needs the other.
+        std::thread::scope(|s| {
+            let ipam = layer3.then(|| s.spawn(ipam_add));
+            let links = setup_links(p, undo);
+            (links, ipam.map(join))
+        })
+    };
     if let Some(Ok(_)) = &lease {
         undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
     }

@@ -6,12 +6,12 @@ use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result}
 
 use crate::config::{format_mac, Config};
 use crate::nl_err;
-use crate::node::{self, is_bridge};
+use crate::node::is_bridge;
 
 pub fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx)?;
     let netns_path = ctx.netns()?;
-    let pod_ns = node::open_netns(netns_path)?;
+    let pod_ns = ctx.open_netns()?;
     if conf.layer3 {
         ipam::exec(ctx, Command::Check)?;
     }

@@ -3,7 +3,6 @@
 use std::io;
 
 use cnicore::netlink::{is_exists, is_not_found, InfoBridge, Link, Netlink, PortVlan};
-use cnicore::netns::NetNs;
 use cnicore::spec::{Error, Result};
 use cnicore::sysctl;
 use ipnet::IpNet;
@@ -271,7 +270,3 @@ pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
     Ok(())
 }
 
-/// Opens the pod's network namespace.
-pub fn open_netns(path: &std::path::Path) -> Result<NetNs> {
-    NetNs::open(path).map_err(|e| Error::os(format!("failed to open netns {:?}", path.display().to_string()), e))
-}
