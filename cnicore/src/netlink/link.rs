@@ -3,7 +3,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::link::LinkMessage;
@@ -416,52 +416,11 @@ impl Netlink {
     /// Waits until the link is operationally up, woken by link events rather than polling with sleeps.
     /// Fails with `ErrorKind::TimedOut` after `timeout`, and if the link disappears.
     pub fn wait_oper_up(&mut self, index: u32, timeout: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + timeout;
-        // Subscribe before looking, so that no change between the look and the wait is missed.
-        let events = self.subscribe(&[libc::RTNLGRP_LINK])?;
-        loop {
-            match self.link_by_index(index)? {
-                None => return Err(not_found(index)),
-                Some(link) if link.oper_up => return Ok(()),
-                Some(_) => {}
-            }
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() || !wait_readable(events.as_raw_fd(), remaining)? {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("link {index} not operationally up after {timeout:?}"),
-                ));
-            }
-            // The event only wakes us up; the link is looked at again above. ENOBUFS (events lost) is
-            // fine for the same reason.
-            match events.recv_from_full() {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// Waits up to `timeout` for `fd` to become readable; false on timeout.
-fn wait_readable(fd: i32, timeout: Duration) -> io::Result<bool> {
-    let mut pollfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // Round up so that a sub-millisecond remainder still waits.
-    let millis = timeout.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
-    loop {
-        // SAFETY: one valid pollfd for the duration of the call.
-        let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
-        if ready >= 0 {
-            return Ok(ready > 0);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
+        let what = || format!("link {index} not operationally up");
+        self.wait_until(&[libc::RTNLGRP_LINK], timeout, what, |nl| match nl.link_by_index(index)? {
+            None => Err(not_found(index)),
+            Some(link) => Ok(link.oper_up.then_some(())),
+        })
     }
 }
 

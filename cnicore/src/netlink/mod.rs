@@ -14,6 +14,8 @@ pub mod route;
 pub mod wire;
 
 use std::io;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use netlink_packet_core::{
     NetlinkDeserializable, NetlinkHeader, NLM_F_ACK, NLM_F_DUMP,
@@ -128,6 +130,36 @@ impl Netlink {
         &self.netns
     }
 
+    /// Calls `look` until it answers, woken by events of the `RTNLGRP_*` `groups` rather than by polling with
+    /// sleeps; `ErrorKind::TimedOut` ("<what> after <timeout>") when `timeout` passes first. The subscription is
+    /// made before the first look, so that no change between a look and the wait is missed.
+    pub(crate) fn wait_until<T>(
+        &mut self,
+        groups: &[u32],
+        timeout: Duration,
+        what: impl Fn() -> String,
+        mut look: impl FnMut(&mut Netlink) -> io::Result<Option<T>>,
+    ) -> io::Result<T> {
+        let deadline = Instant::now() + timeout;
+        let events = self.subscribe(groups)?;
+        loop {
+            if let Some(done) = look(self)? {
+                return Ok(done);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() || !wait_readable(events.as_raw_fd(), remaining)? {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("{} after {timeout:?}", what())));
+            }
+            // The event only wakes us up; the state is looked at again above. ENOBUFS (events were lost) is
+            // fine for the same reason.
+            match events.recv_from_full() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// A new socket in the same namespace subscribed to the given `RTNLGRP_*` multicast groups.
     pub(crate) fn subscribe(&self, groups: &[u32]) -> io::Result<Socket> {
         self.netns.run(|| open_socket(groups))?
@@ -223,4 +255,22 @@ fn open_socket(groups: &[u32]) -> io::Result<Socket> {
         socket.add_membership(group)?;
     }
     Ok(socket)
+}
+
+/// Waits up to `timeout` for `fd` to become readable; false on timeout.
+fn wait_readable(fd: i32, timeout: Duration) -> io::Result<bool> {
+    let mut pollfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // Round up so that a sub-millisecond remainder still waits.
+    let millis = timeout.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+    loop {
+        // SAFETY: one valid pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(&mut pollfd, 1, millis) };
+        if ready >= 0 {
+            return Ok(ready > 0);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
