@@ -435,22 +435,10 @@ pub fn run_plugin(
     env: &[(&str, &str)],
     stdin: &Value,
 ) -> PluginOutput {
-    let mut command = node.command(bin(plugin));
-    command.env_clear();
-    command.env(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()),
-    );
+    let mut command = upstream::clean_command(node, bin(plugin));
     command
         .env("CNI_COMMAND", cni_command)
-        .env("CNI_PATH", bin_dir());
-    command.envs(env.iter().copied());
-    let output = run_with_stdin(&mut command, stdin.to_string().as_bytes());
-    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
-    PluginOutput {
-        status: output.status,
-        stdout: serde_json::from_str(&stdout_text).unwrap_or(Value::Null),
-        stdout_text,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+        .env("CNI_PATH", bin_dir())
+        .envs(env.iter().copied());
+    upstream::output(&mut command, stdin.to_string().as_bytes())
 }

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use netns_tests::upstream::{clean_command, output};
 use netns_tests::{json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const REFERENCE: &str = "/usr/lib/cni/bandwidth";
@@ -148,23 +149,9 @@ fn merge(target: &mut Value, extra: Value) {
 
 /// Runs the reference plugin in the node, with the same environment the rig gives ours.
 fn run_reference(node: &Node, command: &str, env: &[(&str, &str)], conf: &Value) -> PluginOutput {
-    let mut cmd = node.command(REFERENCE);
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni");
-    cmd.envs(env.iter().copied());
-    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("run the reference bandwidth plugin");
-    child.stdin.take().expect("stdin").write_all(conf.to_string().as_bytes()).expect("write stdin");
-    let output = child.wait_with_output().expect("wait for the reference");
-    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
-    PluginOutput {
-        status: output.status,
-        stdout: serde_json::from_str(&stdout_text).unwrap_or(Value::Null),
-        stdout_text,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+    let mut cmd = clean_command(node, REFERENCE);
+    cmd.env("CNI_COMMAND", command).env("CNI_PATH", "/usr/lib/cni").envs(env.iter().copied());
+    output(&mut cmd, conf.to_string().as_bytes())
 }
 
 fn have_reference() -> bool {

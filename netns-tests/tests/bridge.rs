@@ -10,10 +10,10 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use ipnet::IpNet;
+use netns_tests::upstream::{clean_command, output};
 use netns_tests::{
     assert_no_ping, assert_ping, bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value,
 };
@@ -99,17 +99,15 @@ impl Net {
 
     fn run_with(&self, cni_path: &Path, command: &str, pod: Option<&Path>, id: &str, conf: &Value) -> PluginOutput {
         let program = cni_path.join("bridge");
-        let mut cmd = self.node.command(&program);
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()))
-            .env("CNI_COMMAND", command)
+        let mut cmd = clean_command(&self.node, &program);
+        cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", id)
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", cni_path);
         if let Some(pod) = pod {
             cmd.env("CNI_NETNS", pod);
         }
-        run_command(cmd, conf)
+        output(&mut cmd, conf.to_string().as_bytes())
     }
 
     fn run(&self, command: &str, pod: Option<&TestNetns>, id: &str, conf: &Value) -> PluginOutput {
@@ -151,23 +149,6 @@ impl Net {
     }
 }
 
-fn run_command(mut cmd: Command, stdin: &Value) -> PluginOutput {
-    use std::io::Write;
-    use std::process::Stdio;
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn plugin");
-    if let Some(mut input) = child.stdin.take() {
-        let _ = input.write_all(stdin.to_string().as_bytes());
-    }
-    let output = child.wait_with_output().expect("wait for plugin");
-    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
-    PluginOutput {
-        status: output.status,
-        stdout: serde_json::from_str(&stdout_text).unwrap_or(Value::Null),
-        stdout_text,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
 
 /// The pod's addresses in a result (any version), without prefix length.
 fn result_ips(result: &Value) -> Vec<IpAddr> {
@@ -662,16 +643,14 @@ fn mac_options_and_spoof_check() {
     // CNI_ARGS MAC= (with IgnoreUnknown for the Kubernetes keys).
     let pod = net.node.pod_netns();
     let conf = net.conf(json!({}));
-    let mut cmd = net.node.command(net.ours.join("bridge"));
-    cmd.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("CNI_COMMAND", "ADD")
+    let mut cmd = clean_command(&net.node, net.ours.join("bridge"));
+    cmd.env("CNI_COMMAND", "ADD")
         .env("CNI_CONTAINERID", "args")
         .env("CNI_NETNS", &pod.path)
         .env("CNI_IFNAME", "eth0")
         .env("CNI_PATH", &net.ours)
         .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=x;MAC=02:42:0a:16:00:65");
-    let r = run_command(cmd, &conf).expect_ok().clone();
+    let r = output(&mut cmd, conf.to_string().as_bytes()).expect_ok().clone();
     assert_eq!(r["interfaces"][2]["mac"], "02:42:0a:16:00:65");
     net.del(Some(&pod), "args", &conf, &r);
 }
