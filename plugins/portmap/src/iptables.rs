@@ -165,12 +165,7 @@ fn fast_add_script(config: &Config, plan: &Plan) -> Script {
             .check("POSTROUTING", &masq_jump());
     }
     script.new_chain(&plan.chain);
-    for rule in &plan.rules {
-        script.append(&plan.chain, rule);
-    }
-    for rule in &plan.entries {
-        script.append(DNAT_CHAIN, rule);
-    }
+    append_container_rules(&mut script, plan);
     script
 }
 
@@ -201,13 +196,18 @@ fn full_add_script(config: &Config, plan: &Plan, snapshot: &Snapshot) -> Script 
     } else {
         script.new_chain(&plan.chain);
     }
+    append_container_rules(&mut script, plan);
+    script
+}
+
+/// The container's own rules: its chain's rules, and its entries in `CNI-HOSTPORT-DNAT`.
+fn append_container_rules(script: &mut Script, plan: &Plan) {
     for rule in &plan.rules {
         script.append(&plan.chain, rule);
     }
     for rule in &plan.entries {
         script.append(DNAT_CHAIN, rule);
     }
-    script
 }
 
 fn ensure_chain_with(script: &mut Script, snapshot: &Snapshot, chain: &str, rule: &Rule) {
