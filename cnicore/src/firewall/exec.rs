@@ -47,6 +47,15 @@ impl Failure {
         format!("{} failed: {text}", self.command)
     }
 
+    /// A CNI error naming what was being done: "not available" (50) when the binary is missing.
+    pub fn to_error(&self, what: &str) -> crate::spec::Error {
+        let msg = format!("{what}: {}", self.describe());
+        match self.missing {
+            true => crate::spec::Error::new(crate::spec::codes::NOT_AVAILABLE, msg),
+            false => crate::spec::Error::internal(msg),
+        }
+    }
+
     /// True when the error says the object named does not exist (nft's ENOENT text, iptables' "does not exist").
     pub fn is_not_found(&self) -> bool {
         self.missing

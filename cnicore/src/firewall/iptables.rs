@@ -393,14 +393,6 @@ pub fn save(family: Family, table: &str) -> Result<Snapshot, Failure> {
     Ok(Snapshot::parse(&text, table))
 }
 
-/// A CNI error for a failed iptables call, naming what was being done.
-pub fn error(what: &str, failure: &Failure) -> Error {
-    if failure.missing {
-        return Error::new(crate::spec::codes::NOT_AVAILABLE, format!("{what}: {}", failure.describe()));
-    }
-    Error::internal(format!("{what}: {}", failure.describe()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

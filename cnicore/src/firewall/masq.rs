@@ -185,7 +185,7 @@ fn iptables_setup(family: Family, network: &str, container_id: &str, ips: &[IpNe
     }
     let mut last_failure = None;
     for _ in 0..ATTEMPTS {
-        let snapshot = iptables::save(family, "nat").map_err(|f| iptables::error("reading the nat table", &f))?;
+        let snapshot = iptables::save(family, "nat").map_err(|f| f.to_error("reading the nat table"))?;
         let mut script = Script::new("nat");
         if !snapshot.has_chain(&chain) {
             script.new_chain(&chain);
@@ -211,7 +211,7 @@ fn iptables_setup(family: Family, network: &str, container_id: &str, ips: &[IpNe
         }
     }
     let failure = last_failure.expect("at least one attempt");
-    Err(iptables::error(&format!("setting up ipMasq for {}", container_id), &failure))
+    Err(failure.to_error(&format!("setting up ipMasq for {}", container_id)))
 }
 
 /// Deletes every jump to `chain` and the chain itself, as far as they exist in `snapshot`.
@@ -232,7 +232,7 @@ fn iptables_cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Sc
         let snapshot = match iptables::save(family, "nat") {
             Ok(snapshot) => snapshot,
             Err(failure) if family == Family::V6 && !failure.missing => return Ok(()),
-            Err(failure) => return Err(iptables::error("reading the nat table", &failure)),
+            Err(failure) => return Err(failure.to_error("reading the nat table")),
         };
         let mut script = Script::new("nat");
         plan(&snapshot, &mut script);
@@ -242,7 +242,7 @@ fn iptables_cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Sc
         }
     }
     let failure = last_failure.expect("at least one attempt");
-    Err(iptables::error(what, &failure))
+    Err(failure.to_error(what))
 }
 
 fn iptables_teardown(family: Family, network: &str, container_id: &str) -> Result<()> {
@@ -338,7 +338,7 @@ fn nft_setup(network: &str, container_id: &str, ips: &[IpNet]) -> Result<()> {
     for line in elements.render().lines() {
         script.push(line);
     }
-    script.apply().map_err(|f| nftables::error(&format!("setting up ipMasq for {container_id}"), &f))
+    script.apply().map_err(|f| f.to_error(&format!("setting up ipMasq for {container_id}")))
 }
 
 /// With the IPs: one transaction deleting exactly the attachment's elements ("add" first makes it succeed

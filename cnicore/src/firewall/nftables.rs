@@ -111,7 +111,7 @@ pub struct Element {
 /// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
 /// does not exist. Elements whose key cannot be rendered back safely are skipped.
 pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
-    let Some(listing) = list(&["table", "inet", table]).map_err(|f| error(&format!("listing table inet {table}"), &f))? else {
+    let Some(listing) = list(&["table", "inet", table]).map_err(|f| f.to_error(&format!("listing table inet {table}")))? else {
         return Ok(None);
     };
     let mut out = Vec::new();
@@ -195,7 +195,7 @@ pub fn delete_tagged(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
         }
     }
     let failure = last.expect("at least one attempt");
-    Err(error(&format!("deleting elements from table inet {table}"), &failure))
+    Err(failure.to_error(&format!("deleting elements from table inet {table}")))
 }
 
 /// Deletes the elements tagged ([`super::nft_tag`]) for attachments of `network` whose container is not in
@@ -204,14 +204,6 @@ pub fn gc_tagged(table: &str, kind: &str, network: &str, valid: &BTreeSet<&str>)
     let prefix = super::nft_tag_prefix(kind, network);
     let keep: BTreeSet<String> = valid.iter().map(|id| super::nft_tag(kind, network, id)).collect();
     delete_tagged(table, |tag| tag.starts_with(&prefix) && !keep.contains(tag))
-}
-
-/// A CNI error for a failed nft call, naming what was being done.
-pub fn error(what: &str, failure: &Failure) -> Error {
-    if failure.missing {
-        return Error::new(crate::spec::codes::NOT_AVAILABLE, format!("{what}: {}", failure.describe()));
-    }
-    Error::internal(format!("{what}: {}", failure.describe()))
 }
 
 #[cfg(test)]

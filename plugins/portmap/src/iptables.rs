@@ -143,14 +143,14 @@ pub fn add(config: &Config, container: &IpNet) -> Result<()> {
     }
     let mut last = None;
     for _ in 0..ATTEMPTS {
-        let snapshot = iptables::save(family, TABLE).map_err(|f| iptables::error("reading the nat table", &f))?;
+        let snapshot = iptables::save(family, TABLE).map_err(|f| f.to_error("reading the nat table"))?;
         match full_add_script(config, &plan, &snapshot).apply(family) {
             Ok(()) => return Ok(()),
             Err(failure) => last = Some(failure),
         }
     }
     let failure = last.expect("at least one attempt");
-    Err(iptables::error(&format!("setting up port mappings for {}", container.addr()), &failure))
+    Err(failure.to_error(&format!("setting up port mappings for {}", container.addr())))
 }
 
 /// Checks the shared rules and creates the container chain without reading anything; fails when the state
@@ -310,7 +310,7 @@ fn cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Script)) ->
         let snapshot = match iptables::save(family, TABLE) {
             Ok(snapshot) => snapshot,
             Err(failure) if family == Family::V6 && !failure.missing => return Ok(()),
-            Err(failure) => return Err(iptables::error("reading the nat table", &failure)),
+            Err(failure) => return Err(failure.to_error("reading the nat table")),
         };
         let mut script = Script::new(TABLE);
         plan(&snapshot, &mut script);
@@ -320,7 +320,7 @@ fn cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Script)) ->
         }
     }
     let failure = last.expect("at least one attempt");
-    Err(iptables::error(what, &failure))
+    Err(failure.to_error(what))
 }
 
 #[cfg(test)]

@@ -269,7 +269,7 @@ pub fn add(config: &Config, containers: &[IpNet]) -> Result<()> {
     for line in script.render().lines() {
         retry.push(line);
     }
-    retry.apply().map_err(|f| nftables::error(&format!("setting up port mappings of {}", config.container_id), &f))
+    retry.apply().map_err(|f| f.to_error(&format!("setting up port mappings of {}", config.container_id)))
 }
 
 /// DEL. With the mappings and addresses known: one transaction deleting exactly the container's elements —
