@@ -375,6 +375,56 @@ fn restore_binary(family: Family) -> &'static str {
     }
 }
 
+/// How often a transaction computed from a read of the table is tried: a concurrent change between the read
+/// and the write (another ADD creating the same shared chain) makes it fail, and it is then computed again.
+const ATTEMPTS: usize = 3;
+
+/// Reads `table`, lets `plan` write the transaction from what is there, and applies it; again when a concurrent
+/// change made it fail. `what` names the work in the error.
+pub fn update(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {
+    read_and_apply(family, table, what, false, plan)
+}
+
+/// [`update`] for removals: a family whose table cannot be read at all (IPv6 without kernel support) has
+/// nothing to remove.
+pub fn cleanup(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {
+    read_and_apply(family, table, what, true, plan)
+}
+
+fn read_and_apply(
+    family: Family,
+    table: &str,
+    what: &str,
+    unreadable_is_empty: bool,
+    plan: impl Fn(&Snapshot, &mut Script),
+) -> Result<()> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let snapshot = match save(family, table) {
+            Ok(snapshot) => snapshot,
+            Err(failure) if unreadable_is_empty && family == Family::V6 && !failure.missing => return Ok(()),
+            Err(failure) => return Err(failure.to_error(&format!("reading the {table} table"))),
+        };
+        let mut script = Script::new(table);
+        plan(&snapshot, &mut script);
+        match script.apply(family) {
+            Ok(()) => return Ok(()),
+            Err(failure) => last = Some(failure),
+        }
+    }
+    Err(last.map_or_else(|| Error::internal(what.to_string()), |failure| failure.to_error(what)))
+}
+
+/// Deletes every jump to `chain` and the chain itself, as far as they exist in `snapshot`.
+pub fn remove_chain(script: &mut Script, snapshot: &Snapshot, chain: &str) {
+    for (from, spec) in snapshot.jumps_to(chain) {
+        script.delete_saved(from, spec);
+    }
+    if snapshot.has_chain(chain) {
+        script.flush_chain(chain).delete_chain(chain);
+    }
+}
+
 fn save_binary(family: Family) -> &'static str {
     match family {
         Family::V4 => "iptables-save",

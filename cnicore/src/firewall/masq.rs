@@ -56,7 +56,7 @@ use std::collections::BTreeSet;
 
 use ipnet::IpNet;
 
-use super::iptables::{self, Rule, Script, Snapshot};
+use super::iptables::{self, Rule, Script};
 use super::nftables;
 use super::{chain_name, families_of, nft_tag, owner_comment, parse_owner_comment};
 use super::{validate_owner, Backend, Family};
@@ -66,8 +66,6 @@ use crate::spec::{Error, Result};
 pub const NFT_TABLE: &str = "cni_ipmasq";
 /// Elements are tagged (commented) `masq-<net hash>-<attachment hash>`.
 const NFT_TAG_KIND: &str = "masq";
-/// Concurrent changes (another ADD creating the same chain) make a transaction fail; it is then recomputed.
-const ATTEMPTS: usize = 3;
 
 fn multicast(family: Family) -> IpNet {
     match family {
@@ -183,10 +181,7 @@ fn iptables_setup(family: Family, network: &str, container_id: &str, ips: &[IpNe
     if fast.apply(family).is_ok() {
         return Ok(());
     }
-    let mut last_failure = None;
-    for _ in 0..ATTEMPTS {
-        let snapshot = iptables::save(family, "nat").map_err(|f| f.to_error("reading the nat table"))?;
-        let mut script = Script::new("nat");
+    iptables::update(family, "nat", &format!("setting up ipMasq for {container_id}"), |snapshot, script| {
         if !snapshot.has_chain(&chain) {
             script.new_chain(&chain);
         }
@@ -205,55 +200,18 @@ fn iptables_setup(family: Family, network: &str, container_id: &str, ips: &[IpNe
                 script.append("POSTROUTING", jump);
             }
         }
-        match script.apply(family) {
-            Ok(()) => return Ok(()),
-            Err(failure) => last_failure = Some(failure),
-        }
-    }
-    let failure = last_failure.expect("at least one attempt");
-    Err(failure.to_error(&format!("setting up ipMasq for {}", container_id)))
-}
-
-/// Deletes every jump to `chain` and the chain itself, as far as they exist in `snapshot`.
-fn remove_chain(script: &mut Script, snapshot: &Snapshot, chain: &str) {
-    for (from, spec) in snapshot.jumps_to(chain) {
-        script.delete_saved(from, spec);
-    }
-    if snapshot.has_chain(chain) {
-        script.flush_chain(chain).delete_chain(chain);
-    }
-}
-
-/// Reads the nat table, deletes what `plan` says, and retries when a concurrent change made it fail. A family
-/// whose tables cannot be read (no kernel support) has nothing to clean up.
-fn iptables_cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {
-    let mut last_failure = None;
-    for _ in 0..ATTEMPTS {
-        let snapshot = match iptables::save(family, "nat") {
-            Ok(snapshot) => snapshot,
-            Err(failure) if family == Family::V6 && !failure.missing => return Ok(()),
-            Err(failure) => return Err(failure.to_error("reading the nat table")),
-        };
-        let mut script = Script::new("nat");
-        plan(&snapshot, &mut script);
-        match script.apply(family) {
-            Ok(()) => return Ok(()),
-            Err(failure) => last_failure = Some(failure),
-        }
-    }
-    let failure = last_failure.expect("at least one attempt");
-    Err(failure.to_error(what))
+    })
 }
 
 fn iptables_teardown(family: Family, network: &str, container_id: &str) -> Result<()> {
     let chain = chain_name(network, container_id, "");
-    iptables_cleanup(family, &format!("removing ipMasq rules of {container_id}"), |snapshot, script| {
-        remove_chain(script, snapshot, &chain)
+    iptables::cleanup(family, "nat", &format!("removing ipMasq rules of {container_id}"), |snapshot, script| {
+        iptables::remove_chain(script, snapshot, &chain)
     })
 }
 
 fn iptables_gc(family: Family, network: &str, valid: &BTreeSet<&str>) -> Result<()> {
-    iptables_cleanup(family, "ipMasq garbage collection", |snapshot, script| {
+    iptables::cleanup(family, "nat", "ipMasq garbage collection", |snapshot, script| {
         let mut stale = BTreeSet::new();
         for spec in snapshot.rules("POSTROUTING") {
             let Some(comment) = iptables::saved_comment(spec) else { continue };
@@ -264,7 +222,7 @@ fn iptables_gc(family: Family, network: &str, valid: &BTreeSet<&str>) -> Result<
             }
         }
         for chain in stale {
-            remove_chain(script, snapshot, &chain);
+            iptables::remove_chain(script, snapshot, &chain);
         }
     })
 }

@@ -35,7 +35,6 @@ pub const MASQ_CHAIN: &str = "CNI-HOSTPORT-MASQ";
 const TABLE: &str = "nat";
 /// multiport accepts at most 15 ports per rule.
 const MULTIPORT_MAX: usize = 15;
-const ATTEMPTS: usize = 3;
 
 /// The container's chain (`utils.MustFormatChainNameWithPrefix(name, id, "DN-")`).
 pub fn dnat_chain(network: &str, container_id: &str) -> String {
@@ -141,16 +140,8 @@ pub fn add(config: &Config, container: &IpNet) -> Result<()> {
     if fast_add_script(config, &plan).apply(family).is_ok() {
         return Ok(());
     }
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
-        let snapshot = iptables::save(family, TABLE).map_err(|f| f.to_error("reading the nat table"))?;
-        match full_add_script(config, &plan, &snapshot).apply(family) {
-            Ok(()) => return Ok(()),
-            Err(failure) => last = Some(failure),
-        }
-    }
-    let failure = last.expect("at least one attempt");
-    Err(failure.to_error(&format!("setting up port mappings for {}", container.addr())))
+    let what = format!("setting up port mappings for {}", container.addr());
+    iptables::update(family, TABLE, &what, |snapshot, script| full_add_script(script, config, &plan, snapshot))
 }
 
 /// Checks the shared rules and creates the container chain without reading anything; fails when the state
@@ -170,11 +161,10 @@ fn fast_add_script(config: &Config, plan: &Plan) -> Script {
 }
 
 /// Creates whatever is missing according to `snapshot` and replaces the container's chain and entries.
-fn full_add_script(config: &Config, plan: &Plan, snapshot: &Snapshot) -> Script {
-    let mut script = Script::new(TABLE);
+fn full_add_script(script: &mut Script, config: &Config, plan: &Plan, snapshot: &Snapshot) {
     if plan.own_masq {
-        ensure_chain_with(&mut script, snapshot, SETMARK_CHAIN, &setmark_rule(config.mark()));
-        ensure_chain_with(&mut script, snapshot, MASQ_CHAIN, &masq_rule(config.mark()));
+        ensure_chain_with(script, snapshot, SETMARK_CHAIN, &setmark_rule(config.mark()));
+        ensure_chain_with(script, snapshot, MASQ_CHAIN, &masq_rule(config.mark()));
         if !snapshot.has_rule("POSTROUTING", &masq_jump()) {
             // First in POSTROUTING, else the bridge's and ptp's masquerade rules would take the packets.
             script.insert("POSTROUTING", 1, &masq_jump());
@@ -196,8 +186,7 @@ fn full_add_script(config: &Config, plan: &Plan, snapshot: &Snapshot) -> Script 
     } else {
         script.new_chain(&plan.chain);
     }
-    append_container_rules(&mut script, plan);
-    script
+    append_container_rules(script, plan);
 }
 
 /// The container's own rules: its chain's rules, and its entries in `CNI-HOSTPORT-DNAT`.
@@ -264,9 +253,9 @@ pub fn del(config: &Config, family: Family, container: Option<&IpNet>) -> Result
         }
     }
     let chains = [dnat_chain(&config.network, &config.container_id), old_snat_chain(&config.network, &config.container_id)];
-    cleanup(family, &format!("removing port mappings of {}", config.container_id), |snapshot, script| {
+    iptables::cleanup(family, TABLE, &format!("removing port mappings of {}", config.container_id), |snapshot, script| {
         for chain in &chains {
-            remove_chain(script, snapshot, chain);
+            iptables::remove_chain(script, snapshot, chain);
         }
     })
 }
@@ -276,7 +265,7 @@ pub fn gc(network: &str, valid: &std::collections::BTreeSet<&str>, family: Famil
     if !iptables::available(family) {
         return Ok(());
     }
-    cleanup(family, "port mapping garbage collection", |snapshot, script| {
+    iptables::cleanup(family, TABLE, "port mapping garbage collection", |snapshot, script| {
         let mut stale = std::collections::BTreeSet::new();
         for spec in snapshot.rules(DNAT_CHAIN) {
             let Some(comment) = iptables::saved_comment(spec) else { continue };
@@ -287,40 +276,9 @@ pub fn gc(network: &str, valid: &std::collections::BTreeSet<&str>, family: Famil
             }
         }
         for chain in stale {
-            remove_chain(script, snapshot, &chain);
+            iptables::remove_chain(script, snapshot, &chain);
         }
     })
-}
-
-/// Deletes every jump to `chain` and the chain, as far as they exist in `snapshot`.
-fn remove_chain(script: &mut Script, snapshot: &Snapshot, chain: &str) {
-    for (from, spec) in snapshot.jumps_to(chain) {
-        script.delete_saved(from, spec);
-    }
-    if snapshot.has_chain(chain) {
-        script.flush_chain(chain).delete_chain(chain);
-    }
-}
-
-/// Reads the nat table and applies what `plan` computes from it, again when a concurrent change made it
-/// fail. A family whose table cannot be read (e.g. no IPv6 support) has nothing to clean up.
-fn cleanup(family: Family, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
-        let snapshot = match iptables::save(family, TABLE) {
-            Ok(snapshot) => snapshot,
-            Err(failure) if family == Family::V6 && !failure.missing => return Ok(()),
-            Err(failure) => return Err(failure.to_error("reading the nat table")),
-        };
-        let mut script = Script::new(TABLE);
-        plan(&snapshot, &mut script);
-        match script.apply(family) {
-            Ok(()) => return Ok(()),
-            Err(failure) => last = Some(failure),
-        }
-    }
-    let failure = last.expect("at least one attempt");
-    Err(failure.to_error(what))
 }
 
 #[cfg(test)]
