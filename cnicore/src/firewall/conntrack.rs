@@ -6,19 +6,16 @@
 
 use std::io;
 
-use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
+use netlink_packet_core::NLM_F_DUMP;
+use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
 use super::Family;
+use crate::netlink::wire::{self, Request};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_GET: u16 = 1;
 const IPCTNL_MSG_CT_DELETE: u16 = 2;
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
 const CTA_TUPLE_ORIG: u16 = 1;
@@ -51,14 +48,20 @@ pub fn delete_by_dst_port(family: Family, protocol: u8, ports: &[u16]) -> io::Re
         Family::V4 => libc::AF_INET as u8,
         Family::V6 => libc::AF_INET6 as u8,
     };
-    let victims = dump_matching(&socket, nfgen_family, protocol, ports)?;
+    // The table is dumped once, keeping the identity (original tuple and zone) of each matching entry.
+    let mut victims = Vec::new();
+    let mut dump = request(IPCTNL_MSG_CT_GET, nfgen_family, &[]);
+    wire::exchange(&socket, &mut dump, NLM_F_DUMP, 1, |_, payload| {
+        // The payload starts with the 4-byte nfgenmsg.
+        if let Some(identity) = matching_entry(payload.get(4..).unwrap_or_default(), protocol, ports) {
+            victims.push(identity);
+        }
+    })?;
     let mut deleted = 0;
-    for (index, attributes) in victims.iter().enumerate() {
-        let sequence = 1000 + index as u32;
-        let message = message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, sequence, nfgen_family, attributes);
-        socket.send_to(&message, &SocketAddr::new(0, 0), 0)?;
-        match wait_ack(&socket, sequence) {
-            Ok(()) => deleted += 1,
+    for (index, identity) in victims.iter().enumerate() {
+        let mut delete = request(IPCTNL_MSG_CT_DELETE, nfgen_family, identity);
+        match wire::exchange(&socket, &mut delete, 0, 1000 + index as u32, |_, _| {}) {
+            Ok(_) => deleted += 1,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
         }
@@ -66,53 +69,11 @@ pub fn delete_by_dst_port(family: Family, protocol: u8, ports: &[u16]) -> io::Re
     Ok(deleted)
 }
 
-/// A ctnetlink message: nlmsghdr, nfgenmsg, attributes.
-fn message(kind: u16, flags: u16, sequence: u32, family: u8, attributes: &[u8]) -> Vec<u8> {
-    let length = 16 + 4 + attributes.len();
-    let mut buf = Vec::with_capacity(length);
-    buf.extend_from_slice(&(length as u32).to_ne_bytes());
-    buf.extend_from_slice(&((NFNL_SUBSYS_CTNETLINK << 8) | kind).to_ne_bytes());
-    buf.extend_from_slice(&flags.to_ne_bytes());
-    buf.extend_from_slice(&sequence.to_ne_bytes());
-    buf.extend_from_slice(&0u32.to_ne_bytes());
-    // nfgenmsg: family, version (NFNETLINK_V0), resource id (big endian).
-    buf.extend_from_slice(&[family, 0, 0, 0]);
-    buf.extend_from_slice(attributes);
-    buf
-}
-
-/// Dumps the table and returns, for each matching entry, the attributes identifying it (the original tuple
-/// and the zone, copied as received).
-fn dump_matching(socket: &Socket, family: u8, protocol: u8, ports: &[u16]) -> io::Result<Vec<Vec<u8>>> {
-    let sequence = 1;
-    let request = message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, sequence, family, &[]);
-    socket.send_to(&request, &SocketAddr::new(0, 0), 0)?;
-    let mut found = Vec::new();
-    loop {
-        let (datagram, _) = socket.recv_from_full()?;
-        for (kind, seq, payload) in messages(&datagram)? {
-            if seq != sequence {
-                continue;
-            }
-            match kind {
-                NLMSG_DONE => return Ok(found),
-                NLMSG_ERROR => {
-                    let code = payload.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
-                    if code == 0 {
-                        return Ok(found);
-                    }
-                    return Err(io::Error::from_raw_os_error(-code));
-                }
-                _ => {
-                    // Skip nfgenmsg.
-                    let attributes = payload.get(4..).unwrap_or_default();
-                    if let Some(identity) = matching_entry(attributes, protocol, ports) {
-                        found.push(identity);
-                    }
-                }
-            }
-        }
-    }
+/// A ctnetlink request: nfgenmsg (family, version NFNETLINK_V0, resource id 0), then `attributes`.
+fn request(kind: u16, family: u8, attributes: &[u8]) -> Request {
+    let mut request = Request::new((NFNL_SUBSYS_CTNETLINK << 8) | kind, &[family, 0, 0, 0]);
+    request.bytes(attributes);
+    request
 }
 
 /// The identifying attributes of an entry if its original tuple matches.
@@ -156,7 +117,8 @@ fn padded(raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The attributes in `buf` as (type without flags, whole attribute, value).
+/// The attributes in `buf` as (type without flags, whole attribute, value). Unlike `wire::attributes`, each
+/// comes with its raw bytes, flags included: the identity of an entry is sent back to the kernel as received.
 fn attributes_of(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
     let mut offset = 0;
     std::iter::from_fn(move || {
@@ -170,37 +132,6 @@ fn attributes_of(buf: &[u8]) -> impl Iterator<Item = (u16, &[u8], &[u8])> {
         offset += (length + 3) & !3;
         Some((kind, raw, &raw[4..]))
     })
-}
-
-/// The netlink messages of a datagram as (type, sequence, payload).
-fn messages(datagram: &[u8]) -> io::Result<Vec<(u16, u32, &[u8])>> {
-    let mut out = Vec::new();
-    let mut offset = 0;
-    while offset + 16 <= datagram.len() {
-        let header = &datagram[offset..offset + 16];
-        let length = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        if length < 16 || offset + length > datagram.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "truncated netlink message"));
-        }
-        let kind = u16::from_ne_bytes([header[4], header[5]]);
-        let sequence = u32::from_ne_bytes([header[8], header[9], header[10], header[11]]);
-        out.push((kind, sequence, &datagram[offset + 16..offset + length]));
-        offset += (length + 3) & !3;
-    }
-    Ok(out)
-}
-
-fn wait_ack(socket: &Socket, sequence: u32) -> io::Result<()> {
-    loop {
-        let (datagram, _) = socket.recv_from_full()?;
-        for (kind, seq, payload) in messages(&datagram)? {
-            if seq != sequence || kind != NLMSG_ERROR {
-                continue;
-            }
-            let code = payload.get(..4).map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
-            return if code == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(-code)) };
-        }
-    }
 }
 
 #[cfg(test)]

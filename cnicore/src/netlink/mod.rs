@@ -17,11 +17,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use netlink_packet_core::{
-    NetlinkDeserializable, NetlinkHeader, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST,
-};
-use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use netlink_packet_core::{NetlinkDeserializable, NetlinkHeader, NLM_F_DUMP};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket};
 
 use crate::netns::NetNs;
 
@@ -31,7 +28,6 @@ pub use link::{BridgePort, InfoBridge, Link};
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
 pub use wire::{Reply, Request};
-use wire::Received;
 
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
 const DUMP_ATTEMPTS: usize = 5;
@@ -214,36 +210,11 @@ impl Netlink {
     /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
     fn request_once(&mut self, request: &mut Request, flags: u16) -> io::Result<(Vec<Reply>, bool)> {
         self.sequence = self.sequence.wrapping_add(1);
-        let sequence = self.sequence;
-        let kernel = SocketAddr::new(0, 0);
-        let packet = request.finish(NLM_F_REQUEST | NLM_F_ACK | flags, sequence);
-        self.socket.send_to(packet, &kernel, 0)?;
-
         let mut replies = Vec::new();
-        let mut interrupted = false;
-        loop {
-            let (datagram, _) = self.socket.recv_from_full()?;
-            for message in wire::split_datagram(&datagram)? {
-                // Answers to earlier requests (e.g. after an error mid-dump) and events are not ours.
-                if message.sequence != sequence {
-                    continue;
-                }
-                if message.flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                match message.received {
-                    Received::Message { message_type, payload } => replies.push(Reply {
-                        message_type,
-                        data: payload.to_vec(),
-                    }),
-                    // Dumps end with NLMSG_DONE, everything else with the ACK (also after a single
-                    // answer such as RTM_GETLINK by name).
-                    Received::End => return Ok((replies, interrupted)),
-                    Received::Failed(e) => return Err(e),
-                    Received::Nothing => {}
-                }
-            }
-        }
+        let interrupted = wire::exchange(&self.socket, request, flags, self.sequence, |message_type, payload| {
+            replies.push(Reply { message_type, data: payload.to_vec() })
+        })?;
+        Ok((replies, interrupted))
     }
 }
 

@@ -8,7 +8,8 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use netlink_packet_core::Emitable;
+use netlink_packet_core::{Emitable, NLM_F_ACK, NLM_F_DUMP_INTR, NLM_F_REQUEST};
+use netlink_sys::{Socket, SocketAddr};
 
 /// Size of `struct nlmsghdr`.
 pub(crate) const NLMSG_HDRLEN: usize = 16;
@@ -204,6 +205,39 @@ pub(crate) fn split_datagram(datagram: &[u8]) -> io::Result<Vec<Incoming<'_>>> {
         rest = &rest[align(length).min(rest.len())..];
     }
     Ok(messages)
+}
+
+/// Sends `request` on `socket` with `NLM_F_REQUEST | NLM_F_ACK | flags` and hands every message of the answer
+/// (type, payload) to `on_message`, until the ACK or the end of the dump. A negative answer becomes the
+/// kernel's errno. Returns true when the kernel marked the dump as interrupted (`NLM_F_DUMP_INTR`). Messages
+/// with another sequence number (answers to earlier requests, events) are skipped.
+pub(crate) fn exchange(
+    socket: &Socket,
+    request: &mut Request,
+    flags: u16,
+    sequence: u32,
+    mut on_message: impl FnMut(u16, &[u8]),
+) -> io::Result<bool> {
+    socket.send_to(request.finish(NLM_F_REQUEST | NLM_F_ACK | flags, sequence), &SocketAddr::new(0, 0), 0)?;
+    let mut interrupted = false;
+    loop {
+        let (datagram, _) = socket.recv_from_full()?;
+        for message in split_datagram(&datagram)? {
+            if message.sequence != sequence {
+                continue;
+            }
+            if message.flags & NLM_F_DUMP_INTR != 0 {
+                interrupted = true;
+            }
+            match message.received {
+                Received::Message { message_type, payload } => on_message(message_type, payload),
+                // Dumps end with NLMSG_DONE, everything else with the ACK (also after a single answer).
+                Received::End => return Ok(interrupted),
+                Received::Failed(e) => return Err(e),
+                Received::Nothing => {}
+            }
+        }
+    }
 }
 
 /// The attributes in `data` as (type without flag bits, payload); stops at the first malformed one.
