@@ -148,13 +148,7 @@ pub fn add(config: &Config, container: &IpNet) -> Result<()> {
 /// is not the usual one.
 fn fast_add_script(config: &Config, plan: &Plan) -> Script {
     let mut script = Script::new(TABLE);
-    script.check("PREROUTING", &toplevel_jump()).check("OUTPUT", &toplevel_jump());
-    if plan.own_masq {
-        script
-            .check(SETMARK_CHAIN, &setmark_rule(config.mark()))
-            .check(MASQ_CHAIN, &masq_rule(config.mark()))
-            .check("POSTROUTING", &masq_jump());
-    }
+    check_shared_rules(&mut script, config, plan);
     script.new_chain(&plan.chain);
     append_container_rules(&mut script, plan);
     script
@@ -189,6 +183,18 @@ fn full_add_script(script: &mut Script, config: &Config, plan: &Plan, snapshot: 
     append_container_rules(script, plan);
 }
 
+/// Checks (`-C`) the rules every container shares: the jumps into `CNI-HOSTPORT-DNAT` and, when this
+/// plugin does the masquerading, the mark and masquerade chains.
+fn check_shared_rules(script: &mut Script, config: &Config, plan: &Plan) {
+    script.check("PREROUTING", &toplevel_jump()).check("OUTPUT", &toplevel_jump());
+    if plan.own_masq {
+        script
+            .check(SETMARK_CHAIN, &setmark_rule(config.mark()))
+            .check(MASQ_CHAIN, &masq_rule(config.mark()))
+            .check("POSTROUTING", &masq_jump());
+    }
+}
+
 /// The container's own rules: its chain's rules, and its entries in `CNI-HOSTPORT-DNAT`.
 fn append_container_rules(script: &mut Script, plan: &Plan) {
     for rule in &plan.rules {
@@ -213,13 +219,7 @@ pub fn check(config: &Config, container: &IpNet) -> Result<()> {
     let family = Family::of_net(container);
     let plan = Plan::new(config, container)?;
     let mut script = Script::new(TABLE);
-    script.check("PREROUTING", &toplevel_jump()).check("OUTPUT", &toplevel_jump());
-    if plan.own_masq {
-        script
-            .check(SETMARK_CHAIN, &setmark_rule(config.mark()))
-            .check(MASQ_CHAIN, &masq_rule(config.mark()))
-            .check("POSTROUTING", &masq_jump());
-    }
+    check_shared_rules(&mut script, config, &plan);
     for rule in &plan.rules {
         script.check(&plan.chain, rule);
     }
