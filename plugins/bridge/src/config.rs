@@ -1,6 +1,6 @@
 //! The bridge's network config: parsed and fully validated before anything on the node is touched.
 
-use cnicore::spec::{codes, validate_ifname, Context, Dns, Error, Result};
+use cnicore::spec::{validate_ifname, Context, Dns, Error, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -248,39 +248,12 @@ fn requested_mac(ctx: &Context) -> Result<Option<[u8; 6]>> {
     chosen.map(|m| parse_mac(&m)).transpose()
 }
 
-/// A unicast Ethernet address, `aa:bb:cc:dd:ee:ff` or `aa-bb-cc-dd-ee-ff`.
-pub fn parse_mac(text: &str) -> Result<[u8; 6]> {
-    let bad = |why: &str| {
-        Error::new(
-            codes::INVALID_CONFIG,
-            format!("invalid MAC address {:?}: {why}", cnicore::spec::truncate_for_msg(text)),
-        )
-    };
-    let parts: Vec<&str> = text.split([':', '-']).collect();
-    if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
-        return Err(bad("expected six hexadecimal octets such as 0a:58:0a:f4:00:05"));
-    }
-    let mut mac = [0u8; 6];
-    for (octet, part) in mac.iter_mut().zip(&parts) {
-        *octet = u8::from_str_radix(part, 16).map_err(|_| bad("not hexadecimal"))?;
-    }
-    if mac[0] & 1 == 1 {
-        return Err(bad("a multicast address cannot be an interface address"));
-    }
-    if mac == [0; 6] {
-        return Err(bad("the all-zero address cannot be an interface address"));
-    }
-    Ok(mac)
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
+pub use cnicore::mac::{format as format_mac, parse as parse_mac};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::Command;
+    use cnicore::spec::{codes, Command};
 
     fn ctx(conf: Value) -> Context {
         ctx_args(conf, "")
