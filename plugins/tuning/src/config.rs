@@ -274,7 +274,7 @@ fn refuse_duplicate_sysctl_keys(stdin: &[u8]) -> Result<()> {
     match de::Deserializer::deserialize_map(&mut deserializer, Config) {
         Ok(None) => Ok(()),
         Ok(Some(key)) => Err(Error::config(format!("duplicated sysctl keys are not allowed: {:?}", truncate_for_msg(&key)))),
-        Err(e) => Err(Error::config(format!("invalid network config: {e}"))),
+        Err(e) => Err(cnicore::spec::json_error_in("invalid network config", &e, stdin)),
     }
 }
 
