@@ -22,7 +22,8 @@
 //!
 //! - [`plan`] is the decision, per family: traffic from the sources to their own subnets, to the exceptions
 //!   of the family (entries of the other family are not used) and to multicast keeps its source; everything
-//!   else is masqueraded. [`Plan::iptables_chain_rules`] renders it in the reference's chain layout.
+//!   else is masqueraded. [`Plan::iptables_chain_rules`] renders it in the reference's chain layout,
+//!   [`Plan::nft_masquerade_rule`] as one nftables rule for whole subnets.
 //! - `setup` is idempotent (a repeated ADD leaves one copy of every rule, and a changed exception list
 //!   replaces the old one). iptables: one `iptables-restore` per family for a new pod (`-N` of its chain fails
 //!   when it exists, and then the nat table is read with one `iptables-save -t nat` and a complete
@@ -162,6 +163,20 @@ impl Plan {
         }
         rules.push(Rule::new().destination(self.multicast(), true)?.comment(comment).jump("MASQUERADE"));
         Ok(rules)
+    }
+
+    /// The whole decision as one nftables rule for a postrouting nat chain of an `inet` table, e.g.
+    /// `meta nfproto ipv4 ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.1.0/24, 10.244.0.0/16, 224.0.0.0/4 }
+    /// masquerade` (for a node agent masquerading whole pod subnets; the bridge keeps per-pod elements).
+    pub fn nft_masquerade_rule(&self) -> String {
+        let list = |nets: &mut dyn Iterator<Item = &IpNet>| nets.map(iptables::render_net).collect::<Vec<_>>().join(", ");
+        let kept: Vec<IpNet> = self.own_subnets.iter().chain(&self.exceptions).copied().chain([self.multicast()]).collect();
+        let (proto, kw) = (self.family.nfproto(), self.family.nft_keyword());
+        format!(
+            "meta nfproto {proto} {kw} saddr {{ {} }} {kw} daddr != {{ {} }} masquerade",
+            list(&mut self.sources.iter()),
+            list(&mut kept.iter())
+        )
     }
 }
 
@@ -601,7 +616,12 @@ mod tests {
         assert!(plans[1].masquerades("2001:db8::1".parse().unwrap()));
         assert!(!plans[1].masquerades("fd00:10:244:2::7".parse().unwrap()));
         // A node agent's view: a whole pod subnet as the source gives the same decision.
-        assert_eq!(plan(&nets(&["10.244.1.0/24"]), &exceptions)[0].exceptions, v4.exceptions);
+        let node = plan(&nets(&["10.244.1.0/24"]), &exceptions);
+        assert_eq!(node[0].exceptions, v4.exceptions);
+        assert_eq!(
+            node[0].nft_masquerade_rule(),
+            "meta nfproto ipv4 ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.1.0/24, 10.244.0.0/16, 10.96.0.0/12, 224.0.0.0/4 } masquerade"
+        );
     }
 
     #[test]
