@@ -701,9 +701,23 @@ fn node_moves_from_reference_plugins_to_ours_with_pods_running() {
         other => panic!("last_reserved_ip {other}"),
     };
     assert_eq!(new.v4(), expected_next, "ours does not continue after the reference's last reserved address");
+    // The reference ignores `nonMasqueradeCIDRs`: its pods masquerade everything leaving their subnet, and
+    // our CHECK says so. Without the field, our CHECK accepts everything the reference made.
+    for pod in &old {
+        let out = check(&lab, &tool, KUBENET, pod);
+        failed(&out, "our check of a reference pod with nonMasqueradeCIDRs");
+        let said = format!("{}{}", out.stdout_text, out.stderr);
+        assert!(said.contains("ipMasq") && said.contains("10.244.0.0/16"), "{said}");
+    }
+    let installed = lab.conf_dir.join("10-kubenet.conflist");
+    let shipped = fs::read(&installed).expect("read conf");
+    let mut conf: Value = serde_json::from_slice(&shipped).expect("json");
+    conf["plugins"][0].as_object_mut().expect("bridge").remove("nonMasqueradeCIDRs");
+    fs::write(&installed, serde_json::to_vec_pretty(&conf).expect("json")).expect("write conf");
     for pod in &old {
         ok(&check(&lab, &tool, KUBENET, pod), "our check of a reference pod");
     }
+    fs::write(&installed, shipped).expect("write conf");
     assert_shaping(&lab, &old[0]);
     assert_shaping(&lab, &new);
     assert_pods_work(&lab, &[&old[0], &old[1], &new]);
