@@ -7,7 +7,6 @@ use crate::store::{is_garbage, Store};
 use cnicore::failpoint;
 use cnicore::spec::{codes, CniResult, Context, Dns, Error, IpConfig, Result};
 use ipnet::IpNet;
-use serde_json::Value;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -121,7 +120,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
 }
 
 pub fn del(ctx: &Context) -> Result<()> {
-    let cfg = config::load(ctx)?;
+    let cfg = ctx.load_for_teardown(config::load)?;
     let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
     store.ensure_index()?;
     let (owner, ips) = store.leases_for_release(&ctx.env.container_id, &ctx.env.ifname)?;
@@ -168,9 +167,9 @@ pub fn check(ctx: &Context) -> Result<()> {
 pub fn gc(ctx: &Context) -> Result<()> {
     let cfg = config::load(ctx)?;
     // Without the list (as opposed to an empty list) only garbage is removed, never a lease with an owner.
-    let raw: Value = serde_json::from_slice(&ctx.stdin).map_err(|e| Error::decode(e.to_string()))?;
-    let has_list = raw.get("cni.dev/valid-attachments").or_else(|| raw.get("cni.dev/attachments")).is_some();
-    let valid: HashSet<(String, String)> = ctx.valid_attachments()?.into_iter().collect();
+    let attachments = ctx.gc_attachments()?;
+    let has_list = attachments.is_some();
+    let valid: HashSet<(String, String)> = attachments.unwrap_or_default().into_iter().collect();
     let valid_ids: HashSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
     let is_valid = |o: &Owner| match o {
         Owner::Attachment { id, ifname } => valid.contains(&(id.clone(), ifname.clone())),
