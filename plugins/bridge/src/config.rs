@@ -406,6 +406,9 @@ mod tests {
             .unwrap();
         let want: Vec<IpNet> = vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()];
         assert_eq!(c.non_masquerade, want);
+        // Go's key matching: any case.
+        let c = Config::load(&ctx(with("nonmasqueradecidrs", serde_json::json!(["10.244.0.0/16"])))).unwrap();
+        assert_eq!(c.non_masquerade, want[..1]);
         let e = err(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0"])));
         assert!(e.msg.contains("nonMasqueradeCIDRs") && e.msg.contains("10.244.0.0"), "{}", e.msg);
     }
