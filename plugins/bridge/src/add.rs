@@ -197,7 +197,7 @@ fn configure_layer3<'a>(
     let (node_side, masq_outcome) = std::thread::scope(|s| {
         let masq = conf.ip_masq.then(|| {
             s.spawn(|| {
-                let outcome = masq::setup(conf.masq_backend, &Masq { network: &conf.network, container_id, ips: &ips });
+                let outcome = masq::setup(conf.masq_backend, &conf.masq(container_id, &ips));
                 failpoint::hit("bridge/after-masq");
                 outcome
             })
@@ -211,9 +211,9 @@ fn configure_layer3<'a>(
         (node_side, masq.map(join))
     });
     if conf.ip_masq {
-        let network = conf.network.clone();
+        let (network, non_masquerade) = (conf.network.clone(), conf.non_masquerade.clone());
         undo.push("remove the masquerade rules", move || {
-            masq::teardown(&Masq { network: &network, container_id, ips: &ips })
+            masq::teardown(&Masq { network: &network, container_id, ips: &ips, non_masquerade: &non_masquerade })
         });
     }
     node_side?;

@@ -1,10 +1,13 @@
 //! CHECK: the attachment still looks as `prevResult` says: the bridge, the pod's veth and its host end on
-//! the bridge, the pod's addresses and routes.
+//! the bridge, the pod's addresses and routes, and with ipMasq the masquerade rules (exceptions included).
 
 use cnicore::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
 use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result};
 
+use ipnet::IpNet;
+
 use crate::config::{format_mac, Config};
+use crate::masq;
 use crate::nl_err;
 use crate::node::is_bridge;
 
@@ -65,7 +68,20 @@ pub fn check(ctx: &Context) -> Result<()> {
         return Err(Error::internal(format!("CNI veth created for bridge {} was not found", conf.bridge)));
     }
 
-    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)
+    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
+    if conf.layer3 && conf.ip_masq {
+        let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
+        masq::check(conf.masq_backend, &conf.masq(&ctx.env.container_id, &ips))?;
+    }
+    Ok(())
+}
+
+/// The addresses of `prev` on the pod interface (or on no interface in particular).
+pub(crate) fn pod_ips<'a>(prev: &'a CniResult, ifname: &'a str) -> impl Iterator<Item = IpNet> + 'a {
+    prev.ips
+        .iter()
+        .filter(move |ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
+        .map(|ip| ip.address)
 }
 
 fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> Result<Link> {
@@ -105,10 +121,9 @@ fn check_mac(entry: &Interface, link: &Link) -> Result<()> {
 /// Every address of the pod interface in `prev` is on the link, and every route is in the pod's table.
 fn check_addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {
     let addresses = nl.addresses(Some(index)).map_err(nl_err("netlink"))?;
-    for ip in &prev.ips {
-        let for_pod = ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname);
-        if for_pod && !addresses.iter().any(|a| a.addr == ip.address) {
-            return Err(Error::internal(format!("Failed to match addr {} on interface {ifname}", ip.address)));
+    for ip in pod_ips(prev, ifname) {
+        if !addresses.iter().any(|a| a.addr == ip) {
+            return Err(Error::internal(format!("Failed to match addr {ip} on interface {ifname}")));
         }
     }
     let mut routes = Vec::new();

@@ -11,7 +11,7 @@ use cnicore::spec::{ipam, Command, Context, Error, Result};
 use ipnet::IpNet;
 
 use crate::config::Config;
-use crate::masq::{self, Masq};
+use crate::masq;
 use crate::nl_err;
 use crate::spoofchk::SpoofCheck;
 
@@ -48,7 +48,7 @@ pub fn del(ctx: &Context) -> Result<()> {
             workers.push(s.spawn(move || link.delete(ifname)));
         }
         if conf.layer3 && conf.ip_masq {
-            let m = Masq { network: &conf.network, container_id: &ctx.env.container_id, ips: &ips };
+            let m = conf.masq(&ctx.env.container_id, &ips);
             workers.push(s.spawn(move || masq::teardown(&m)));
         }
         if conf.mac_spoof_check {
@@ -91,14 +91,7 @@ fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
             return Vec::new();
         }
     };
-    prev.ips
-        .iter()
-        .filter(|ip| match ip.interface.and_then(|i| prev.interfaces.get(i)) {
-            Some(iface) => iface.name == ctx.env.ifname,
-            None => true,
-        })
-        .map(|ip| ip.address)
-        .collect()
+    crate::check::pod_ips(&prev, &ctx.env.ifname).collect()
 }
 
 /// The pod end of one of our veth pairs, with the global addresses it has.
