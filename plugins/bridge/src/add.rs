@@ -8,7 +8,7 @@ use std::time::Duration;
 use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result, Route};
+use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route, ipam};
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
@@ -17,7 +17,7 @@ use crate::node;
 use crate::pod;
 use crate::spoofchk::SpoofCheck;
 use crate::undo::Undo;
-use crate::{mtu, nl_err};
+use crate::mtu;
 
 /// Bound on the host veth becoming operationally up (the reference polls for up to 2.55 s).
 const PORT_UP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,19 +56,19 @@ fn plan(ctx: &Context) -> Result<Plan<'_>> {
         // A missing IPAM plugin is known before anything is touched.
         ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
     }
-    let mut node_nl = Netlink::new().map_err(nl_err("failed to open netlink in the node namespace"))?;
-    let mut pod_nl = Netlink::in_netns(&pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
+    let mut node_nl = Netlink::new().context("failed to open netlink in the node namespace")?;
+    let mut pod_nl = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
     // MTU inference needs every link of the node; otherwise the bridge is all there is to look at.
     let (existing_bridge, inferred_mtu) = match conf.mtu {
-        Some(_) => (node_nl.link_by_name(&conf.bridge).map_err(nl_err("failed to look up the bridge"))?, None),
+        Some(_) => (node_nl.link_by_name(&conf.bridge).context("failed to look up the bridge")?, None),
         None => {
-            let links = node_nl.links().map_err(nl_err("failed to list the node's links"))?;
+            let links = node_nl.links().context("failed to list the node's links")?;
             (links.iter().find(|l| l.name == conf.bridge).cloned(), Some(mtu::infer(&links)))
         }
     };
     node::check_bridge_name(existing_bridge.as_ref(), &conf.bridge)?;
     let ifname = &ctx.env.ifname;
-    if pod_nl.link_by_name(ifname).map_err(nl_err("failed to look at the pod's links"))?.is_some() {
+    if pod_nl.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
         return Err(already_in_pod(ifname, ctx));
     }
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
@@ -125,7 +125,7 @@ fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
         Some(lease) => configure_layer3(p, undo, &links, &mut result, lease)?,
         None => {
             if !p.conf.disable_container_interface {
-                p.pod.set_up(links.pod.index).map_err(nl_err(format!("failed to set {ifname:?} up")))?;
+                p.pod.set_up(links.pod.index).with_context(|| format!("failed to set {ifname:?} up"))?;
             }
             node::enable_bridge_netfilter(true, false);
         }
@@ -154,10 +154,10 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
     failpoint::hit("bridge/after-veth");
     let host_name = host.name.clone();
     undo.push(format!("delete veth {host_name}"), move || {
-        let mut nl = Netlink::new().map_err(nl_err("netlink"))?;
-        nl.delete_link_by_name(&host_name).map(|_| ()).map_err(nl_err(format!("failed to delete {host_name:?}")))
+        let mut nl = Netlink::new().context("netlink")?;
+        nl.delete_link_by_name(&host_name).map(|_| ()).with_context(|| format!("failed to delete {host_name:?}"))
     });
-    let pod_link = pod.require_link(ifname).map_err(nl_err(format!("failed to find {ifname:?} in the pod")))?;
+    let pod_link = pod.require_link(ifname).with_context(|| format!("failed to find {ifname:?} in the pod"))?;
     node::attach_port(node, &host, &bridge, conf, conf.vlan, &conf.trunk)?;
     failpoint::hit("bridge/after-port");
 
@@ -274,7 +274,7 @@ fn create_veth(
             Ok(host) => return Ok(host),
             Err(e) if is_exists(&e) => {
                 // Either the pod's name is taken (a concurrent ADD?) or, rarely, the random host name.
-                let in_pod = pod.link_by_name(ifname).map_err(nl_err("failed to look at the pod's links"))?;
+                let in_pod = pod.link_by_name(ifname).context("failed to look at the pod's links")?;
                 if in_pod.is_some() {
                     return Err(already_in_pod(ifname, ctx));
                 }
@@ -333,11 +333,11 @@ fn first_address(net: &IpNet) -> Option<IpAddr> {
 fn finish_interfaces(nl: &mut Netlink, result: &mut CniResult, bridge: &Link, host: &Link) -> Result<()> {
     let bridge = nl
         .link_by_index(bridge.index)
-        .map_err(nl_err("failed to look up the bridge"))?
+        .context("failed to look up the bridge")?
         .unwrap_or_else(|| bridge.clone());
     let host = nl
         .link_by_index(host.index)
-        .map_err(nl_err("failed to look up the host veth"))?
+        .context("failed to look up the host veth")?
         .unwrap_or_else(|| host.clone());
     for (i, link) in [(0, &bridge), (1, &host)] {
         result.interfaces[i].mac = link.mac.map(|m| format_mac(&m)).unwrap_or_default();

@@ -7,12 +7,11 @@ use std::io;
 
 use cnicore::netlink::{is_not_found, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, Command, Context, Error, Result};
+use cnicore::spec::{Command, Context, Error, ErrorContext, Result, ipam};
 use ipnet::IpNet;
 
 use crate::config::Config;
 use crate::masq;
-use crate::nl_err;
 use crate::spoofchk::SpoofCheck;
 
 pub fn del(ctx: &Context) -> Result<()> {
@@ -115,8 +114,8 @@ impl PodLink {
 /// The pod's `ifname` if it is the pod end of one of our veth pairs (its peer is a veth in the node
 /// namespace); anything else under that name is not ours to delete.
 fn find_pod_link(pod_ns: &NetNs, ifname: &str) -> Result<Option<PodLink>> {
-    let mut pod = Netlink::in_netns(pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
-    let Some(link) = pod.link_by_name(ifname).map_err(nl_err(format!("failed to look up {ifname:?}")))? else {
+    let mut pod = Netlink::in_netns(pod_ns).context("failed to open netlink in the pod namespace")?;
+    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
         return Ok(None);
     };
     if link.kind.as_deref() != Some("veth") || !peer_is_on_node(link.index, link.peer_index) {
@@ -124,7 +123,7 @@ fn find_pod_link(pod_ns: &NetNs, ifname: &str) -> Result<Option<PodLink>> {
         return Ok(None);
     }
     let addresses =
-        pod.addresses(Some(link.index)).map_err(nl_err(format!("failed to get IP addresses of {ifname:?}")))?;
+        pod.addresses(Some(link.index)).with_context(|| format!("failed to get IP addresses of {ifname:?}"))?;
     let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global_unicast(a.addr())).collect();
     Ok(Some(PodLink { netlink: pod, index: link.index, addresses }))
 }

@@ -15,7 +15,7 @@ mod pod;
 mod spoofchk;
 mod undo;
 
-use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, Plugin, Result};
+use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Plugin, Result};
 
 struct Bridge;
 
@@ -58,9 +58,6 @@ impl Plugin for Bridge {
 }
 
 /// Maps a netlink error to a CNI error saying what was being done.
-pub(crate) fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
-    move |e| Error::os(what, e)
-}
 
 fn main() {
     plugin_main("CNI bridge plugin (cni-plugins-rs)", &Bridge)
