@@ -78,7 +78,7 @@ use super::iptables::{self, Rule, Script};
 use super::nftables;
 use super::{chain_name, families_of, hex_sha512, nft_tag, owner_comment, parse_owner_comment};
 use super::{validate_owner, Backend, Family};
-use crate::spec::{Error, Result};
+use crate::spec::{Error, Errors, Result};
 
 /// The nftables table of ipMasq.
 pub const NFT_TABLE: &str = "cni_ipmasq";
@@ -217,24 +217,16 @@ pub fn check(backend: Backend, pod: &Attachment) -> Result<()> {
 pub fn teardown(pod: &Attachment) -> Result<()> {
     validate_owner(pod.network, pod.container_id)?;
     let families = if pod.ips.is_empty() { vec![Family::V4, Family::V6] } else { families_of(pod.ips) };
-    let mut errors = Vec::new();
+    let mut errors = Errors::new();
     for family in families {
         if iptables::available(family) {
-            if let Err(e) = iptables_teardown(family, pod.network, pod.container_id) {
-                errors.push(e.msg);
-            }
+            errors.record(iptables_teardown(family, pod.network, pod.container_id));
         }
     }
     if Backend::Nftables.available() {
-        if let Err(e) = nft_teardown(pod) {
-            errors.push(e.msg);
-        }
+        errors.record(nft_teardown(pod));
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::internal(format!("failed to remove ipMasq rules: {}", errors.join("; "))))
-    }
+    errors.into_result().map_err(|e| e.within("failed to remove ipMasq rules"))
 }
 
 /// Removes the masquerading of every attachment of `network` whose container ID is not in `valid`
@@ -243,24 +235,16 @@ pub fn teardown(pod: &Attachment) -> Result<()> {
 pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
     crate::spec::validate_network_name(network)?;
     let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
-    let mut errors = Vec::new();
+    let mut errors = Errors::new();
     for family in [Family::V4, Family::V6] {
         if iptables::available(family) {
-            if let Err(e) = iptables_gc(family, network, &valid) {
-                errors.push(e.msg);
-            }
+            errors.record(iptables_gc(family, network, &valid));
         }
     }
     if Backend::Nftables.available() {
-        if let Err(e) = nft_gc(network, &valid) {
-            errors.push(e.msg);
-        }
+        errors.record(nft_gc(network, &valid));
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::internal(format!("ipMasq garbage collection failed: {}", errors.join("; "))))
-    }
+    errors.into_result().map_err(|e| e.within("ipMasq garbage collection failed"))
 }
 
 // ---- iptables ----

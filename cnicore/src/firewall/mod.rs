@@ -62,6 +62,11 @@ impl Backend {
         }
     }
 
+    /// The configured backend, else this machine's default ([`Backend::detect`]).
+    pub fn or_detect(configured: Option<Backend>) -> Result<Backend> {
+        configured.map_or_else(Backend::detect, Ok)
+    }
+
     /// The default backend of this machine.
     pub fn detect() -> Result<Backend> {
         if find_binary("iptables").is_some() {

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 
 use cnicore::failpoint;
 use cnicore::netlink::{is_not_found, Link, Netlink};
-use cnicore::spec::{CniResult, Context, Error, ErrorContext, Interface, Plugin, Result, plugin_main};
+use cnicore::spec::{plugin_main, report_rollback, CniResult, Context, Error, ErrorContext, Interface, Plugin, Result};
 
 use config::Limits;
 
@@ -86,7 +86,7 @@ impl Plugin for Bandwidth {
             Ok(None) => {}
             Err(e) => {
                 // Leave nothing half-made behind; the error that matters is the first one.
-                let _ = remove(&mut nl, std::slice::from_ref(&host), &ifb_name);
+                report_rollback(format_args!("removing the shaping of {}", host.name), remove(&mut nl, std::slice::from_ref(&host), &ifb_name));
                 return Err(e);
             }
         }

@@ -12,7 +12,8 @@ use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface,
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use crate::masq::{self, Masq};
+use cnicore::firewall::masq::{self, Attachment as Masq};
+use cnicore::firewall::Backend;
 use crate::node;
 use crate::pod;
 use crate::spoofchk::SpoofCheck;
@@ -26,8 +27,8 @@ const VETH_NAME_ATTEMPTS: usize = 10;
 /// Position of the pod interface in the result's `interfaces`.
 const POD_INTERFACE: usize = 2;
 
-/// What the checks before any change found out.
-struct Plan<'a> {
+/// What the checks before any change found out, and the sockets the steps use.
+struct Preflight<'a> {
     conf: Config,
     pod_ns: NetNs,
     node: Netlink,
@@ -38,9 +39,9 @@ struct Plan<'a> {
 }
 
 pub fn add(ctx: &Context) -> Result<CniResult> {
-    let mut plan = plan(ctx)?;
+    let mut preflight = preflight(ctx)?;
     let mut undo = Undo::default();
-    let outcome = apply(&mut plan, &mut undo);
+    let outcome = apply(&mut preflight, &mut undo);
     if outcome.is_err() {
         undo.rollback();
     }
@@ -49,7 +50,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
 
 /// Everything that can be known to fail before touching the node: the config, the netns, a non-bridge
 /// under the bridge's name, an interface already named `CNI_IFNAME` in the pod; and the MTU.
-fn plan(ctx: &Context) -> Result<Plan<'_>> {
+fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
     let conf = Config::load(ctx)?;
     let pod_ns = ctx.open_netns()?;
     if conf.layer3 {
@@ -72,7 +73,7 @@ fn plan(ctx: &Context) -> Result<Plan<'_>> {
         return Err(already_in_pod(ifname, ctx));
     }
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
-    Ok(Plan { conf, pod_ns, node: node_nl, pod: pod_nl, existing_bridge, mtu, ctx })
+    Ok(Preflight { conf, pod_ns, node: node_nl, pod: pod_nl, existing_bridge, mtu, ctx })
 }
 
 fn already_in_pod(ifname: &str, ctx: &Context) -> Error {
@@ -87,23 +88,9 @@ struct Links {
     pod: Link,
 }
 
-fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
+fn apply<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     let ctx = p.ctx;
-    let layer3 = p.conf.layer3;
-    let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
-    let (links, lease) = if layer3 && p.existing_bridge.is_none() {
-        // This ADD would create the bridge: IPAM first, so that an IPAM refusal leaves the node as it was
-        // (rolling back a new bridge could pull it from under a concurrent ADD that just found it).
-        let lease = ipam_add()?;
-        (setup_links(p, undo), Some(Ok(lease)))
-    } else {
-        // IPAM (another process) runs while the links are made: neither needs the other.
-        std::thread::scope(|s| {
-            let ipam = layer3.then(|| s.spawn(ipam_add));
-            let links = setup_links(p, undo);
-            (links, ipam.map(join))
-        })
-    };
+    let (links, lease) = links_and_lease(p, undo)?;
     if let Some(Ok(_)) = &lease {
         undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
     }
@@ -139,13 +126,32 @@ fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     Ok(result)
 }
 
+/// The links (see [`setup_links`]) and, with IPAM, the lease.
+fn links_and_lease<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<(Result<Links>, Option<Result<CniResult>>)> {
+    let ctx = p.ctx;
+    let layer3 = p.conf.layer3;
+    let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
+    if layer3 && p.existing_bridge.is_none() {
+        // This ADD would create the bridge: IPAM first, so that an IPAM refusal leaves the node as it was
+        // (rolling back a new bridge could pull it from under a concurrent ADD that just found it).
+        let lease = ipam_add()?;
+        return Ok((setup_links(p, undo), Some(Ok(lease))));
+    }
+    // IPAM (another process) runs while the links are made: neither needs the other.
+    Ok(std::thread::scope(|s| {
+        let ipam = layer3.then(|| s.spawn(ipam_add));
+        let links = setup_links(p, undo);
+        (links, ipam.map(join))
+    }))
+}
+
 fn join<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     handle.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))
 }
 
 /// The bridge, the veth pair with its host end as a bridge port, and the MAC spoof check.
-fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
-    let Plan { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
+fn setup_links<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<Links> {
+    let Preflight { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
     let ifname = ctx.env.ifname.as_str();
     let bridge = node::ensure_bridge(node, conf, existing_bridge.take(), *mtu)?;
     failpoint::hit("bridge/after-bridge");
@@ -176,13 +182,13 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
 /// Addresses and routes in the pod, the gateway on the bridge, forwarding, and masquerading (whose
 /// firewall processes run while the node side is finished).
 fn configure_layer3<'a>(
-    p: &mut Plan<'a>,
+    p: &mut Preflight<'a>,
     undo: &mut Undo<'a>,
     links: &Links,
     result: &mut CniResult,
     lease: CniResult,
 ) -> Result<()> {
-    let Plan { conf, pod_ns, node, pod, mtu, ctx, .. } = p;
+    let Preflight { conf, pod_ns, node, pod, mtu, ctx, .. } = p;
     let conf: &Config = conf;
     let ctx: &'a Context = ctx;
     if lease.ips.is_empty() {
@@ -194,22 +200,8 @@ fn configure_layer3<'a>(
 
     let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
     let container_id = ctx.env.container_id.as_str();
-    let (node_side, masq_outcome) = std::thread::scope(|s| {
-        let masq = conf.ip_masq.then(|| {
-            s.spawn(|| {
-                let outcome = masq::setup(conf.masq_backend, &conf.masq(container_id, &ips));
-                failpoint::hit("bridge/after-masq");
-                outcome
-            })
-        });
-        // Both ends up: the pod's own link-up processing (which flushes its neighbour entries and readies
-        // IPv6) is over before the pod sends its first packet.
-        let node_side = pod
-            .wait_oper_up(links.pod.index, PORT_UP_TIMEOUT)
-            .map_err(|e| Error::internal(format!("{:?} in the pod did not come up: {e}", links.pod.name)))
-            .and_then(|()| finish_node_side(node, conf, links, result, &gateways, *mtu));
-        (node_side, masq.map(join))
-    });
+    let (node_side, masq_outcome) =
+        node_side_and_masquerade(node, pod, conf, links, result, &gateways, *mtu, container_id, &ips);
     if conf.ip_masq {
         let (network, non_masquerade) = (conf.network.clone(), conf.non_masquerade.clone());
         undo.push("remove the masquerade rules", move || {
@@ -219,6 +211,39 @@ fn configure_layer3<'a>(
     node_side?;
     masq_outcome.transpose()?;
     Ok(())
+}
+
+/// The node side ([`finish_node_side`], once both veth ends are up) while the masquerade rules, whose
+/// firewall processes take longest, are applied on another thread.
+#[allow(clippy::too_many_arguments)]
+fn node_side_and_masquerade(
+    node: &mut Netlink,
+    pod: &mut Netlink,
+    conf: &Config,
+    links: &Links,
+    result: &mut CniResult,
+    gateways: &[IpNet],
+    mtu: u32,
+    container_id: &str,
+    ips: &[IpNet],
+) -> (Result<()>, Option<Result<()>>) {
+    std::thread::scope(|s| {
+        let masq = conf.ip_masq.then(|| {
+            s.spawn(|| {
+                let outcome =
+                    Backend::or_detect(conf.masq_backend).and_then(|b| masq::setup(b, &conf.masq(container_id, ips)));
+                failpoint::hit("bridge/after-masq");
+                outcome
+            })
+        });
+        // Both ends up: the pod's own link-up processing (which flushes its neighbour entries and readies
+        // IPv6) is over before the pod sends its first packet.
+        let node_side = pod
+            .wait_oper_up(links.pod.index, PORT_UP_TIMEOUT)
+            .map_err(|e| Error::internal(format!("{:?} in the pod did not come up: {e}", links.pod.name)))
+            .and_then(|()| finish_node_side(node, conf, links, result, gateways, mtu));
+        (node_side, masq.map(join))
+    })
 }
 
 /// The node's part once the pod is configured: the port up, the gateway address(es), forwarding, and

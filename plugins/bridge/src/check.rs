@@ -7,7 +7,8 @@ use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface,
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use crate::masq;
+use cnicore::firewall::masq;
+use cnicore::firewall::Backend;
 use crate::node::is_bridge;
 
 pub fn check(ctx: &Context) -> Result<()> {
@@ -70,7 +71,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
     if conf.layer3 && conf.ip_masq {
         let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
-        masq::check(conf.masq_backend, &conf.masq(&ctx.env.container_id, &ips))?;
+        masq::check(Backend::or_detect(conf.masq_backend)?, &conf.masq(&ctx.env.container_id, &ips))?;
     }
     Ok(())
 }

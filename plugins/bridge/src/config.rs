@@ -5,7 +5,8 @@ use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::masq::{Backend, Masq};
+use cnicore::firewall::masq::Attachment as Masq;
+use cnicore::firewall::Backend;
 
 const DEFAULT_BRIDGE: &str = "cni0";
 /// The MTU range Linux accepts for Ethernet-like links (IPv4 needs at least 68).

@@ -43,7 +43,7 @@ fn vlan_unsupported(e: &io::Error) -> Error {
 pub fn sysctl_best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write_if_different(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            eprintln!("bridge: sysctl {name}={value}: {e}");
+            cnicore::warn!("sysctl {name}={value}: {e}");
         }
     }
 }
@@ -250,11 +250,11 @@ pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
         match sysctl::write_if_different(name, "1") {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                eprintln!(
-                    "bridge: {name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
+                cnicore::warn!(
+                    "{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
                 );
             }
-            Err(e) => eprintln!("bridge: failed to set {name}=1: {e}"),
+            Err(e) => cnicore::warn!("failed to set {name}=1: {e}"),
         }
     }
 }

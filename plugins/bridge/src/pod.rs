@@ -78,7 +78,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
                 Ok(v) if v.trim() == "0" => {}
                 Ok(_) => sysctl::write(&name, "0")
                     .with_context(|| format!("failed to enable IPv6 on {iface:?}"))?,
-                Err(e) => eprintln!("bridge: failed to read {name}: {e}"),
+                Err(e) => cnicore::warn!("failed to read {name}: {e}"),
             }
         }
         if enable_dad {
@@ -97,7 +97,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
 fn best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            eprintln!("bridge: sysctl {name}={value}: {e}");
+            cnicore::warn!("sysctl {name}={value}: {e}");
         }
     }
 }
