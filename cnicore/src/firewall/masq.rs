@@ -76,7 +76,7 @@ use ipnet::IpNet;
 
 use super::iptables::{self, Rule, Script};
 use super::nftables;
-use super::{chain_name, families_of, hex_sha512, nft_tag, owner_comment, parse_owner_comment};
+use super::{chain_name, families_of, hex_sha512, nft_tag, owner_comment};
 use super::{validate_owner, Backend, Family};
 use crate::spec::{Error, Errors, Result};
 
@@ -334,47 +334,26 @@ fn iptables_teardown(family: Family, network: &str, container_id: &str) -> Resul
 }
 
 fn iptables_gc(family: Family, network: &str, valid: &BTreeSet<&str>) -> Result<()> {
-    iptables::cleanup(family, "nat", "ipMasq garbage collection", |snapshot, script| {
-        let mut stale = BTreeSet::new();
-        for spec in snapshot.rules("POSTROUTING") {
-            let Some(comment) = iptables::saved_comment(spec) else { continue };
-            let Some((net, id)) = parse_owner_comment(&comment, "") else { continue };
-            let chain = chain_name(net, id, "");
-            if net == network && !valid.contains(id) && iptables::targets_chain(spec, &chain) {
-                stale.insert(chain);
-            }
-        }
-        for chain in stale {
-            iptables::remove_chain(script, snapshot, &chain);
-        }
-    })
+    let owned = iptables::OwnedChains {
+        table: "nat",
+        jumps_from: "POSTROUTING",
+        comment_prefix: "",
+        chain_of: |network, id| chain_name(network, id, ""),
+    };
+    iptables::remove_stale_owners(family, &owned, network, valid, "ipMasq garbage collection")
 }
 
 // ---- nftables ----
 
-fn nft_version(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "4",
-        Family::V6 => "6",
-    }
-}
-
-fn nft_addr_type(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "ipv4_addr",
-        Family::V6 => "ipv6_addr",
-    }
-}
-
 /// The sets and chain of pod addresses of one family and prefix length: (pods set, local set, chain).
 fn nft_objects(ip: &IpNet) -> (String, String, String) {
-    let (v, len) = (nft_version(Family::of_net(ip)), ip.prefix_len());
+    let (v, len) = (Family::of_net(ip).digit(), ip.prefix_len());
     (format!("pods{v}_{len}"), format!("local{v}_{len}"), format!("masq{v}-{len}"))
 }
 
 /// The verdict map of a family's pods that have exceptions.
 fn nft_exception_map(family: Family) -> String {
-    format!("nomasq{}", nft_version(family))
+    format!("nomasq{}", family.digit())
 }
 
 /// The chain accepting a plan's exceptions, named by them (sorted, so the order in the config does not
@@ -395,7 +374,7 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
     let t = format!("inet {NFT_TABLE}");
     script.push(format!("add table {t}"));
     for family in families_of(ips) {
-        let addr = nft_addr_type(family);
+        let addr = family.nft_addr_type();
         script.push(format!("add map {t} {} {{ type {addr} : verdict ; }}", nft_exception_map(family)));
     }
     let mut done = Vec::new();
@@ -405,7 +384,7 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
             continue;
         }
         let family = Family::of_net(ip);
-        let addr = nft_addr_type(family);
+        let addr = family.nft_addr_type();
         let (proto, kw, mask) = (family.nfproto(), family.nft_keyword(), ip.netmask());
         let exceptions = nft_exception_map(family);
         script.push(format!("add set {t} {pods} {{ type {addr} ; }}"));

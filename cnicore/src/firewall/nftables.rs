@@ -53,6 +53,13 @@ impl Script {
     }
 }
 
+/// One transaction written as nft's JSON commands (`nft -j -f -`): for rules whose every value comes from the
+/// input, nothing of which must ever be read as nft syntax (bridge's MAC spoof check).
+pub fn apply_json(commands: &[Value]) -> Result<(), Failure> {
+    let input = serde_json::json!({ "nftables": commands }).to_string();
+    exec::run("nft", &["-j", "-f", "-"], input.as_bytes()).map(|_| ())
+}
+
 /// `nft -j list <args>`, parsed; `None` when the object listed does not exist.
 pub fn list(args: &[&str]) -> Result<Option<Value>, Failure> {
     let mut all = vec!["-j", "list"];
