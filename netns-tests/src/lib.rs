@@ -24,6 +24,7 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod kubenet;
 pub mod upstream;
 pub mod snapshot;
 pub mod traffic;

@@ -15,8 +15,7 @@
 //! Environment: `CHURN_CYCLES` (ADD/DEL cycles of each test, default 320), `CHURN_WORKERS` (default 8).
 //! `scripts/churn.sh CYCLES` runs long ones.
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
+use netns_tests::kubenet;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

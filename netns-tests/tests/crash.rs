@@ -22,8 +22,7 @@
 //! host-local's fail points are also tested with host-local run on its own (its ADD killed, then its DEL and
 //! a new ADD), since under the bridge a killed host-local makes the bridge roll back rather than die.
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
+use netns_tests::kubenet;
 
 use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;

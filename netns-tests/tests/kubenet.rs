@@ -13,8 +13,7 @@
 //! answers from the wan and from node A; CHECK passes, and fails when an exception is missing or the config
 //! has other exceptions; after DEL nothing of either pod is left on either node (see `common/kubenet.rs`).
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
+use netns_tests::kubenet;
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -1,5 +1,5 @@
 //! The kubenet chain of `conf/` (bridge + host-local, portmap, bandwidth) run by our cnitool on a test node,
-//! and what "nothing of the pods is left on the node" means. Shared by `crash.rs` and `churn.rs`.
+//! and what "nothing of the pods is left on the node" means. Shared by `crash.rs`, `churn.rs` and `kubenet.rs`.
 //!
 //! # What may stay on the node after every pod was deleted
 //!
@@ -25,8 +25,6 @@
 //!   and anything else are residue.
 //! - **The result cache's `results/` directory**, without any entry (an entry or a `.tmp-*` file is residue).
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::fs;
 use std::net::IpAddr;
@@ -34,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
+use crate::snapshot::NodeSnapshot;
+use crate::upstream::{clean_command, output};
+use crate::{bin, json, Node, PluginOutput, TestNetns, Value};
 
 /// The bridge of the conflists.
 pub const BRIDGE: &str = "cbr0";
@@ -111,7 +109,7 @@ impl Kubenet {
         command
             .args([verb, &self.net, netns])
             .env("NETCONFPATH", &self.conf_dir)
-            .env("CNI_PATH", netns_tests::bin_dir())
+            .env("CNI_PATH", crate::bin_dir())
             .env("CNI_CACHE_DIR", &self.cache_dir)
             .env("CAP_ARGS", cap_args.to_string());
         if let Some(name) = failpoint {
@@ -145,7 +143,7 @@ impl Kubenet {
         }
         command
             .env("NETCONFPATH", &self.conf_dir)
-            .env("CNI_PATH", netns_tests::bin_dir())
+            .env("CNI_PATH", crate::bin_dir())
             .env("CNI_CACHE_DIR", &self.cache_dir);
         output(&mut command, b"")
     }
