@@ -11,7 +11,7 @@
 //! For each conflist (iptables and nftables, IPv4 and IPv6): a pod on node A reaches a pod on node B and B
 //! sees A's own address; the same pod reaches the wan masqueraded to node A's address; pod B's hostPort
 //! answers from the wan and from node A; CHECK passes, and fails when an exception is missing or the config
-//! has other exceptions; after DEL nothing of either pod is left on either node (see `common/kubenet.rs`).
+//! has other exceptions; after DEL nothing of either pod is left on either node (see `netns_tests::kubenet`).
 
 use netns_tests::kubenet;
 
