@@ -6,8 +6,9 @@
 //!
 //! ```ignore
 //! use cnicore::firewall::{masq, Backend};
-//! // Config parsing: `ipMasqBackend` (None = iptables when the binary exists, else nftables).
-//! let backend = Backend::resolve(conf.ip_masq_backend.as_deref())?;      // code 7 for an unknown name
+//! // `ipMasqBackend` parsed with Backend::parse at config load (code 7 for an unknown name); none configured
+//! // means iptables when its binary exists, else nftables.
+//! let backend = Backend::or_detect(conf.masq_backend)?;
 //! // The pod's addresses WITH their prefix (result.ips[].address, e.g. 10.22.0.5/24) and the exceptions.
 //! let pod = masq::Attachment { network: &conf.name, container_id: &ctx.env.container_id, ips: &pod_ips,
 //!                              non_masquerade: &conf.non_masquerade_cidrs };
