@@ -24,7 +24,6 @@ const MAX_STDIN: usize = 1 << 20;
 
 /// Spec error codes.
 const INCOMPATIBLE_VERSION: u64 = 1;
-const UNSUPPORTED_FIELD: u64 = 2;
 const UNKNOWN_CONTAINER: u64 = 3;
 const INVALID_ENV: u64 = 4;
 const IO: u64 = 5;
@@ -1156,18 +1155,6 @@ fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
         limits("rate a float", json!({"ingressRate": 1.5e6, "ingressBurst": 8000}), "ingressRate"),
         limits("rate a string", json!({"egressRate": "1M", "egressBurst": 8000}), "egressRate"),
         limits("rate beyond u64", json!({"egressRate": 1e30, "egressBurst": 8000}), "egressRate"),
-        Case::conf(
-            "shapedSubnets",
-            "ADD",
-            &with(&base, "shapedSubnets", json!(["10.0.0.0/8"])),
-            UNSUPPORTED_FIELD,
-        ),
-        Case::conf(
-            "runtimeConfig.bandwidth unshapedSubnets",
-            "ADD",
-            &with(&only(json!({})), "runtimeConfig", json!({"bandwidth": {"ingressRate": 8000, "ingressBurst": 800, "unshapedSubnets": ["10.0.0.0/8"]}})),
-            UNSUPPORTED_FIELD,
-        ),
         Case::conf(
             "runtimeConfig.bandwidth a list",
             "ADD",
