@@ -946,7 +946,6 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
         add("args.cni.mac a number", "args", json!({"cni": {"mac": 5}}), "mac"),
         Case::conf("CNI_ARGS MAC not a MAC", "ADD", &base, INVALID_CONFIG).env("CNI_ARGS", Some("MAC=zz:zz:zz:zz:zz:zz")).needle("MAC"),
         Case::conf("CNI_ARGS unknown key", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("FOO=bar")).needle("FOO"),
-        Case::conf("vlan and vlanTrunk", "ADD", &with(&with(&base, "vlan", json!(5)), "vlanTrunk", json!([{"id": 6}])), INVALID_CONFIG),
         Case::conf("hairpin and promisc", "ADD", &with(&with(&base, "hairpinMode", json!(true)), "promiscMode", json!(true)), INVALID_CONFIG),
         Case::conf("ipMasq without ipam", "ADD", &with(&base, "ipam", Value::Null), INVALID_CONFIG).needle("ipam"),
         Case::conf("disableContainerInterface with ipam", "ADD", &with(&base, "disableContainerInterface", json!(true)), INVALID_CONFIG),

@@ -553,7 +553,6 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
         json!({"vlanTrunk": [{"minID": 10}]}),
         json!({"vlanTrunk": [{"minID": 20, "maxID": 10}]}),
         json!({"vlanTrunk": [{"id": 0}]}),
-        json!({"vlan": 5, "vlanTrunk": [{"id": 6}]}),
         json!({"ipMasqBackend": "ebtables"}),
         json!({"hairpinMode": true, "promiscMode": true}),
         json!({"runtimeConfig": {"mac": "01:00:5e:00:00:01"}}),
