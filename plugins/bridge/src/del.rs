@@ -15,6 +15,14 @@ use crate::masq::{self, Masq};
 use crate::nl_err;
 use crate::spoofchk::SpoofCheck;
 
+/// Removes the reference's nftables ipMasq rule of the attachment, when `nft` is installed.
+fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
+    if !masq::Backend::Nftables.available() {
+        return Ok(());
+    }
+    cnicore::firewall::reference_nft::ipmasq_teardown(network, ifname, container_id)
+}
+
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
     let ifname = ctx.env.ifname.as_str();
@@ -50,6 +58,9 @@ pub fn del(ctx: &Context) -> Result<()> {
         if conf.layer3 && conf.ip_masq {
             let m = Masq { network: &conf.network, container_id: &ctx.env.container_id, ips: &ips };
             workers.push(s.spawn(move || masq::teardown(&m)));
+            // The rule the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            let (network, container_id) = (&conf.network, &ctx.env.container_id);
+            workers.push(s.spawn(move || reference_ipmasq_teardown(network, ifname, container_id)));
         }
         if conf.mac_spoof_check {
             workers.push(s.spawn(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));

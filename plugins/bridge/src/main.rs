@@ -44,6 +44,12 @@ impl Plugin for Bridge {
             if let Err(e) = masq::gc(&conf.network, &valid) {
                 first_error.get_or_insert(e);
             }
+            // Rules the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            if masq::Backend::Nftables.available() {
+                if let Err(e) = cnicore::firewall::reference_nft::ipmasq_gc(&conf.network, &valid) {
+                    first_error.get_or_insert(e);
+                }
+            }
         }
         first_error.map_or(Ok(()), Err)
     }
