@@ -376,14 +376,16 @@ fn requested_addresses_and_their_priority() {
 }
 
 #[test]
-fn runtime_ip_ranges_replace_ranges() {
+fn runtime_ip_ranges_come_before_the_configured_ranges() {
+    // As the reference (v1.1.1 to v1.9): runtimeConfig.ipRanges are put before the configured ranges.
     let dd = DataDir::new();
     let mut c = v4_conf(&dd, "10.60.0.0/24");
-    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.100"}]]});
-    assert_eq!(first_address(&call("ADD", "a").ok(&c)), "10.61.0.100/24");
-    // The same range as the config's is fine (it replaces, it does not add).
+    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "fd61::/64", "rangeStart": "fd61::100"}]]});
+    assert_eq!(addresses(&call("ADD", "a").ok(&c)), ["fd61::100/64", "10.60.0.2/24"]);
+    // The same range as the config's overlaps it: an error, as in the reference.
     c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.60.0.0/24"}]]});
-    assert_eq!(first_address(&call("ADD", "b").ok(&c)), "10.60.0.2/24");
+    let (_, msg) = call("ADD", "b").err(&c);
+    assert!(msg.contains("overlaps"), "{msg}");
 }
 
 #[test]

@@ -164,6 +164,13 @@ pub fn ipmasq_gc(network: &str, valid: &[(String, String)]) -> Result<()> {
     })
 }
 
+/// CHECK of bridge ipMasq: their rule of the attachment is there.
+pub fn ipmasq_has_rule(network: &str, ifname: &str, container_id: &str) -> Result<bool> {
+    let instance = ipmasq_instance(network, ifname, container_id);
+    let rules = table_rules("inet", IPMASQ_TABLE, &[IPMASQ_CHAIN])?;
+    Ok(rules.iter().any(|r| r.comment.as_deref().is_some_and(|c| c.starts_with(&instance))))
+}
+
 /// DEL of portmap: their rules of the container, in both families (as their `unforwardPorts`).
 pub fn portmap_teardown(container_id: &str) -> Result<()> {
     delete_rules(&PORTMAP, &PORTMAP_CHAINS, |r| r.comment.as_deref() == Some(container_id))
