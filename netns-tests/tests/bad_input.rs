@@ -24,7 +24,6 @@ const MAX_STDIN: usize = 1 << 20;
 
 /// Spec error codes.
 const INCOMPATIBLE_VERSION: u64 = 1;
-const UNSUPPORTED_FIELD: u64 = 2;
 const UNKNOWN_CONTAINER: u64 = 3;
 const INVALID_ENV: u64 = 4;
 const IO: u64 = 5;
@@ -962,7 +961,6 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
         add("args.cni.mac a number", "args", json!({"cni": {"mac": 5}}), "mac"),
         Case::conf("CNI_ARGS MAC not a MAC", "ADD", &base, INVALID_CONFIG).env("CNI_ARGS", Some("MAC=zz:zz:zz:zz:zz:zz")).needle("MAC"),
         Case::conf("CNI_ARGS unknown key", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("FOO=bar")).needle("FOO"),
-        Case::conf("vlan and vlanTrunk", "ADD", &with(&with(&base, "vlan", json!(5)), "vlanTrunk", json!([{"id": 6}])), INVALID_CONFIG),
         Case::conf("hairpin and promisc", "ADD", &with(&with(&base, "hairpinMode", json!(true)), "promiscMode", json!(true)), INVALID_CONFIG),
         Case::conf("ipMasq without ipam", "ADD", &with(&base, "ipam", Value::Null), INVALID_CONFIG).needle("ipam"),
         Case::conf("disableContainerInterface with ipam", "ADD", &with(&base, "disableContainerInterface", json!(true)), INVALID_CONFIG),
@@ -1067,10 +1065,12 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
         add("snat a string", "snat", json!("true"), "snat"),
         add("condition adds a target", "conditionsV4", json!(["-j", "ACCEPT"]), "-j"),
         add("condition adds a rule", "conditionsV4", json!(["-d", "10.0.0.0/8\n-A INPUT -j ACCEPT"]), "-d"),
-        add("condition with a comment match", "conditionsV4", json!(["-m", "comment", "--comment", "x"]), "comment"),
+        add("condition match with a target", "conditionsV4", json!(["-m", "comment", "--comment", "x", "-j", "ACCEPT"]), "-j"),
         add("condition with a goto", "conditionsV4", json!(["-s", "10.0.0.0/8", "-g", "KUBE-SERVICES"]), "-g"),
         add("condition with a table", "conditionsV4", json!(["-t", "filter"]), "-t"),
-        add("condition with nft syntax", "conditionsV4", json!(["ip", "daddr", "1.2.3.4", ";", "accept"]), "ip"),
+        add("nft condition ending the rule", "conditionsV4", json!(["ip", "daddr", "1.2.3.4", ";", "accept"]), ";"),
+        add("nft condition with a verdict", "conditionsV4", json!(["ip", "daddr", "1.2.3.4", "accept"]), "accept"),
+        add("nft condition setting the mark", "conditionsV6", json!(["meta", "mark", "set", "1"]), "set"),
         add("condition lone !", "conditionsV4", json!(["!"]), "!"),
         add("condition option without value", "conditionsV4", json!(["-d"]), "-d"),
         add("condition IPv6 address in V4", "conditionsV4", json!(["-d", "fd00::/64"]), "IPv4"),
@@ -1171,18 +1171,6 @@ fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
         limits("rate a float", json!({"ingressRate": 1.5e6, "ingressBurst": 8000}), "ingressRate"),
         limits("rate a string", json!({"egressRate": "1M", "egressBurst": 8000}), "egressRate"),
         limits("rate beyond u64", json!({"egressRate": 1e30, "egressBurst": 8000}), "egressRate"),
-        Case::conf(
-            "shapedSubnets",
-            "ADD",
-            &with(&base, "shapedSubnets", json!(["10.0.0.0/8"])),
-            UNSUPPORTED_FIELD,
-        ),
-        Case::conf(
-            "runtimeConfig.bandwidth unshapedSubnets",
-            "ADD",
-            &with(&only(json!({})), "runtimeConfig", json!({"bandwidth": {"ingressRate": 8000, "ingressBurst": 800, "unshapedSubnets": ["10.0.0.0/8"]}})),
-            UNSUPPORTED_FIELD,
-        ),
         Case::conf(
             "runtimeConfig.bandwidth a list",
             "ADD",

@@ -44,7 +44,9 @@ struct RawConf {
     vlan: Option<i64>,
     #[serde(default)]
     vlan_trunk: Option<Vec<VlanTrunk>>,
-    #[serde(default = "default_true")]
+    /// Reference v1.8+ (containernetworking/plugins#1181): false unless set, so a VLAN port is isolated from the
+    /// bridge's default VLAN (v1.3-v1.7 defaulted to true).
+    #[serde(default)]
     preserve_default_vlan: bool,
     #[serde(default, rename = "enabledad")]
     enable_dad: bool,
@@ -54,10 +56,6 @@ struct RawConf {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// One `vlanTrunk` entry: a single `id` and/or a `minID`..`maxID` range.
@@ -122,10 +120,9 @@ impl Config {
             Some(v) if (1..=VLAN_MAX).contains(&v) => Some(v as u16),
             Some(v) => return Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
         };
+        // Since reference v1.8 (containernetworking/plugins#1180) `vlan` with `vlanTrunk` is a trunk whose
+        // native VLAN is `vlan` (before: "cannot set vlan and vlanTrunk at the same time").
         let trunk = collect_trunk(raw.vlan_trunk.as_deref().unwrap_or_default())?;
-        if vlan.is_some() && !trunk.is_empty() {
-            return Err(Error::config("cannot set vlan and vlanTrunk at the same time"));
-        }
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(Error::config("cannot set hairpin mode and promiscuous mode at the same time"));
         }
@@ -322,7 +319,7 @@ mod tests {
     fn defaults() {
         let c = Config::load(&ctx(base())).unwrap();
         assert_eq!(c.bridge, "cni0");
-        assert!(c.layer3 && c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
+        assert!(c.layer3 && !c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
         assert!(Config::load(&ctx(with("mtu", 0.into()))).unwrap().mtu.is_none());
         assert!(Config::load(&ctx(with("isDefaultGateway", true.into()))).unwrap().is_gateway);
     }
@@ -359,9 +356,6 @@ mod tests {
             let e = err(conf.clone());
             assert_eq!(e.code, codes::INVALID_CONFIG, "{conf}: {e:?}");
         }
-        let mut both = with("vlan", 5.into());
-        both["vlanTrunk"] = serde_json::json!([{"id": 6}]);
-        assert!(err(both).msg.contains("at the same time"));
         let mut hp = with("hairpinMode", true.into());
         hp["promiscMode"] = true.into();
         assert!(err(hp).msg.contains("hairpin"));
@@ -370,6 +364,17 @@ mod tests {
         l2["ipMasq"] = true.into();
         assert!(err(l2).msg.contains("ipMasq"));
         assert!(err(with("disableContainerInterface", true.into())).msg.contains("IPAM"));
+    }
+
+    #[test]
+    fn vlan_semantics_of_reference_v1_8() {
+        let mut both = with("vlan", 5.into());
+        both["vlanTrunk"] = serde_json::json!([{"id": 6}, {"minID": 8, "maxID": 9}]);
+        let c = Config::load(&ctx(both.clone())).unwrap();
+        assert_eq!((c.vlan, c.trunk.clone(), c.preserve_default_vlan), (Some(5), vec![6, 8, 9], false));
+        assert!(c.uses_vlans());
+        both["preserveDefaultVlan"] = true.into();
+        assert!(Config::load(&ctx(both)).unwrap().preserve_default_vlan);
     }
 
     #[test]
