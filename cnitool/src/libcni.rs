@@ -91,10 +91,13 @@ pub struct ConfList {
 }
 
 impl ConfList {
+    /// Parses a conflist as libcni does: the list's own keys (`name`, `cniVersion`, `plugins`, ...) are read
+    /// from a map, so they match exactly; each plugin's config is a struct to libcni, so its `type` matches as
+    /// encoding/json matches fields ([`gojson`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<ConfList> {
         let raw: Map<String, Value> =
             serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
-        let name = match gojson::member(&raw, "name") {
+        let name = match raw.get("name") {
             Some(Value::String(n)) => n.clone(),
             Some(_) => return Err(RunError::new("error parsing configuration list: invalid name type")),
             None => return Err(RunError::new("error parsing configuration list: no name")),
@@ -104,7 +107,7 @@ impl ConfList {
         let load_only_inlined_plugins = flag(&raw, "loadOnlyInlinedPlugins")?;
         // libcni 1.3: without `plugins`, the plugins come from the network's directory (unless only inlined
         // ones may be loaded); a `plugins` key that is there must be a non-empty list.
-        let plugins = match gojson::member(&raw, "plugins") {
+        let plugins = match raw.get("plugins") {
             None if !load_only_inlined_plugins => Vec::new(),
             None => {
                 return Err(RunError::new(
@@ -158,7 +161,7 @@ fn plugin_conf(value: &Value) -> std::result::Result<Map<String, Value>, String>
 
 /// A boolean of the list as libcni 1.2/1.3 reads it: `true`/`false`, or the strings "true"/"false" in any case.
 fn flag(raw: &Map<String, Value>, key: &str) -> Result<bool> {
-    match gojson::member(raw, key) {
+    match raw.get(key) {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
@@ -174,12 +177,12 @@ fn flag(raw: &Map<String, Value>, key: &str) -> Result<bool> {
 /// The version to run, as libcni 1.2/1.3 picks it: the highest of `cniVersions` and `cniVersion` that is not
 /// above the latest spec version (1.1.0); a malformed entry is an error; without `cniVersions`, `cniVersion`.
 fn pick_version(raw: &Map<String, Value>) -> Result<String> {
-    let declared = match gojson::member(raw, "cniVersion") {
+    let declared = match raw.get("cniVersion") {
         Some(Value::String(v)) => v.clone(),
         None | Some(Value::Null) => String::new(),
         Some(_) => return Err(RunError::new("error parsing configuration list: invalid cniVersion type")),
     };
-    let list = match gojson::member(raw, "cniVersions") {
+    let list = match raw.get("cniVersions") {
         None | Some(Value::Null) => return Ok(declared),
         Some(Value::Array(list)) => list,
         Some(_) => return Err(RunError::new("error parsing configuration list: invalid type for cniVersions")),
@@ -652,9 +655,11 @@ mod tests {
 
     #[test]
     fn conflist_go_spellings() {
-        // libcni is Go: its struct fields match case-insensitively; capabilities are a map, matched exactly.
+        // libcni reads the list from a map (exact keys) and each plugin into a struct (keys folded); the
+        // capabilities are a map again, matched exactly.
+        assert!(ConfList::from_bytes(br#"{"cniVersion":"0.4.0","Name":"n","plugins":[{"type":"bridge"}]}"#).is_err());
         let l = ConfList::from_bytes(
-            br#"{"CNIVersion":"0.4.0","Name":"n","DisableCheck":true,"Plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
+            br#"{"cniVersion":"0.4.0","name":"n","disableCheck":true,"DisableCheck":false,"plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
         )
         .unwrap();
         assert_eq!((l.cni_version.as_str(), l.name.as_str(), l.disable_check, l.plugins.len()), ("0.4.0", "n", true, 2));
