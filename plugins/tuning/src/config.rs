@@ -17,11 +17,10 @@ pub const DEFAULT_DATA_DIR: &str = "/run/cni/tuning";
 /// configured sysctl key must match one of them.
 pub const ALLOWLIST: &str = "/etc/cni/tuning/allowlist.conf";
 
+/// The settings, as the config has them at its top level and `args.cni` per attachment.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RawConf {
-    #[serde(default)]
-    data_dir: Option<String>,
+struct RawSettings {
     #[serde(default)]
     sysctl: Option<BTreeMap<String, String>>,
     #[serde(default)]
@@ -34,6 +33,14 @@ struct RawConf {
     allmulti: Option<bool>,
     #[serde(default, rename = "txQLen")]
     tx_q_len: Option<i64>,
+}
+
+/// The rest of the config, read from the same bytes as a second view.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    #[serde(default)]
+    data_dir: Option<String>,
     #[serde(default)]
     runtime_config: Option<RawRuntimeConfig>,
     #[serde(default)]
@@ -49,24 +56,7 @@ struct RawRuntimeConfig {
 #[derive(Debug, Default, Deserialize)]
 struct RawArgs {
     #[serde(default)]
-    cni: Option<RawCniArgs>,
-}
-
-/// `args.cni`: the same settings, per attachment.
-#[derive(Debug, Default, Deserialize)]
-struct RawCniArgs {
-    #[serde(default)]
-    sysctl: Option<BTreeMap<String, String>>,
-    #[serde(default)]
-    mac: Option<String>,
-    #[serde(default)]
-    promisc: Option<bool>,
-    #[serde(default)]
-    mtu: Option<i64>,
-    #[serde(default)]
-    allmulti: Option<bool>,
-    #[serde(default, rename = "txQLen")]
-    tx_q_len: Option<i64>,
+    cni: Option<RawSettings>,
 }
 
 /// One sysctl to set in the pod's netns.
@@ -99,11 +89,12 @@ impl Tuning {
     }
 
     pub fn load_with_allowlist(ctx: &Context, allowlist: &Path) -> Result<Tuning> {
+        let settings: RawSettings = ctx.parse_conf()?;
         let raw: RawConf = ctx.parse_conf()?;
         refuse_duplicate_sysctl_keys(&ctx.stdin)?;
         let args = raw.args.and_then(|a| a.cni).unwrap_or_default();
 
-        let mut mac = raw.mac.filter(|m| !m.is_empty());
+        let mut mac = settings.mac.filter(|m| !m.is_empty());
         if !ctx.env.args_raw.is_empty() {
             ctx.env.args.check_known(&["MAC"])?;
             if let Some(m) = ctx.env.args.get("MAC").filter(|m| !m.is_empty()) {
@@ -119,10 +110,10 @@ impl Tuning {
         }
         let mac = mac.map(|m| cnicore::mac::parse(&m)).transpose()?;
 
-        let mut keys = raw.sysctl.unwrap_or_default();
+        let mut keys = settings.sysctl.unwrap_or_default();
         keys.extend(args.sysctl.unwrap_or_default());
-        let mtu = args.mtu.or(raw.mtu).filter(|&m| m != 0).map(|m| whole("mtu", m)).transpose()?;
-        let txqlen = args.tx_q_len.or(raw.tx_q_len).map(|q| whole("txQLen", q)).transpose()?;
+        let mtu = args.mtu.or(settings.mtu).filter(|&m| m != 0).map(|m| whole("mtu", m)).transpose()?;
+        let txqlen = args.tx_q_len.or(settings.tx_q_len).map(|q| whole("txQLen", q)).transpose()?;
 
         check_allowlist(&keys, allowlist)?;
         let ifname = &ctx.env.ifname;
@@ -138,9 +129,9 @@ impl Tuning {
             data_dir: PathBuf::from(raw.data_dir.filter(|d| !d.is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into())),
             sysctls,
             mac,
-            promisc: args.promisc.or(raw.promisc).unwrap_or(false),
+            promisc: args.promisc.or(settings.promisc).unwrap_or(false),
             mtu,
-            allmulti: args.allmulti.or(raw.allmulti),
+            allmulti: args.allmulti.or(settings.allmulti),
             txqlen,
         })
     }
