@@ -44,16 +44,6 @@ struct NetConfIn {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IpamIn {
-    // The legacy single range, at the top level of the section. Not `#[serde(flatten)]` of a RangeIn: a
-    // flattened struct is decoded without its field list, so Go's key matching could not apply to it.
-    #[serde(default)]
-    subnet: Option<String>,
-    #[serde(default)]
-    range_start: Option<String>,
-    #[serde(default)]
-    range_end: Option<String>,
-    #[serde(default)]
-    gateway: Option<String>,
     #[serde(default)]
     ranges: Option<Vec<Vec<RangeIn>>>,
     #[serde(default)]
@@ -62,6 +52,15 @@ struct IpamIn {
     data_dir: Option<String>,
     #[serde(default)]
     resolv_conf: Option<String>,
+}
+
+/// The legacy single range at the top level of the ipam section (the reference embeds a Range there), read
+/// as a second view of the same bytes: `#[serde(flatten)]` would decode it without its field list, so Go's
+/// key matching could not apply to it.
+#[derive(Deserialize)]
+struct LegacyRangeIn {
+    #[serde(default)]
+    ipam: Option<RangeIn>,
 }
 
 #[derive(Deserialize, Default)]
@@ -131,13 +130,9 @@ pub fn load(ctx: &Context) -> Result<Config> {
     // As the reference (v0.8 to v1.9, `LoadIPAMConfig`): runtimeConfig.ipRanges (capability "ipRanges") first,
     // then the legacy single range (top-level subnet), then ipam.ranges. Overlaps between them are an error.
     let mut raw_sets: Vec<Vec<RangeIn>> = runtime.ip_ranges.unwrap_or_default();
-    if ipam.subnet.is_some() {
-        raw_sets.push(vec![RangeIn {
-            subnet: ipam.subnet.take(),
-            range_start: ipam.range_start.take(),
-            range_end: ipam.range_end.take(),
-            gateway: ipam.gateway.take(),
-        }]);
+    let legacy: LegacyRangeIn = ctx.parse_conf()?;
+    if let Some(range) = legacy.ipam.filter(|r| r.subnet.is_some()) {
+        raw_sets.push(vec![range]);
     }
     raw_sets.extend(ipam.ranges.take().unwrap_or_default());
     if raw_sets.is_empty() {
