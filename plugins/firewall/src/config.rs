@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use cnicore::firewall::{validate_chain_name, validate_owner, Backend};
-use cnicore::spec::{truncate_for_msg, Context, Error, Result};
+use cnicore::firewall::{validate_chain_name, Backend};
+use cnicore::spec::{truncate_for_msg, validate_container_id, Context, Error, Result};
 use ipnet::IpNet;
 use serde::Deserialize;
 
@@ -66,7 +66,10 @@ pub struct Config {
 impl Config {
     pub fn parse(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
-        validate_owner(&ctx.conf.name, &ctx.env.container_id)?;
+        // The network name is checked by the entry point; GC and STATUS have no container.
+        if !ctx.env.container_id.is_empty() {
+            validate_container_id(&ctx.env.container_id)?;
+        }
         let requested = match raw.backend.as_deref().unwrap_or("") {
             "" => Requested::Auto,
             "firewalld" => Requested::Firewalld,

@@ -2,7 +2,7 @@
 //! `trusted`) as a source, over D-Bus, as the reference does (`org.fedoraproject.FirewallD1.zone.addSource`,
 //! `removeSource`, `querySource`). firewalld's runtime configuration holds them; nothing is made permanent.
 
-use cnicore::spec::{codes, Error, Result};
+use cnicore::spec::{codes, report_rollback, Error, Result};
 use ipnet::IpNet;
 
 use crate::dbus::{self, CallError, Connection, Value};
@@ -46,12 +46,17 @@ impl Firewalld {
 
     /// Binds each address to `zone`; an address already there is fine (`ZONE_ALREADY_SET`), one bound to
     /// another zone is an error (`ZONE_CONFLICT`), as in the reference.
+    /// On failure, the addresses this call bound are unbound again.
     pub fn add(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
+        let mut added = Vec::new();
         for ip in ips {
             match self.zone_call("addSource", zone, ip) {
-                Ok(_) => {}
+                Ok(_) => added.push(*ip),
                 Err(CallError::Remote { message, .. }) if message.starts_with("ZONE_ALREADY_SET") => {}
-                Err(e) => return Err(Error::internal(format!("failed to add the address {ip} to the {zone} zone of firewalld: {e}"))),
+                Err(e) => {
+                    report_rollback("removing the addresses just added to firewalld", self.del(zone, &added));
+                    return Err(Error::internal(format!("failed to add the address {ip} to the {zone} zone of firewalld: {e}")));
+                }
             }
         }
         Ok(())
