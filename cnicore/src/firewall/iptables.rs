@@ -539,6 +539,16 @@ COMMIT
     }
 
     #[test]
+    fn conntrack_states_in_saved_order() {
+        let rule = Rule::new()
+            .destination("10.88.0.2/32".parse().unwrap(), false)
+            .unwrap()
+            .ctstate(&[CtState::Established, CtState::Related, CtState::Established])
+            .jump("ACCEPT");
+        assert_eq!(rule.render(), "-d 10.88.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
+    }
+
+    #[test]
     fn one_source_only() {
         let rule = Rule::new().source("1.2.3.4/32".parse().unwrap(), false).unwrap();
         assert!(rule.source("1.2.3.5/32".parse().unwrap(), true).is_err());
