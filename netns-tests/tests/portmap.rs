@@ -599,6 +599,11 @@ fn no_mappings_passes_prev_result_through() {
 
 // ---- bridge's ipMasq (cnicore::firewall::masq) ----
 
+/// The masquerade of attachment `id` of network "masqnet".
+fn pod<'a>(id: &'a str, ips: &'a [IpNet], non_masquerade: &'a [IpNet]) -> masq::Attachment<'a> {
+    masq::Attachment { network: "masqnet", container_id: id, ips, non_masquerade }
+}
+
 /// A TCP server in the wan namespace; answers with the client address it sees.
 fn wan_server(lab: &Lab) -> Servers {
     Servers::start(&lab.wan, 9000)
@@ -612,8 +617,8 @@ fn masq_masquerades_leaving_traffic_both_backends() {
         let ips = [net("10.22.0.5/24"), net("fd22::5/64")];
         // The wan has no route to the pod subnets: only masqueraded traffic gets answers.
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: reached without masquerade");
-        lab.node.run(|| masq::setup(backend, "masqnet", "m1", &ips)).expect("setup");
-        lab.node.run(|| masq::setup(backend, "masqnet", "m1", &ips)).expect("setup again");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup again");
         let state = lab.firewall_state();
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")).as_deref(), Some("tcp 192.168.50.1"), "{backend}");
         assert_eq!(tcp_ask(&lab.pod, sock("[fd50::2]:9000")).as_deref(), Some("tcp fd50::1"), "{backend}");
@@ -621,11 +626,27 @@ fn masq_masquerades_leaving_traffic_both_backends() {
         let _local = Servers::start(&lab.node, 9001);
         assert_eq!(tcp_ask(&lab.pod, sock("10.22.0.1:9001")).as_deref(), Some("tcp 10.22.0.5"), "{backend}");
         assert_eq!(state, lab.firewall_state(), "{backend}: repeated setup changed rules");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect("check");
+
+        // A repeated setup with nonMasqueradeCIDRs replaces the rules: the wan is now reached with the pod's
+        // own address (so no answer comes back), and CHECK tells the two configs apart.
+        let exceptions = [net("192.168.50.0/24"), net("fd50::/64")];
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &exceptions))).expect("setup with exceptions");
+        assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: masqueraded to an exception");
+        assert_eq!(tcp_ask(&lab.pod, sock("[fd50::2]:9000")), None, "{backend}: masqueraded to an exception");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &exceptions))).expect("check with exceptions");
+        let err = lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect_err("CHECK saw no change");
+        assert!(err.msg.contains("m1"), "{backend}: {}", err.msg);
+        let other = [net("192.168.0.0/16")];
+        assert!(lab.node.run(|| masq::check(backend, &pod("m1", &ips, &other))).is_err(), "{backend}");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup without exceptions");
+        assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")).as_deref(), Some("tcp 192.168.50.1"), "{backend}");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect("check again");
 
         // Teardown from names and IPs only, twice; and GC of another attachment.
-        lab.node.run(|| masq::setup(backend, "masqnet", "m2", &[net("10.22.0.6/24")])).expect("setup m2");
-        lab.node.run(|| masq::teardown("masqnet", "m1", &ips)).expect("teardown");
-        lab.node.run(|| masq::teardown("masqnet", "m1", &[])).expect("teardown again");
+        lab.node.run(|| masq::setup(backend, &pod("m2", &[net("10.22.0.6/24")], &[]))).expect("setup m2");
+        lab.node.run(|| masq::teardown(&pod("m1", &ips, &[]))).expect("teardown");
+        lab.node.run(|| masq::teardown(&pod("m1", &[], &[]))).expect("teardown again");
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: still masqueraded");
         lab.node.run(|| masq::gc("masqnet", &[("m1".into(), "eth0".into())])).expect("gc");
         let state = lab.firewall_state();
@@ -660,20 +681,23 @@ fn masq_rules_are_those_of_the_reference_bridge() {
     let ips = pod_ips(&result);
     let theirs = lab.iptables(false);
     assert!(theirs.contains(&format!("id: \\\"{id1}\\\"")), "reference made no masquerade rules:\n{theirs}");
-    lab.node.run(|| masq::setup(Backend::Iptables, "masqnet", &id1, &ips)).expect("setup over the reference");
+    lab.node.run(|| masq::setup(Backend::Iptables, &pod(&id1, &ips, &[]))).expect("setup over the reference");
     assert_eq!(theirs, lab.iptables(false), "our rules differ from the reference's");
-    lab.node.run(|| masq::teardown("masqnet", &id1, &ips)).expect("teardown");
+    lab.node.run(|| masq::teardown(&pod(&id1, &ips, &[]))).expect("teardown");
     let after = lab.iptables(false);
     assert!(!after.contains(&id1) && !after.contains("-j MASQUERADE"), "left behind:\n{after}");
 
-    // Ours sets up (after the reference's own rules were removed), the reference's DEL removes ours.
+    // Ours sets up (after the reference's own rules were removed), with nonMasqueradeCIDRs; the reference's
+    // DEL removes ours, exceptions included.
+    let exceptions = [net("10.0.0.0/8"), net("fd00::/8")];
     let pod2 = lab.node.pod_netns();
     let id2 = unique_name("our");
     let result = run_bridge("ADD", &id2, &pod2).expect_ok().clone();
     let ips = pod_ips(&result);
-    lab.node.run(|| masq::teardown("masqnet", &id2, &ips)).expect("remove the reference's rules");
-    lab.node.run(|| masq::setup(Backend::Iptables, "masqnet", &id2, &ips)).expect("setup");
-    assert!(lab.iptables(false).contains(&id2));
+    lab.node.run(|| masq::teardown(&pod(&id2, &ips, &[]))).expect("remove the reference's rules");
+    lab.node.run(|| masq::setup(Backend::Iptables, &pod(&id2, &ips, &exceptions))).expect("setup with exceptions");
+    let ours = lab.iptables(false);
+    assert!(ours.contains(&id2) && ours.contains("-d 10.0.0.0/8 "), "{ours}");
     run_bridge("DEL", &id2, &pod2).expect_ok();
     let after = lab.iptables(false);
     assert!(!after.contains(&id2) && !after.contains("-j MASQUERADE"), "the reference left ours:\n{after}");

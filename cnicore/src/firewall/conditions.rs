@@ -204,10 +204,7 @@ impl Parser<'_> {
             .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
             .map_err(|_| self.error(format!("{option} {:?} is not an address or CIDR", truncate_for_msg(&text))))?;
         if Family::of_net(&net) != self.family {
-            return Err(self.error(format!("{option} {text} is not an {} address", match self.family {
-                Family::V4 => "IPv4",
-                Family::V6 => "IPv6",
-            })));
+            return Err(self.error(format!("{option} {text} is not an {} address", self.family.name())));
         }
         Ok(net)
     }

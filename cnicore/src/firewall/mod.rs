@@ -62,6 +62,11 @@ impl Backend {
         }
     }
 
+    /// The configured backend, else this machine's default ([`Backend::detect`]).
+    pub fn or_detect(configured: Option<Backend>) -> Result<Backend> {
+        configured.map_or_else(Backend::detect, Ok)
+    }
+
     /// The default backend of this machine.
     pub fn detect() -> Result<Backend> {
         if find_binary("iptables").is_some() {
@@ -130,6 +135,30 @@ impl Family {
         match self {
             Family::V4 => "ipv4",
             Family::V6 => "ipv6",
+        }
+    }
+
+    /// `"4"` or `"6"`: the suffix of per-family names (`pods4_24`, `nomasq6`).
+    pub fn digit(self) -> &'static str {
+        match self {
+            Family::V4 => "4",
+            Family::V6 => "6",
+        }
+    }
+
+    /// `"ipv4_addr"` or `"ipv6_addr"`: the nftables type of an address of this family.
+    pub fn nft_addr_type(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4_addr",
+            Family::V6 => "ipv6_addr",
+        }
+    }
+
+    /// `"IPv4"` or `"IPv6"`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
         }
     }
 

@@ -1,10 +1,12 @@
 //! The bridge's network config: parsed and fully validated before anything on the node is touched.
 
 use cnicore::spec::{codes, validate_ifname, Context, Dns, Error, Result};
+use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::masq::Backend;
+use cnicore::firewall::masq::Attachment as Masq;
+use cnicore::firewall::Backend;
 
 const DEFAULT_BRIDGE: &str = "cni0";
 /// The MTU range Linux accepts for Ethernet-like links (IPv4 needs at least 68).
@@ -28,6 +30,9 @@ struct RawConf {
     ip_masq: bool,
     #[serde(default)]
     ip_masq_backend: Option<String>,
+    /// Destinations whose traffic keeps the pod's address besides its own subnet (the cluster CIDR).
+    #[serde(default, rename = "nonMasqueradeCIDRs")]
+    non_masquerade_cidrs: Option<Vec<String>>,
     /// 0 (the reference's "unset") or absent: inferred.
     #[serde(default)]
     mtu: Option<i64>,
@@ -76,6 +81,9 @@ pub struct Config {
     pub force_address: bool,
     pub ip_masq: bool,
     pub masq_backend: Option<Backend>,
+    /// `nonMasqueradeCIDRs`: with ipMasq, traffic to these prefixes is not masqueraded (either family; an
+    /// entry is used for the pod addresses of its family).
+    pub non_masquerade: Vec<IpNet>,
     /// Explicit MTU; `None` means "infer it from the node" (see [`crate::mtu`]).
     pub mtu: Option<u32>,
     pub hairpin: bool,
@@ -127,6 +135,8 @@ impl Config {
             .map(|b| Backend::parse(b).map_err(|e| Error::config(format!("ipMasqBackend: {}", e.msg))))
             .transpose()?;
 
+        let non_masquerade = parse_non_masquerade(raw.non_masquerade_cidrs.as_deref().unwrap_or_default())?;
+
         let layer3 = ipam_configured(ctx)?;
         let is_gateway = raw.is_gateway || raw.is_default_gateway;
         if !layer3 {
@@ -156,6 +166,7 @@ impl Config {
             force_address: raw.force_address,
             ip_masq: raw.ip_masq,
             masq_backend,
+            non_masquerade,
             mtu,
             hairpin: raw.hairpin_mode,
             promisc: raw.promisc_mode,
@@ -175,6 +186,36 @@ impl Config {
     pub fn uses_vlans(&self) -> bool {
         self.vlan.is_some() || !self.trunk.is_empty()
     }
+
+    /// The masquerade of the attachment of `container_id` with the pod addresses `ips`.
+    pub fn masq<'a>(&'a self, container_id: &'a str, ips: &'a [IpNet]) -> Masq<'a> {
+        Masq { network: &self.network, container_id, ips, non_masquerade: &self.non_masquerade }
+    }
+}
+
+/// At most this many `nonMasqueradeCIDRs` (each is a rule per pod).
+const MAX_NON_MASQUERADE: usize = 256;
+
+/// The prefixes of `nonMasqueradeCIDRs`, as Go's `net.ParseCIDR` reads them (host bits are allowed and
+/// dropped).
+fn parse_non_masquerade(entries: &[String]) -> Result<Vec<IpNet>> {
+    if entries.len() > MAX_NON_MASQUERADE {
+        return Err(Error::config(format!(
+            "nonMasqueradeCIDRs has {} entries, at most {MAX_NON_MASQUERADE} are allowed",
+            entries.len()
+        )));
+    }
+    entries
+        .iter()
+        .map(|entry| {
+            entry.parse::<IpNet>().map(|net| net.trunc()).map_err(|_| {
+                Error::config(format!(
+                    "nonMasqueradeCIDRs: {:?} is not a prefix such as \"10.244.0.0/16\" or \"fd00:10:244::/56\"",
+                    cnicore::spec::truncate_for_msg(entry)
+                ))
+            })
+        })
+        .collect()
 }
 
 fn digits(n: u16) -> usize {
@@ -331,6 +372,12 @@ mod tests {
             with("vlanTrunk", serde_json::json!([{"minID": 0, "maxID": 10}])),
             with("vlanTrunk", serde_json::json!([{"id": 5000}])),
             with("ipMasqBackend", "ebtables".into()),
+            with("nonMasqueradeCIDRs", "10.244.0.0/16".into()),
+            with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0"])),
+            with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0/33"])),
+            with("nonMasqueradeCIDRs", serde_json::json!(["cluster"])),
+            with("nonMasqueradeCIDRs", serde_json::json!([16])),
+            with("nonMasqueradeCIDRs", serde_json::json!(vec!["10.0.0.0/8"; 257])),
             with("ipam", serde_json::json!({"subnet": "10.0.0.0/24"})),
             with("ipam", serde_json::json!({"type": "../x"})),
             with("ipam", "host-local".into()),
@@ -350,6 +397,21 @@ mod tests {
         l2["ipMasq"] = true.into();
         assert!(err(l2).msg.contains("ipMasq"));
         assert!(err(with("disableContainerInterface", true.into())).msg.contains("IPAM"));
+    }
+
+    #[test]
+    fn non_masquerade_cidrs() {
+        assert!(Config::load(&ctx(base())).unwrap().non_masquerade.is_empty());
+        assert!(Config::load(&ctx(with("nonMasqueradeCIDRs", Value::Null))).unwrap().non_masquerade.is_empty());
+        let c = Config::load(&ctx(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.7.1/16", "fd00:10:244::/56"]))))
+            .unwrap();
+        let want: Vec<IpNet> = vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()];
+        assert_eq!(c.non_masquerade, want);
+        // Go's key matching: any case.
+        let c = Config::load(&ctx(with("nonmasqueradecidrs", serde_json::json!(["10.244.0.0/16"])))).unwrap();
+        assert_eq!(c.non_masquerade, want[..1]);
+        let e = err(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0"])));
+        assert!(e.msg.contains("nonMasqueradeCIDRs") && e.msg.contains("10.244.0.0"), "{}", e.msg);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::io;
 
 use cnicore::netlink::{is_exists, is_not_found, InfoBridge, Link, Netlink, PortVlan};
-use cnicore::spec::{Error, Result};
+use cnicore::spec::{Error, ErrorContext, Result};
 use cnicore::sysctl;
 use ipnet::IpNet;
 
@@ -43,7 +43,7 @@ fn vlan_unsupported(e: &io::Error) -> Error {
 pub fn sysctl_best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write_if_different(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            eprintln!("bridge: sysctl {name}={value}: {e}");
+            cnicore::warn!("sysctl {name}={value}: {e}");
         }
     }
 }
@@ -52,7 +52,7 @@ pub fn sysctl_best_effort(name: &str, value: &str) {
 pub fn sysctl_required(name: &str, value: &str) -> Result<()> {
     sysctl::write_if_different(name, value)
         .map(|_| ())
-        .map_err(|e| Error::os(format!("failed to set {name}={value}"), e))
+        .with_context(|| format!("failed to set {name}={value}"))
 }
 
 /// Finds the bridge or creates it (with `mtu`), tolerating a concurrent ADD creating it at the same moment,
@@ -70,7 +70,7 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mt
                 }
                 Err(e) if is_exists(&e) => nl
                     .link_by_name(&conf.bridge)
-                    .map_err(|e| Error::os(format!("could not look up {:?}", conf.bridge), e))?
+                    .with_context(|| format!("could not look up {:?}", conf.bridge))?
                     .ok_or_else(|| {
                         Error::internal(format!("bridge {:?} vanished right after being created", conf.bridge))
                     })?,
@@ -86,10 +86,10 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mt
     }
     if conf.promisc && !bridge.promisc {
         nl.set_promisc(bridge.index, true)
-            .map_err(|e| Error::os(format!("could not set promiscuous mode on {:?}", conf.bridge), e))?;
+            .with_context(|| format!("could not set promiscuous mode on {:?}", conf.bridge))?;
     }
     if !bridge.up {
-        nl.set_up(bridge.index).map_err(|e| Error::os(format!("failed to set {:?} up", conf.bridge), e))?;
+        nl.set_up(bridge.index).with_context(|| format!("failed to set {:?} up", conf.bridge))?;
     }
     Ok(bridge)
 }
@@ -113,20 +113,20 @@ pub fn attach_port(
 ) -> Result<()> {
     let name = &port.name;
     nl.set_master(port.index, bridge.index)
-        .map_err(|e| Error::os(format!("failed to connect {name:?} to bridge {:?}", bridge.name), e))?;
+        .with_context(|| format!("failed to connect {name:?} to bridge {:?}", bridge.name))?;
     if conf.hairpin {
         nl.set_hairpin(port.index, true)
-            .map_err(|e| Error::os(format!("failed to set hairpin mode on {name:?}"), e))?;
+            .with_context(|| format!("failed to set hairpin mode on {name:?}"))?;
     }
     if conf.port_isolation {
         nl.set_port_isolated(port.index, true)
-            .map_err(|e| Error::os(format!("failed to set port isolation on {name:?}"), e))?;
+            .with_context(|| format!("failed to set port isolation on {name:?}"))?;
     }
     if vlan.is_some() || !trunk.is_empty() {
         set_port_vlans(nl, port, vlan, trunk, conf.preserve_default_vlan)?;
     }
     sysctl_best_effort(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
-    nl.set_up(port.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))
+    nl.set_up(port.index).with_context(|| format!("failed to set {name:?} up"))
 }
 
 /// Access port (`vlan`: untagged, PVID) or trunk port (`trunk`: tagged).
@@ -162,22 +162,22 @@ fn set_port_vlans(
 /// access port of the bridge in that VLAN (as the reference plugin does). Created on first use.
 pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid: u16, mtu: u32) -> Result<Link> {
     let name = format!("{}.{vid}", bridge.name);
-    if let Some(link) = nl.link_by_name(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))? {
+    if let Some(link) = nl.link_by_name(&name).with_context(|| format!("failed to find {name:?}"))? {
         return Ok(link);
     }
-    let node_ns = nl.netns().try_clone().map_err(|e| Error::os("failed to open the node namespace", e))?;
+    let node_ns = nl.netns().try_clone().context("failed to open the node namespace")?;
     let peer_name = random_veth_name()?;
     let link = match nl.create_veth(&name, &peer_name, &node_ns, Some(mtu), None) {
         Ok(link) => link,
         Err(e) if is_exists(&e) => {
-            return nl.require_link(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))
+            return nl.require_link(&name).with_context(|| format!("failed to find {name:?}"))
         }
         Err(e) => return Err(Error::os(format!("failed to create VLAN gateway {name:?}"), e)),
     };
-    let peer = nl.require_link(&peer_name).map_err(|e| Error::os(format!("failed to find {peer_name:?}"), e))?;
+    let peer = nl.require_link(&peer_name).with_context(|| format!("failed to find {peer_name:?}"))?;
     let port_conf = Config { hairpin: false, port_isolation: false, ..conf.clone() };
     attach_port(nl, &peer, bridge, &port_conf, Some(vid), &[])?;
-    nl.set_up(link.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))?;
+    nl.set_up(link.index).with_context(|| format!("failed to set {name:?} up"))?;
     Ok(link)
 }
 
@@ -186,7 +186,7 @@ pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid
 pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: bool) -> Result<()> {
     let addresses = nl
         .addresses(Some(link.index))
-        .map_err(|e| Error::os(format!("could not get list of IP addresses of {:?}", link.name), e))?;
+        .with_context(|| format!("could not get list of IP addresses of {:?}", link.name))?;
     let present = addresses.iter().any(|a| a.addr == gw);
     if !present {
         for existing in addresses.iter().filter(|a| a.addr.addr().is_ipv4() == gw.addr().is_ipv4()) {
@@ -216,12 +216,12 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
             Some(mac) => Some(mac),
             None => nl
                 .link_by_index(link.index)
-                .map_err(|e| Error::os(format!("could not look up {:?}", link.name), e))?
+                .with_context(|| format!("could not look up {:?}", link.name))?
                 .and_then(|now| now.mac)
                 .filter(usable_mac),
         };
         if let Some(mac) = mac {
-            nl.set_mac(link.index, mac).map_err(|e| Error::os(format!("could not set {:?}'s MAC", link.name), e))?;
+            nl.set_mac(link.index, mac).with_context(|| format!("could not set {:?}'s MAC", link.name))?;
         }
         match nl.add_address(link.index, gw) {
             Ok(()) => {}
@@ -232,7 +232,7 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
     if gw.addr().is_ipv6() {
         // Until the address has left the tentative state, the bridge drops neighbour solicitations for it.
         nl.wait_address_settled(link.index, gw.addr(), GATEWAY_SETTLE_TIMEOUT)
-            .map_err(|e| Error::os(format!("gateway address {gw} on {:?}", link.name), e))?;
+            .with_context(|| format!("gateway address {gw} on {:?}", link.name))?;
     }
     Ok(())
 }
@@ -250,11 +250,11 @@ pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
         match sysctl::write_if_different(name, "1") {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                eprintln!(
-                    "bridge: {name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
+                cnicore::warn!(
+                    "{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
                 );
             }
-            Err(e) => eprintln!("bridge: failed to set {name}=1: {e}"),
+            Err(e) => cnicore::warn!("failed to set {name}=1: {e}"),
         }
     }
 }

@@ -119,7 +119,7 @@ pub struct Config {
 
 impl Config {
     /// Parses and checks everything; nothing is applied before this succeeds.
-    pub fn parse(ctx: &Context) -> Result<Config> {
+    pub fn load(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
         // STATUS (and GC) have no container; the entry point has validated the ID of the other verbs.
         if ctx.env.command.is_attachment_verb() {
@@ -291,13 +291,13 @@ mod tests {
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables","runtimeConfig":{
             "portMappings":[{"HostPort":8082,"ContainerPort":80,"Protocol":"tcp","HostIP":""},
                             {"HostPort":5353,"ContainerPort":53,"Protocol":"UDP","HostIP":"10.0.0.1"}]}}"#;
-        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
         assert_eq!(c.mappings, vec![
             mapping(Protocol::Tcp, 8082, None),
             PortMapping { host_port: 5353, container_port: 53, protocol: Protocol::Udp, host_ip: Some("10.0.0.1".parse().unwrap()) },
         ]);
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","SNAT":false,"MarkMasqBit":5,"Backend":"iptables"}"#;
-        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
         assert_eq!((c.snat, c.mark_bit), (false, 5));
     }
 
@@ -306,8 +306,8 @@ mod tests {
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables",
             "runtimeConfig":{"portMappings":[{"containerPort":80}]}}"#;
         let add = Context::for_test(cnicore::spec::Command::Add, conf, "");
-        assert!(Config::parse(&add).unwrap_err().msg.contains("without host port"));
+        assert!(Config::load(&add).unwrap_err().msg.contains("without host port"));
         let del = Context::for_test(cnicore::spec::Command::Del, conf, "");
-        assert!(del.load_for_teardown(Config::parse).unwrap().mappings.is_empty());
+        assert!(del.load_for_teardown(Config::load).unwrap().mappings.is_empty());
     }
 }

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use cnicore::failpoint;
 use cnicore::firewall::conntrack::{self, PROTO_UDP};
 use cnicore::firewall::{families_of, Backend, Family};
-use cnicore::spec::{codes, plugin_main, CniResult, Context, Error, Plugin, Result};
+use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Error, Plugin, Result};
 use ipnet::IpNet;
 
 use config::{container_ips, Config, Protocol};
@@ -27,7 +27,7 @@ struct PortMap;
 
 impl Plugin for PortMap {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         let prev = ctx.require_prev_result()?;
         if config.mappings.is_empty() {
             return Ok(prev);
@@ -44,7 +44,7 @@ impl Plugin for PortMap {
         }
         if let Err(e) = forward(&config, &containers) {
             // Leave nothing half-applied (e.g. IPv4 rules when IPv6 failed).
-            let _ = unforward(&config, Some(&containers));
+            report_rollback("removing the port mappings", unforward(&config, Some(&containers)));
             return Err(e);
         }
         flush_udp_conntrack(&config, &containers);
@@ -53,7 +53,7 @@ impl Plugin for PortMap {
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
-        let config = match ctx.load_for_teardown(Config::parse) {
+        let config = match ctx.load_for_teardown(Config::load) {
             // No firewall binary at all: nothing can have been set up.
             Err(e) if e.code == codes::NOT_AVAILABLE => return Ok(()),
             other => other?,
@@ -71,7 +71,7 @@ impl Plugin for PortMap {
     }
 
     fn check(&self, ctx: &Context) -> Result<()> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
         if config.mappings.is_empty() {
             return Ok(());
@@ -100,7 +100,7 @@ impl Plugin for PortMap {
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         if !config.backend.available() {
             return Err(Error::new(codes::NOT_AVAILABLE, format!("the {} backend is not installed", config.backend)));
         }
@@ -146,7 +146,7 @@ fn flush_udp_conntrack(config: &Config, containers: &[IpNet]) {
             .collect();
         if let Err(e) = conntrack::delete_by_dst_port(family, PROTO_UDP, &ports) {
             let what = containers.iter().map(|c| c.addr()).find(|ip: &IpAddr| Family::of(*ip) == family);
-            eprintln!("failed to delete stale UDP conntrack entries for {what:?}: {e}");
+            cnicore::warn!("failed to delete stale UDP conntrack entries for {what:?}: {e}");
         }
     }
 }
