@@ -194,6 +194,11 @@ fn align(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
+/// Zero bytes up to the next multiple of `to` (the wire format's alignment padding).
+fn pad_to(buf: &mut Vec<u8>, to: usize) {
+    buf.resize(align(buf.len(), to), 0);
+}
+
 /// A decoded message: what a caller needs of it.
 #[derive(Debug)]
 struct Message {
@@ -211,9 +216,7 @@ struct Writer {
 
 impl Writer {
     fn pad(&mut self, to: usize) {
-        while self.buf.len() % to != 0 {
-            self.buf.push(0);
-        }
+        pad_to(&mut self.buf, to);
     }
 
     fn u32(&mut self, v: u32) {
@@ -265,9 +268,7 @@ fn encode_call(serial: u32, destination: &str, path: &str, interface: &str, memb
     out.extend_from_slice(&serial.to_le_bytes());
     out.extend_from_slice(&(fields.buf.len() as u32).to_le_bytes());
     out.extend_from_slice(&fields.buf);
-    while out.len() % 8 != 0 {
-        out.push(0);
-    }
+    pad_to(&mut out, 8);
     out.extend_from_slice(&body.buf);
     out
 }
@@ -390,7 +391,7 @@ mod tests {
         assert_eq!(&m[20..24], &29u32.to_le_bytes());
         assert_eq!(&m[24..53], b"/org/fedoraproject/FirewallD1");
         // The body: two strings, the second aligned to 4.
-        assert_eq!(&m[m.len() - 29..], b"\x07\0\0\0trusted\0\x0c\0\0\010.88.0.2/32\0");
+        assert_eq!(&m[m.len() - 29..], b"\x07\0\0\0trusted\0\x0c\0\0\x0010.88.0.2/32\0");
         // And it decodes back as a message of our own.
         let decoded = decode(&m, true, METHOD_CALL, fields_len).unwrap();
         assert_eq!(decoded.body, vec![Value::Str("trusted".into()), Value::Str("10.88.0.2/32".into())]);
@@ -401,9 +402,7 @@ mod tests {
     fn decodes_big_endian_errors() {
         let mut fields = Vec::new();
         let push_field = |fields: &mut Vec<u8>, code: u8, sig: u8, value: &[u8]| {
-            while fields.len() % 8 != 0 {
-                fields.push(0);
-            }
+            pad_to(fields, 8);
             fields.extend_from_slice(&[code, 1, sig, 0]);
             fields.extend_from_slice(value);
         };
@@ -423,9 +422,7 @@ mod tests {
         m.extend_from_slice(&9u32.to_be_bytes());
         m.extend_from_slice(&(fields.len() as u32).to_be_bytes());
         m.extend_from_slice(&fields);
-        while m.len() % 8 != 0 {
-            m.push(0);
-        }
+        pad_to(&mut m, 8);
         m.extend_from_slice(&body);
         let decoded = decode(&m, false, ERROR, fields.len()).unwrap();
         assert_eq!(decoded.reply_serial, Some(7));

@@ -173,10 +173,9 @@ pub fn check(plan: &Plan, container_id: &str) -> Result<()> {
     })
 }
 
-/// Removes the rules of `ips` (this family's) from `CNI-FORWARD`, except those of addresses in `keep` (held by
-/// other attachments). Rules already gone are fine.
-pub fn del(family: Family, ips: &[IpNet], keep: &[IpNet]) -> Result<()> {
-    let ips: Vec<IpNet> = ips.iter().filter(|ip| Family::of_net(ip) == family && !keep.contains(ip)).copied().collect();
+/// Removes the rules of `ips` (this family's) from `CNI-FORWARD`. Rules already gone are fine.
+pub fn del(family: Family, ips: &[IpNet]) -> Result<()> {
+    let ips: Vec<IpNet> = ips.iter().filter(|ip| Family::of_net(ip) == family).copied().collect();
     if ips.is_empty() || !iptables::available(family) {
         return Ok(());
     }

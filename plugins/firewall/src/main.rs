@@ -196,7 +196,7 @@ fn open(config: &Config, active: &mut Active, ips: &[IpNet], bridge: Option<&str
                 let outcome = iptables::Plan::new(config, family, ips, bridge).and_then(|plan| iptables::add(&plan));
                 if let Err(e) = outcome {
                     for family in done {
-                        report_rollback("removing firewall rules", iptables::del(family, ips, &[]));
+                        report_rollback("removing firewall rules", iptables::del(family, ips));
                     }
                     return Err(e);
                 }
@@ -249,7 +249,7 @@ fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet]) ->
         Active::Kernel(Backend::Iptables) => {
             let mut errors = Errors::new();
             for family in [Family::V4, Family::V6] {
-                errors.record(iptables::del(family, &ips, &[]));
+                errors.record(iptables::del(family, &ips));
             }
             errors.into_result()
         }
