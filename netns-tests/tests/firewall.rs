@@ -291,6 +291,7 @@ fn gc_removes_the_rules_of_attachments_not_valid() {
     for (id, pod) in [("ca", &lab.a), ("cb", &lab.b)] {
         lab.ours("ADD", id, pod, &lab.conf(pod, "iptables", json!({}))).expect_ok();
     }
+    lab.ours("STATUS", "", &lab.a, &gc_conf(&lab, "iptables", &[])).expect_ok();
     lab.ours("GC", "", &lab.a, &gc_conf(&lab, "iptables", &["cb"])).expect_ok();
     assert!(!lab.reaches_wan(&lab.a), "GC closed the pod that is not valid");
     assert!(lab.reaches_wan(&lab.b), "GC kept the valid pod");
@@ -467,9 +468,11 @@ fn firewalld_backend_against_a_real_firewalld() {
     assert_eq!(code(&out), 50, "{}", out.stdout_text);
     assert!(out.stdout_text.contains("firewalld is not running"), "{}", out.stdout_text);
     lab.ours("DEL", "ca", &lab.a, &asked).expect_ok();
+    assert_eq!(code(&lab.ours("STATUS", "", &lab.a, &gc_conf(&lab, "firewalld", &[]))), 50);
 
     let Some(firewalld) = PrivateFirewalld::start(&lab.node) else { return };
     lab.bus = firewalld.address.clone();
+    lab.ours("STATUS", "", &lab.a, &gc_conf(&lab, "firewalld", &[])).expect_ok();
     // The uplink in another zone: firewalld refuses forwarding from the default zone (br-a) to it.
     firewalld.call("org.fedoraproject.FirewallD1.zone.addInterface", &["dmz", "up0"]);
     assert!(!lab.reaches_wan(&lab.a), "firewalld refuses forwarding from the default zone to dmz");
