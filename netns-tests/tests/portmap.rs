@@ -347,6 +347,31 @@ fn ipv4_only_pod_check_and_conditions() {
 }
 
 #[test]
+fn conditions_in_nft_syntax_and_passed_through_iptables_matches() {
+    // Reference v1.6+: conditions in nft syntax (which select the nftables backend), and any iptables match
+    // passed through to iptables. Each excludes the wan client here, so only the node may use the port.
+    let cases = [
+        (None, json!(["ip", "saddr", "!=", "192.168.50.0/24"])),
+        (Some("iptables"), json!(["-m", "iprange", "!", "--src-range", "192.168.50.1-192.168.50.254"])),
+    ];
+    for (backend, conditions) in cases {
+        let lab = Lab::new();
+        let _servers = Servers::start(&lab.pod, 80);
+        let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": lab.pod.path}],
+            "ips": [{"address": "10.22.0.5/24", "interface": 0}]});
+        let backend_field = backend.map_or(Value::Null, |b| json!(b));
+        let conf = lab.conf("x", standard_mappings(), json!({"prevResult": prev, "conditionsV4": conditions, "backend": backend_field}));
+        lab.run("ADD", "c4", &conf).expect_ok();
+        lab.run("CHECK", "c4", &conf).expect_ok();
+        let used = backend.unwrap_or("nftables");
+        assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8080")), None, "{used}: condition {conditions} ignored");
+        assert_eq!(tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(), Some("tcp 10.22.0.1"), "{used}: {conditions}");
+        lab.run("DEL", "c4", &conf).expect_ok();
+        assert_clean(&lab, used);
+    }
+}
+
+#[test]
 fn same_host_port_in_two_containers() {
     for backend in BACKENDS {
         let lab = Lab::new();
@@ -556,7 +581,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         ("condition with a target", standard_mappings(), json!({"conditionsV4": ["-j", "ACCEPT"]})),
         ("condition with a new line", standard_mappings(), json!({"conditionsV4": ["-d", "1.2.3.4\n-A INPUT -j DROP"]})),
         ("condition with a quote", standard_mappings(), json!({"conditionsV6": ["-i", "eth0\" accept"]})),
-        ("unsupported condition module", standard_mappings(), json!({"conditionsV4": ["-m", "comment", "--comment", "x"]})),
+        ("condition match with a target", standard_mappings(), json!({"conditionsV4": ["-m", "comment", "--comment", "x", "-j", "DNAT"]})),
+        ("nft condition with a verdict", standard_mappings(), json!({"conditionsV4": ["ip", "saddr", "10.0.0.1", "accept"]})),
         ("v6 address in conditionsV4", standard_mappings(), json!({"conditionsV4": ["-s", "fd00::/8"]})),
         ("unknown backend", standard_mappings(), json!({"backend": "ipfw"})),
         ("missing prevResult", standard_mappings(), json!({"prevResult": null})),

@@ -11,6 +11,8 @@
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
+//! - [`reference_nft`]: the nftables rules of the reference plugins v1.6+ (their tables), found and removed
+//!   by our DEL and GC, so that a node moved from their binaries to ours keeps working.
 //! - [`conntrack`]: deleting conntrack entries over netlink (NETLINK_NETFILTER), e.g. stale UDP flows.
 //!
 //! Every name that reaches a rule (network name, container ID, chain names, comments) is validated here
@@ -22,6 +24,7 @@ mod exec;
 pub mod iptables;
 pub mod masq;
 pub mod nftables;
+pub mod reference_nft;
 
 use std::fmt;
 use std::net::IpAddr;

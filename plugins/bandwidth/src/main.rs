@@ -28,10 +28,6 @@ fn host_netlink() -> Result<Netlink> {
     Netlink::new().context("opening netlink")
 }
 
-fn mac_string(mac: Option<[u8; 6]>) -> String {
-    mac.map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")).unwrap_or_default()
-}
-
 /// Installs the shaping of one pod on its host veth; returns the ifb when egress is shaped.
 fn apply(nl: &mut Netlink, host: &Link, ctx: &Context, ifb_name: &str, limits: &Limits) -> Result<Option<Link>> {
     if let Some(tbf) = &limits.ingress {
@@ -81,7 +77,7 @@ impl Plugin for Bandwidth {
         let ifb_name = ifb::name(&ctx.conf.name, &ctx.env.container_id);
         match apply(&mut nl, &host, ctx, &ifb_name, &limits) {
             Ok(Some(ifb)) => {
-                result.interfaces.push(Interface { name: ifb.name, mac: mac_string(ifb.mac), ..Default::default() })
+                result.interfaces.push(Interface { name: ifb.name, mac: ifb.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default(), ..Default::default() })
             }
             Ok(None) => {}
             Err(e) => {

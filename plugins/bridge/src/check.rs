@@ -7,7 +7,7 @@ use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface,
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use cnicore::firewall::masq;
+use cnicore::firewall::{masq, reference_nft};
 use cnicore::firewall::Backend;
 use crate::node::is_bridge;
 
@@ -71,7 +71,15 @@ pub fn check(ctx: &Context) -> Result<()> {
     check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
     if conf.layer3 && conf.ip_masq {
         let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
-        masq::check(Backend::or_detect(conf.masq_backend)?, &conf.masq(&ctx.env.container_id, &ips))?;
+        let backend = Backend::or_detect(conf.masq_backend)?;
+        if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
+            // A pod set up by the reference bridge v1.6+ (ipMasqBackend nftables) before the node moved to ours.
+            let theirs = backend == Backend::Nftables
+                && reference_nft::ipmasq_has_rule(&conf.network, ifname, &ctx.env.container_id)?;
+            if !theirs {
+                return Err(ours);
+            }
+        }
     }
     Ok(())
 }

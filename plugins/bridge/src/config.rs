@@ -1,6 +1,6 @@
 //! The bridge's network config: parsed and fully validated before anything on the node is touched.
 
-use cnicore::spec::{codes, validate_ifname, Context, Dns, Error, Result};
+use cnicore::spec::{validate_ifname, Context, Dns, Error, Result};
 use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
@@ -44,7 +44,9 @@ struct RawConf {
     vlan: Option<i64>,
     #[serde(default)]
     vlan_trunk: Option<Vec<VlanTrunk>>,
-    #[serde(default = "default_true")]
+    /// Reference v1.8+ (containernetworking/plugins#1181): false unless set, so a VLAN port is isolated from the
+    /// bridge's default VLAN (v1.3-v1.7 defaulted to true).
+    #[serde(default)]
     preserve_default_vlan: bool,
     #[serde(default, rename = "enabledad")]
     enable_dad: bool,
@@ -54,10 +56,6 @@ struct RawConf {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// One `vlanTrunk` entry: a single `id` and/or a `minID`..`maxID` range.
@@ -122,10 +120,9 @@ impl Config {
             Some(v) if (1..=VLAN_MAX).contains(&v) => Some(v as u16),
             Some(v) => return Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
         };
+        // Since reference v1.8 (containernetworking/plugins#1180) `vlan` with `vlanTrunk` is a trunk whose
+        // native VLAN is `vlan` (before: "cannot set vlan and vlanTrunk at the same time").
         let trunk = collect_trunk(raw.vlan_trunk.as_deref().unwrap_or_default())?;
-        if vlan.is_some() && !trunk.is_empty() {
-            return Err(Error::config("cannot set vlan and vlanTrunk at the same time"));
-        }
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(Error::config("cannot set hairpin mode and promiscuous mode at the same time"));
         }
@@ -289,39 +286,12 @@ fn requested_mac(ctx: &Context) -> Result<Option<[u8; 6]>> {
     chosen.map(|m| parse_mac(&m)).transpose()
 }
 
-/// A unicast Ethernet address, `aa:bb:cc:dd:ee:ff` or `aa-bb-cc-dd-ee-ff`.
-pub fn parse_mac(text: &str) -> Result<[u8; 6]> {
-    let bad = |why: &str| {
-        Error::new(
-            codes::INVALID_CONFIG,
-            format!("invalid MAC address {:?}: {why}", cnicore::spec::truncate_for_msg(text)),
-        )
-    };
-    let parts: Vec<&str> = text.split([':', '-']).collect();
-    if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
-        return Err(bad("expected six hexadecimal octets such as 0a:58:0a:f4:00:05"));
-    }
-    let mut mac = [0u8; 6];
-    for (octet, part) in mac.iter_mut().zip(&parts) {
-        *octet = u8::from_str_radix(part, 16).map_err(|_| bad("not hexadecimal"))?;
-    }
-    if mac[0] & 1 == 1 {
-        return Err(bad("a multicast address cannot be an interface address"));
-    }
-    if mac == [0; 6] {
-        return Err(bad("the all-zero address cannot be an interface address"));
-    }
-    Ok(mac)
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
+pub use cnicore::mac::{format as format_mac, parse as parse_mac};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::Command;
+    use cnicore::spec::{codes, Command};
 
     fn ctx(conf: Value) -> Context {
         ctx_args(conf, "")
@@ -349,7 +319,7 @@ mod tests {
     fn defaults() {
         let c = Config::load(&ctx(base())).unwrap();
         assert_eq!(c.bridge, "cni0");
-        assert!(c.layer3 && c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
+        assert!(c.layer3 && !c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
         assert!(Config::load(&ctx(with("mtu", 0.into()))).unwrap().mtu.is_none());
         assert!(Config::load(&ctx(with("isDefaultGateway", true.into()))).unwrap().is_gateway);
     }
@@ -386,9 +356,6 @@ mod tests {
             let e = err(conf.clone());
             assert_eq!(e.code, codes::INVALID_CONFIG, "{conf}: {e:?}");
         }
-        let mut both = with("vlan", 5.into());
-        both["vlanTrunk"] = serde_json::json!([{"id": 6}]);
-        assert!(err(both).msg.contains("at the same time"));
         let mut hp = with("hairpinMode", true.into());
         hp["promiscMode"] = true.into();
         assert!(err(hp).msg.contains("hairpin"));
@@ -397,6 +364,17 @@ mod tests {
         l2["ipMasq"] = true.into();
         assert!(err(l2).msg.contains("ipMasq"));
         assert!(err(with("disableContainerInterface", true.into())).msg.contains("IPAM"));
+    }
+
+    #[test]
+    fn vlan_semantics_of_reference_v1_8() {
+        let mut both = with("vlan", 5.into());
+        both["vlanTrunk"] = serde_json::json!([{"id": 6}, {"minID": 8, "maxID": 9}]);
+        let c = Config::load(&ctx(both.clone())).unwrap();
+        assert_eq!((c.vlan, c.trunk.clone(), c.preserve_default_vlan), (Some(5), vec![6, 8, 9], false));
+        assert!(c.uses_vlans());
+        both["preserveDefaultVlan"] = true.into();
+        assert!(Config::load(&ctx(both)).unwrap().preserve_default_vlan);
     }
 
     #[test]

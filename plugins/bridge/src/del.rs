@@ -14,6 +14,14 @@ use crate::config::Config;
 use cnicore::firewall::masq;
 use crate::spoofchk::SpoofCheck;
 
+/// Removes the reference's nftables ipMasq rule of the attachment, when `nft` is installed.
+fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
+    if !cnicore::firewall::Backend::Nftables.available() {
+        return Ok(());
+    }
+    cnicore::firewall::reference_nft::ipmasq_teardown(network, ifname, container_id)
+}
+
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
     let mut errors = Errors::new();
@@ -51,6 +59,9 @@ fn remove_concurrently(ctx: &Context, conf: &Config, pod_link: Option<PodLink>, 
         if conf.layer3 && conf.ip_masq {
             let m = conf.masq(&ctx.env.container_id, ips);
             workers.push(s.spawn(move || masq::teardown(&m)));
+            // The rule the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            let (network, container_id) = (&conf.network, &ctx.env.container_id);
+            workers.push(s.spawn(move || reference_ipmasq_teardown(network, ifname, container_id)));
         }
         if conf.mac_spoof_check {
             workers.push(s.spawn(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));

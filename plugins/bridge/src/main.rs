@@ -43,6 +43,10 @@ impl Plugin for Bridge {
         if conf.ip_masq {
             let valid = ctx.valid_attachments()?;
             errors.record(masq::gc(&conf.network, &valid));
+            // Rules the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            if cnicore::firewall::Backend::Nftables.available() {
+                errors.record(cnicore::firewall::reference_nft::ipmasq_gc(&conf.network, &valid));
+            }
         }
         errors.into_result()
     }

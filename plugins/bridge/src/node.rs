@@ -129,7 +129,18 @@ pub fn attach_port(
     nl.set_up(port.index).with_context(|| format!("failed to set {name:?} up"))
 }
 
-/// Access port (`vlan`: untagged, PVID) or trunk port (`trunk`: tagged).
+/// The VLANs of a pod's port, as reference v1.8+ sets them: `vlan` untagged and PVID (the access VLAN, or the
+/// native VLAN of a trunk), then each `vlanTrunk` ID tagged. An ID in both stays the native one (adding it again
+/// as tagged would clear its PVID and untagged flags).
+pub fn port_vlans(vlan: Option<u16>, trunk: &[u16]) -> Vec<PortVlan> {
+    let native = vlan.map(|vid| PortVlan { vid, pvid: true, untagged: true });
+    let tagged = trunk.iter().filter(|&&vid| Some(vid) != vlan).map(|&vid| PortVlan { vid, pvid: false, untagged: false });
+    native.into_iter().chain(tagged).collect()
+}
+
+/// Access port (`vlan`), trunk port (`trunk`), or a trunk with a native VLAN (both); see [`port_vlans`].
+/// Unless `preserve_default` (reference v1.8+: false by default), the VLANs the kernel gave the new port (the
+/// bridge's default PVID) are removed first.
 fn set_port_vlans(
     nl: &mut Netlink,
     port: &Link,
@@ -149,11 +160,8 @@ fn set_port_vlans(
             nl.bridge_vlan_del(port.index, existing.vid).map_err(refused)?;
         }
     }
-    if let Some(vid) = vlan {
-        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: true, untagged: true }).map_err(refused)?;
-    }
-    for &vid in trunk {
-        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: false, untagged: false }).map_err(refused)?;
+    for port_vlan in port_vlans(vlan, trunk) {
+        nl.bridge_vlan_add(port.index, port_vlan).map_err(refused)?;
     }
     Ok(())
 }
@@ -270,3 +278,22 @@ pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
     Ok(())
 }
 
+
+#[cfg(test)]
+mod vlan_tests {
+    use super::*;
+
+    fn v(vid: u16, native: bool) -> PortVlan {
+        PortVlan { vid, pvid: native, untagged: native }
+    }
+
+    #[test]
+    fn port_vlans_as_reference_v1_8() {
+        assert_eq!(port_vlans(Some(100), &[]), [v(100, true)]);
+        assert_eq!(port_vlans(None, &[200, 300]), [v(200, false), v(300, false)]);
+        // v1.8: vlan and vlanTrunk together make a trunk whose native VLAN is `vlan`.
+        assert_eq!(port_vlans(Some(100), &[200, 300]), [v(100, true), v(200, false), v(300, false)]);
+        assert_eq!(port_vlans(Some(200), &[200, 300]), [v(200, true), v(300, false)]);
+        assert!(port_vlans(None, &[]).is_empty());
+    }
+}

@@ -27,12 +27,19 @@ impl Plugin for Loopback {
         let netns = ctx.open_netns()?;
         let mut nl = Netlink::in_netns(&netns).context("opening netlink in the pod netns")?;
         let link = loopback_link(&mut nl)?;
+        // Every address on `lo` must be a loopback one (127.0.0.0/8, ::1), as the reference checks since v1.1.
+        // Checked before the link is set up, so that a refused ADD changes nothing.
+        let addrs = nl.addresses(Some(link.index)).context("listing loopback addresses")?;
+        if let Some(bad) = addrs.iter().find(|a| !a.addr.addr().is_loopback()) {
+            return Err(Error::internal(format!("loopback interface found with non-loopback address {:?}", bad.addr.addr().to_string())));
+        }
         nl.set_up(link.index).context("setting the loopback link up")?;
         // A previous plugin's result is passed through unchanged, as the reference does.
         if let Some(prev) = prev {
             return Ok(prev);
         }
-        // The first address of each family: 127.0.0.1/8, and ::1/128 where IPv6 is enabled.
+        // The first address of each family: 127.0.0.1/8, and ::1/128 where IPv6 is enabled (the kernel adds ::1
+        // when `lo` comes up, so the addresses are listed again).
         let addrs = nl.addresses(Some(link.index)).context("listing loopback addresses")?;
         let first = |v4: bool| addrs.iter().find(|a| a.addr.addr().is_ipv4() == v4);
         let ips = [first(true), first(false)]

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use cnicore::failpoint;
 use cnicore::firewall::conntrack::{self, PROTO_UDP};
-use cnicore::firewall::{families_of, Backend, Family};
+use cnicore::firewall::{families_of, reference_nft, Backend, Family};
 use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Error, Plugin, Result};
 use ipnet::IpNet;
 
@@ -67,7 +67,13 @@ impl Plugin for PortMap {
             None
         });
         let containers = prev.map(|prev| container_ips(&prev, &ctx.env.ifname));
-        unforward(&config, containers.as_deref().filter(|c| !c.is_empty()))
+        let ours = unforward(&config, containers.as_deref().filter(|c| !c.is_empty()));
+        // The rules the reference portmap v1.6+ wrote with backend nftables (a node moved to ours).
+        let theirs = match config.backend {
+            Backend::Nftables => reference_nft::portmap_teardown(&config.container_id),
+            Backend::Iptables => Ok(()),
+        };
+        ours.and(theirs)
     }
 
     fn check(&self, ctx: &Context) -> Result<()> {
@@ -80,7 +86,14 @@ impl Plugin for PortMap {
         match config.backend {
             Backend::Iptables => containers.iter().try_for_each(|c| iptables::check(&config, c)),
             Backend::Nftables if containers.is_empty() => Ok(()),
-            Backend::Nftables => nftables::check(&config, &containers),
+            Backend::Nftables => nftables::check(&config, &containers).or_else(|ours| {
+                // A pod set up by the reference portmap v1.6+ before the node moved to ours.
+                if reference_rules_present(&config, &containers)? {
+                    Ok(())
+                } else {
+                    Err(ours)
+                }
+            }),
         }
     }
 
@@ -95,6 +108,7 @@ impl Plugin for PortMap {
         }
         if Backend::Nftables.available() {
             nftables::gc(network, &valid)?;
+            reference_nft::portmap_gc(&valid)?;
         }
         Ok(())
     }
@@ -106,6 +120,27 @@ impl Plugin for PortMap {
         }
         Ok(())
     }
+}
+
+/// True when the reference portmap's nftables rules (v1.6+) of the container are all there: per address family,
+/// a DNAT rule per mapping in `hostports` or `hostip_hostports`, and with snat the hairpin rule and (IPv4) the
+/// localhost rule in `masquerading`, all commented with the container ID. (These are the rules their ADD
+/// writes; their own CHECK expects other masquerade counts and fails on their IPv6 pods.)
+fn reference_rules_present(config: &Config, containers: &[IpNet]) -> Result<bool> {
+    for container in containers {
+        let family = Family::of_net(container);
+        let applicable = config.mappings.iter().filter(|m| m.applies_to(family));
+        let (hostip, wildcard): (Vec<_>, Vec<_>) = applicable.partition(|m| m.host_destination().is_some());
+        let masquerades = match (config.snat, family) {
+            (false, _) => 0,
+            (true, Family::V4) => 2,
+            (true, Family::V6) => 1,
+        };
+        if !reference_nft::portmap_has_rules(family, &config.container_id, [wildcard.len(), hostip.len(), masquerades])? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Installs the mappings for the container addresses.
