@@ -21,6 +21,7 @@ pub mod conntrack;
 mod exec;
 pub mod iptables;
 pub mod masq;
+pub mod node_masq;
 pub mod nftables;
 
 use std::fmt;
