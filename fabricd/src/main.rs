@@ -63,7 +63,7 @@ struct Cli {
     #[arg(long, default_value = "/run/flannel/subnet.env")]
     subnet_file: PathBuf,
     /// Masquerade pod traffic leaving the cluster network.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    #[arg(long, action = ArgAction::Set, require_equals = true, default_value = "false")]
     ip_masq: bool,
     /// Renew the subnet lease this many minutes before it expires.
     #[arg(long, default_value_t = 60)]
@@ -97,15 +97,22 @@ enum Command {
     Status,
     /// Same as --cleanup.
     Cleanup,
+    /// Acquire (or find) this node's lease for --public-ip, print the subnet and exit; touches nothing on the
+    /// node (a client for tests of concurrent allocation and of TLS).
+    #[command(hide = true)]
+    Acquire,
 }
 
-/// Go's flag package takes `-flag` as well as `--flag`: accept both.
+/// Go's flag package takes `-flag` as well as `--flag`, and a boolean flag alone means true (`--ip-masq`) while
+/// its value must be joined (`--ip-masq=false`): accept the same.
 fn go_style_args() -> Vec<String> {
     std::env::args()
         .enumerate()
         .map(|(i, arg)| {
             let bytes = arg.as_bytes();
-            if i > 0 && bytes.len() > 2 && bytes[0] == b'-' && bytes[1].is_ascii_alphabetic() && arg.contains(|c| c == '-' || c == '=') && bytes[1] != b'h' {
+            if arg == "--ip-masq" || arg == "-ip-masq" {
+                "--ip-masq=true".to_string()
+            } else if i > 0 && bytes.len() > 2 && bytes[0] == b'-' && bytes[1].is_ascii_alphabetic() && arg.contains(|c| c == '-' || c == '=') && bytes[1] != b'h' {
                 format!("-{arg}")
             } else {
                 arg
@@ -145,6 +152,7 @@ fn main() {
         let result = match cli.command {
             _ if cleanup => cleanup_node(&cli).await,
             Some(Command::Status) => status(&cli).await,
+            Some(Command::Acquire) => acquire(&cli).await,
             _ => agent(cli).await,
         };
         match result {
@@ -354,6 +362,17 @@ async fn status(cli: &Cli) -> Result<i32, String> {
         }
         Ok(3)
     }
+}
+
+async fn acquire(cli: &Cli) -> Result<i32, String> {
+    let public_ip = cli.public_ip.ok_or("acquire needs --public-ip")?;
+    let identity = NodeIdentity { public_ip, vtep_mac: derived_vtep_mac(public_ip) };
+    let options = cli.etcd_options();
+    let mut store = Store::connect(&options, Arc::new(Metrics::default())).await.map_err(|e| format!("etcd {}: {e}", options.endpoints.join(",")))?;
+    let config = store.config().await?;
+    let (subnet, lease) = store.acquire(&config, &identity.attrs(&config), cli.previous(), options.lease_ttl).await?;
+    println!("{subnet} {lease:x}");
+    Ok(0)
 }
 
 async fn cleanup_node(cli: &Cli) -> Result<i32, String> {

@@ -26,6 +26,7 @@ use nix::sched::{setns, CloneFlags};
 pub use cnicore;
 pub mod upstream;
 pub mod snapshot;
+pub mod fabric;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.

@@ -69,6 +69,13 @@ fn describe(e: etcd_client::Error) -> String {
     text
 }
 
+/// True for the ways a connection shows as closed by the server once TLS is set up (rather than not made).
+fn closed_after_handshake(error: &str) -> bool {
+    let not_connected = ["tcp connect", "Connection refused", "timed out", "No route to host", "certificate verify", "InvalidCertificate"];
+    let closed = ["connection closed", "canceled", "broken pipe", "Connection reset", "transport error"];
+    closed.iter().any(|c| error.contains(c)) && !not_connected.iter().any(|c| error.contains(c))
+}
+
 /// An etcd client with the agent's counters.
 pub struct Store {
     client: Client,
@@ -102,9 +109,17 @@ impl Store {
         Metrics::inc(&metrics.etcd_requests_total);
         let client = Client::connect(&options.endpoints, Some(connect)).await.map_err(describe)?;
         let mut store = Store { client, prefix: options.prefix.trim_end_matches('/').to_string(), metrics };
-        // The connection is lazy: a first request tells whether the endpoints (and TLS) work.
-        store.config_text().await?;
-        Ok(store)
+        // The connection is lazy: a first request tells whether the endpoints (and TLS) work. With TLS 1.3 a
+        // refused client certificate shows only as a connection closed after the handshake: say so.
+        match store.config_text().await {
+            Ok(_) => Ok(store),
+            Err(e) if options.certfile.is_some() && closed_after_handshake(&e) => Err(format!(
+                "etcd closed the connection right after the TLS handshake: it most likely refused the client \
+                 certificate {} (not signed by a CA that etcd trusts with --trusted-ca-file?) ({e})",
+                options.certfile.as_ref().expect("checked").display()
+            )),
+            Err(e) => Err(e),
+        }
     }
 
     fn counted<T>(&self, result: Result<T, etcd_client::Error>) -> Result<T, Error> {
