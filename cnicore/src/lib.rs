@@ -11,6 +11,7 @@ pub mod netlink;
 pub mod netns;
 pub mod spec;
 pub mod state;
+pub mod subnet_env;
 pub mod sysctl;
 pub mod tc;
 

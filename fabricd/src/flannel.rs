@@ -240,59 +240,6 @@ pub fn parse_subnet_key(key: &str) -> Option<Ipv4Net> {
     (subnet.trunc() == subnet).then_some(subnet)
 }
 
-/// flannel's `subnet.env`: `FLANNEL_NETWORK`, `FLANNEL_SUBNET` (the node's first address with the subnet's
-/// length), `FLANNEL_MTU`, `FLANNEL_IPMASQ`. `FABRIC_LEASE` (ours) remembers the etcd lease, so that a node
-/// whose address changed recognises its own subnet.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SubnetEnv {
-    pub network: Option<Ipv4Net>,
-    pub subnet: Option<Ipv4Net>,
-    pub mtu: Option<u32>,
-    pub ipmasq: Option<bool>,
-    pub lease: Option<i64>,
-}
-
-impl SubnetEnv {
-    pub fn render(&self) -> String {
-        let mut text = String::new();
-        if let Some(network) = self.network {
-            text.push_str(&format!("FLANNEL_NETWORK={network}\n"));
-        }
-        if let Some(subnet) = self.subnet {
-            let first = Ipv4Addr::from(u32::from(subnet.network()) + 1);
-            text.push_str(&format!("FLANNEL_SUBNET={first}/{}\n", subnet.prefix_len()));
-        }
-        if let Some(mtu) = self.mtu {
-            text.push_str(&format!("FLANNEL_MTU={mtu}\n"));
-        }
-        if let Some(ipmasq) = self.ipmasq {
-            text.push_str(&format!("FLANNEL_IPMASQ={ipmasq}\n"));
-        }
-        if let Some(lease) = self.lease {
-            text.push_str(&format!("FABRIC_LEASE={lease:x}\n"));
-        }
-        text
-    }
-
-    /// Reads the variables; unknown lines are ignored (the file may hold IPv6 ones too).
-    pub fn parse(text: &str) -> SubnetEnv {
-        let mut env = SubnetEnv::default();
-        for line in text.lines() {
-            let Some((key, value)) = line.split_once('=') else { continue };
-            let value = value.trim().trim_matches('"');
-            match key.trim() {
-                "FLANNEL_NETWORK" => env.network = value.parse().ok(),
-                "FLANNEL_SUBNET" => env.subnet = value.parse::<Ipv4Net>().ok().map(|net| net.trunc()),
-                "FLANNEL_MTU" => env.mtu = value.parse().ok(),
-                "FLANNEL_IPMASQ" => env.ipmasq = value.parse().ok(),
-                "FABRIC_LEASE" => env.lease = i64::from_str_radix(value, 16).ok(),
-                _ => {}
-            }
-        }
-        env
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,19 +289,5 @@ mod tests {
         assert_eq!(parse_subnet_key("/coreos.com/network/subnets/10.244.3.0-24"), Some("10.244.3.0/24".parse().unwrap()));
         assert_eq!(parse_subnet_key("/coreos.com/network/subnets/10.244.3.1-24"), None);
         assert_eq!(subnet_key(&"10.244.3.0/24".parse().unwrap()), "10.244.3.0-24");
-    }
-
-    #[test]
-    fn subnet_env() {
-        let env = SubnetEnv {
-            network: Some("10.244.0.0/16".parse().unwrap()),
-            subnet: Some("10.244.3.0/24".parse().unwrap()),
-            mtu: Some(1450),
-            ipmasq: Some(true),
-            lease: Some(0x1234),
-        };
-        let text = env.render();
-        assert_eq!(text, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\nFABRIC_LEASE=1234\n");
-        assert_eq!(SubnetEnv::parse(&text), env);
     }
 }

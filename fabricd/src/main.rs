@@ -139,8 +139,13 @@ impl Cli {
     }
 
     fn previous(&self) -> Previous {
-        let env = std::fs::read_to_string(&self.subnet_file).map(|text| flannel::SubnetEnv::parse(&text)).unwrap_or_default();
-        Previous { subnet: env.subnet, lease_id: env.lease }
+        let text = std::fs::read_to_string(&self.subnet_file).unwrap_or_default();
+        let env = cnicore::subnet_env::SubnetEnv::parse(&text).unwrap_or_default();
+        let subnet = match env.subnet.map(|s| s.trunc()) {
+            Some(ipnet::IpNet::V4(subnet)) => Some(subnet),
+            _ => None,
+        };
+        Previous { subnet, lease_id: env.lease }
     }
 }
 

@@ -6,7 +6,9 @@ use cnicore::firewall::{node_masq, Backend};
 use ipnet::Ipv4Net;
 use serde_json::json;
 
-use crate::flannel::{NetworkConfig, SubnetEnv};
+use cnicore::subnet_env::SubnetEnv;
+
+use crate::flannel::NetworkConfig;
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
 pub const CONFLIST_NAME: &str = "10-fabric.conflist";
@@ -84,7 +86,7 @@ pub fn write_if_changed(path: &Path, content: &str) -> std::io::Result<bool> {
 }
 
 pub fn subnet_env(config: &NetworkConfig, subnet: Ipv4Net, mtu: u32, ip_masq: bool, lease: Option<i64>) -> String {
-    SubnetEnv { network: Some(config.network), subnet: Some(subnet), mtu: Some(mtu), ipmasq: Some(ip_masq), lease }.render()
+    SubnetEnv::v4(config.network, subnet, mtu, ip_masq, lease).render()
 }
 
 /// Node-level masquerade through the core library's firewall layer (one transaction).

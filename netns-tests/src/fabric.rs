@@ -304,10 +304,15 @@ impl FabricNode {
     }
 
     pub fn cnitool(&self, args: &[&str]) -> PluginOutput {
+        self.cnitool_in(&self.conf_dir(), args)
+    }
+
+    /// Our runner with the conflists of `conf_dir`.
+    pub fn cnitool_in(&self, conf_dir: &Path, args: &[&str]) -> PluginOutput {
         let mut command = clean_command(&self.node, bin("cnitool"));
         command
             .args(args)
-            .env("NETCONFPATH", self.conf_dir())
+            .env("NETCONFPATH", conf_dir)
             .env("CNI_PATH", bin_dir())
             .env("CNI_IFNAME", "eth0")
             .env("CNI_CACHE_DIR", self.node.dir().join("cache"));
