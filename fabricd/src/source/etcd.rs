@@ -88,7 +88,8 @@ impl Store {
         let mut connect = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(3))
             .with_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+            // etcd refuses HTTP/2 pings more often than every 5 s (--grpc-keepalive-min-time) with a GOAWAY.
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
         if options.cafile.is_some() || options.certfile.is_some() {
             let mut tls = TlsOptions::new();
             if let Some(ca) = &options.cafile {
