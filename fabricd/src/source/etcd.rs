@@ -9,7 +9,8 @@
 //! - Renewing: a keep-alive of the etcd lease when its remaining time is under the renew margin; an expired or
 //!   revoked lease, or our key deleted or taken, makes the node acquire again (not exit).
 //! - Peers: one range read, then a watch from the next revision. A compacted revision relists at once; a
-//!   lost stream or connection reconnects with backoff (100 ms doubling to 5 s), and relists.
+//!   lost stream or connection reconnects with backoff (100 ms doubling to 5 s, plus up to half again at
+//!   random), and relists.
 //!
 //! Unlike flanneld, leases are read without a `TimeToLive` request per key (a cold start costs one range
 //! request, not one per node).
@@ -321,7 +322,8 @@ pub async fn run(
         if started.elapsed() > Duration::from_secs(30) {
             backoff = Duration::from_millis(100);
         }
-        sleep(backoff).await;
+        // Jittered, so that thousands of agents cut off together do not come back together.
+        sleep(backoff + Duration::from_millis(random_below(backoff.as_millis() as usize / 2 + 1) as u64)).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
