@@ -24,9 +24,11 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod kubenet;
 pub mod upstream;
 pub mod snapshot;
 pub mod fabric;
+pub mod traffic;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.

@@ -336,13 +336,17 @@ fn requested_addresses_and_their_priority() {
     // Taken.
     let (_, msg) = call("ADD", "b").args("IP=10.50.0.7").err(&c);
     assert!(msg.contains("10.50.0.7") && msg.contains("not available"), "{msg}");
-    // args.cni.ips wins over CNI_ARGS; runtimeConfig.ips wins over both.
+    // Every source counts, as in the reference (v1.1.1 to v1.9): CNI_ARGS, args.cni.ips and runtimeConfig.ips
+    // combined; two of them in one range set is an error.
     let mut with_args = c.clone();
     with_args["args"] = json!({"cni": {"ips": ["10.50.0.8"]}});
-    assert_eq!(first_address(&call("ADD", "b").args("IP=10.50.0.9").ok(&with_args)), "10.50.0.8/24");
-    let mut with_runtime = with_args.clone();
+    assert_eq!(addresses(&call("ADD", "b").args("IP=fd00:50::9").ok(&with_args)), ["10.50.0.8/24", "fd00:50::9/64"]);
+    let mut with_runtime = c.clone();
     with_runtime["runtimeConfig"] = json!({"ips": ["10.50.0.10/24"]});
-    assert_eq!(first_address(&call("ADD", "c").args("IP=10.50.0.9").ok(&with_runtime)), "10.50.0.10/24");
+    assert_eq!(first_address(&call("ADD", "c").ok(&with_runtime)), "10.50.0.10/24");
+    with_runtime["args"] = json!({"cni": {"ips": ["10.50.0.12"]}});
+    let (_, msg) = call("ADD", "e").err(&with_runtime);
+    assert!(msg.contains("one address per range set"), "{msg}");
     // Dynamic allocation continues after the last reserved address.
     assert_eq!(first_address(&call("ADD", "d").ok(&c)), "10.50.0.11/24");
 
@@ -372,14 +376,16 @@ fn requested_addresses_and_their_priority() {
 }
 
 #[test]
-fn runtime_ip_ranges_replace_ranges() {
+fn runtime_ip_ranges_come_before_the_configured_ranges() {
+    // As the reference (v1.1.1 to v1.9): runtimeConfig.ipRanges are put before the configured ranges.
     let dd = DataDir::new();
     let mut c = v4_conf(&dd, "10.60.0.0/24");
-    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.100"}]]});
-    assert_eq!(first_address(&call("ADD", "a").ok(&c)), "10.61.0.100/24");
-    // The same range as the config's is fine (it replaces, it does not add).
+    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "fd61::/64", "rangeStart": "fd61::100"}]]});
+    assert_eq!(addresses(&call("ADD", "a").ok(&c)), ["fd61::100/64", "10.60.0.2/24"]);
+    // The same range as the config's overlaps it: an error, as in the reference.
     c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.60.0.0/24"}]]});
-    assert_eq!(first_address(&call("ADD", "b").ok(&c)), "10.60.0.2/24");
+    let (_, msg) = call("ADD", "b").err(&c);
+    assert!(msg.contains("overlaps"), "{msg}");
 }
 
 #[test]
@@ -715,4 +721,54 @@ fn ipv6_names_match_the_reference() {
         assert!(names.contains(&ours.split('/').next().unwrap().to_string()), "{ours} {names:?}");
         assert_ne!(theirs, ours);
     }
+}
+
+/// When this machine booted (`btime` of /proc/stat).
+fn boot_time() -> SystemTime {
+    let stat = fs::read_to_string("/proc/stat").unwrap();
+    let seconds: u64 = stat.lines().find_map(|l| l.strip_prefix("btime ")).unwrap().trim().parse().unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
+/// Makes a lease look written in an earlier boot, as after an unclean reboot that sent no DEL.
+fn set_before_boot(path: &Path) {
+    let earlier = boot_time() - Duration::from_secs(3600);
+    fs::File::options().write(true).open(path).unwrap().set_times(fs::FileTimes::new().set_modified(earlier)).unwrap();
+}
+
+#[test]
+fn a_full_range_reclaims_leases_of_an_earlier_boot() {
+    let dd = DataDir::new();
+    let c = conf("1.0.0", "boot", &dd, json!({"ranges": [[{"subnet": "10.42.0.0/29"}]]}));
+    // .2 to .6: five addresses besides the gateway.
+    for id in ["a", "b", "c", "d", "e"] {
+        call("ADD", id).ok(&c);
+    }
+    let (code, msg) = call("ADD", "x").err(&c);
+    assert_eq!((code, msg.contains("no IP addresses available")), (999, true), "{msg}");
+
+    // The node reboots uncleanly: a, b and d died with it (no DEL); c and e are this boot's pods.
+    for ip in ["10.42.0.2", "10.42.0.3", "10.42.0.5"] {
+        set_before_boot(&dd.net("boot").join(ip));
+    }
+    let out = call("ADD", "new1").run(&c);
+    let got = first_address(&out.ok());
+    assert_eq!(got, "10.42.0.2/29", "the first freed address, in allocation order");
+    assert!(out.stderr.contains("freed 3 leases written before this boot"), "{}", out.stderr);
+    // Every earlier-boot lease is freed at once; this boot's leases are untouched.
+    let held: Vec<(String, String)> = dd.leases("boot");
+    let expect = |ip: &str, id: &str| (ip.to_string(), format!("{id}\r\neth0"));
+    assert_eq!(held, vec![expect("10.42.0.2", "new1"), expect("10.42.0.4", "c"), expect("10.42.0.6", "e")]);
+    assert_eq!(first_address(&call("ADD", "new2").ok(&c)), "10.42.0.3/29");
+    assert_eq!(first_address(&call("ADD", "new3").ok(&c)), "10.42.0.5/29");
+    // Full again, and nothing is from an earlier boot: a clear error, no lease taken from a live pod.
+    let (code, _) = call("ADD", "y").err(&c);
+    assert_eq!(code, 999);
+    assert_eq!(dd.leases("boot").len(), 5);
+    // A DEL of a pod whose lease was reclaimed (a runtime's late cleanup) leaves the new holder alone.
+    call("DEL", "a").ok(&c);
+    assert_eq!(dd.leases("boot").len(), 5);
+    // The reference plugin reads the state as it is.
+    call("DEL", "new2").reference().ok(&c);
+    assert!(!dd.net("boot").join("10.42.0.3").exists());
 }

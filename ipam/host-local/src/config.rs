@@ -44,8 +44,6 @@ struct NetConfIn {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IpamIn {
-    #[serde(flatten)]
-    legacy: RangeIn,
     #[serde(default)]
     ranges: Option<Vec<Vec<RangeIn>>>,
     #[serde(default)]
@@ -54,6 +52,15 @@ struct IpamIn {
     data_dir: Option<String>,
     #[serde(default)]
     resolv_conf: Option<String>,
+}
+
+/// The legacy single range at the top level of the ipam section (the reference embeds a Range there), read
+/// as a second view of the same bytes: `#[serde(flatten)]` would decode it without its field list, so Go's
+/// key matching could not apply to it.
+#[derive(Deserialize)]
+struct LegacyRangeIn {
+    #[serde(default)]
+    ipam: Option<RangeIn>,
 }
 
 #[derive(Deserialize, Default)]
@@ -120,19 +127,14 @@ pub fn load(ctx: &Context) -> Result<Config> {
     };
 
     let runtime = conf.runtime_config.unwrap_or(RuntimeIn { ips: None, ip_ranges: None });
-    // runtimeConfig.ipRanges (capability "ipRanges") replaces the configured ranges.
-    let raw_sets: Vec<Vec<RangeIn>> = match runtime.ip_ranges.filter(|r| !r.is_empty()) {
-        Some(sets) => sets,
-        None => {
-            let mut sets = Vec::new();
-            // The legacy single range (top-level subnet) comes first, as in the reference.
-            if ipam.legacy.subnet.is_some() {
-                sets.push(vec![std::mem::take(&mut ipam.legacy)]);
-            }
-            sets.extend(ipam.ranges.take().unwrap_or_default());
-            sets
-        }
-    };
+    // As the reference (v0.8 to v1.9, `LoadIPAMConfig`): runtimeConfig.ipRanges (capability "ipRanges") first,
+    // then the legacy single range (top-level subnet), then ipam.ranges. Overlaps between them are an error.
+    let mut raw_sets: Vec<Vec<RangeIn>> = runtime.ip_ranges.unwrap_or_default();
+    let legacy: LegacyRangeIn = ctx.parse_conf()?;
+    if let Some(range) = legacy.ipam.filter(|r| r.subnet.is_some()) {
+        raw_sets.push(vec![range]);
+    }
+    raw_sets.extend(ipam.ranges.take().unwrap_or_default());
     if raw_sets.is_empty() {
         return Err(Error::config("no IP ranges specified: set ipam.ranges (or the legacy ipam.subnet)"));
     }
@@ -263,8 +265,11 @@ fn parse_route(idx: usize, r: &RouteIn) -> Result<Route> {
     Ok(Route { dst, gw, mtu: r.mtu, advmss: r.advmss, priority: r.priority, table: r.table, scope: r.scope })
 }
 
-/// Requested addresses, by priority: `runtimeConfig.ips` (capability "ips"), then `args.cni.ips`, then
-/// `CNI_ARGS` `IP=` (comma-separated). The first source that has any wins. `a.b.c.d/len` is accepted too.
+/// Requested addresses from every source, combined as the reference combines them (`LoadIPAMConfig`):
+/// `CNI_ARGS` `IP=`, then `args.cni.ips`, then `runtimeConfig.ips` (capability "ips"); each address once.
+/// Two differences, both accepting more than the reference: `IP=` may list several addresses separated by
+/// commas (the reference's `net.IP` takes one), and `a.b.c.d/len` is accepted in every source (the reference
+/// takes it in `runtimeConfig.ips` only).
 fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<String>>) -> Result<Vec<IpAddr>> {
     ctx.env.args.check_known(&["IP"])?;
     let parse = |s: &str| -> Option<IpAddr> {
@@ -272,27 +277,20 @@ fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<S
         s.parse::<IpAddr>().ok().or_else(|| s.parse::<IpNet>().ok().map(|n| n.addr()))
     };
     let mut ips: Vec<IpAddr> = Vec::new();
-    if let Some(list) = runtime.filter(|l| !l.is_empty()) {
-        for s in &list {
-            ips.push(
-                parse(s).ok_or_else(|| {
-                    Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s)))
-                })?,
-            );
-        }
-    } else if let Some(list) = args.filter(|l| !l.is_empty()) {
-        for s in &list {
-            ips.push(
-                parse(s)
-                    .ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?,
-            );
-        }
-    } else if let Some(raw) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
+    if let Some(raw) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
         for s in raw.split(',').filter(|s| !s.trim().is_empty()) {
             ips.push(
                 parse(s).ok_or_else(|| Error::env(format!("CNI_ARGS IP: {:?} is not an IP address", truncate(s))))?,
             );
         }
+    }
+    for s in &args.unwrap_or_default() {
+        ips.push(parse(s).ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?);
+    }
+    for s in &runtime.unwrap_or_default() {
+        ips.push(
+            parse(s).ok_or_else(|| Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s))))?,
+        );
     }
     let mut unique = Vec::with_capacity(ips.len());
     for ip in ips {
@@ -306,27 +304,11 @@ fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::{Command, Env, NetConf};
+    use cnicore::spec::Command;
     use serde_json::json;
 
     fn ctx(conf: serde_json::Value, cni_args: &str) -> Context {
-        let stdin = conf.to_string().into_bytes();
-        let parsed: NetConf = serde_json::from_slice(&stdin).unwrap();
-        let version = cnicore::spec::Version::parse(&parsed.cni_version).unwrap();
-        Context {
-            env: Env {
-                command: Command::Add,
-                container_id: "c".into(),
-                netns: None,
-                ifname: "eth0".into(),
-                args: cnicore::spec::parse_cni_args(cni_args).unwrap_or_default(),
-                args_raw: cni_args.into(),
-                path: vec![],
-            },
-            stdin,
-            conf: parsed,
-            version,
-        }
+        Context::for_test(Command::Add, conf.to_string(), cni_args)
     }
 
     fn load_ipam(ipam: serde_json::Value) -> Result<Config> {
@@ -348,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn legacy_subnet_comes_first_and_runtime_ranges_replace() {
+    fn legacy_subnet_comes_first_and_runtime_ranges_are_prepended() {
         let c = load_ipam(json!({"subnet": "10.1.0.0/16", "ranges": [[{"subnet": "fd00::/64"}]]})).unwrap();
         assert!(c.range_sets[0].is_ipv4() && !c.range_sets[1].is_ipv4());
         let c = load(&ctx(
@@ -357,22 +339,65 @@ mod tests {
             "",
         ))
         .unwrap();
-        assert_eq!(c.range_sets.len(), 1);
-        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.2.0.0/16");
+        // The reference prepends runtime ranges to the configured ones; it does not replace them.
+        let subnets: Vec<String> = c.range_sets.iter().map(|s| s.0[0].subnet.to_string()).collect();
+        assert_eq!(subnets, ["10.2.0.0/16", "10.1.0.0/16"]);
+        let overlapping = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"},
+                   "runtimeConfig": {"ipRanges": [[{"subnet": "10.1.2.0/24"}]]}}),
+            "",
+        ));
+        assert!(overlapping.unwrap_err().msg.contains("range set 0 overlaps with range set 1"));
     }
 
     #[test]
-    fn requested_priority() {
-        let base = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"}});
+    fn requested_ips_from_every_source_are_combined() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let base = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/16"}], [{"subnet": "fd01::/64"}]]}});
         let c = load(&ctx(base.clone(), "IP=10.1.0.5, 10.1.0.6")).unwrap();
-        assert_eq!(c.requested, ["10.1.0.5".parse::<IpAddr>().unwrap(), "10.1.0.6".parse().unwrap()]);
-        let mut with_args = base.clone();
-        with_args["args"] = json!({"cni": {"ips": ["10.1.0.7"]}});
-        assert_eq!(
-            load(&ctx(with_args.clone(), "IP=10.1.0.5")).unwrap().requested,
-            ["10.1.0.7".parse::<IpAddr>().unwrap()]
-        );
-        with_args["runtimeConfig"] = json!({"ips": ["10.1.0.8/16", "10.1.0.8"]});
-        assert_eq!(load(&ctx(with_args, "IP=10.1.0.5")).unwrap().requested, ["10.1.0.8".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.requested, [ip("10.1.0.5"), ip("10.1.0.6")]);
+        let mut all = base.clone();
+        all["args"] = json!({"cni": {"ips": ["fd01::7"]}});
+        all["runtimeConfig"] = json!({"ips": ["10.1.0.5/16", "fd01::8"]});
+        // CNI_ARGS first, then args.cni.ips, then runtimeConfig.ips, each address once (upstream LoadIPAMConfig).
+        assert_eq!(load(&ctx(all, "IP=10.1.0.5")).unwrap().requested, [ip("10.1.0.5"), ip("fd01::7"), ip("fd01::8")]);
+    }
+
+    #[test]
+    fn go_spellings_of_the_config_and_capabilities() {
+        // encoding/json matches keys case-insensitively: the reference reads these, and so must we.
+        let c = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "IPAM": {"Subnet": "10.1.0.0/16", "RangeStart": "10.1.0.10",
+                   "Routes": [{"Dst": "0.0.0.0/0", "GW": "10.1.0.1"}], "DataDir": "/tmp/x"},
+                   "RuntimeConfig": {"IPs": ["10.1.0.20"]}}),
+            "",
+        ))
+        .unwrap();
+        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.1.0.0/16");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.routes.len(), 1);
+        assert_eq!(c.requested, ["10.1.0.20".parse::<IpAddr>().unwrap()]);
+        let c = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/16"}]]},
+                   "runtimeConfig": {"IPRanges": [[{"Subnet": "10.9.0.0/16", "Gateway": "10.9.0.254"}]]},
+                   "Args": {"CNI": {"IPs": ["10.9.0.7"]}}}),
+            "",
+        ))
+        .unwrap();
+        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.9.0.0/16");
+        assert_eq!(c.range_sets[1].0[0].subnet.to_string(), "10.1.0.0/16");
+        assert_eq!(c.requested, ["10.9.0.7".parse::<IpAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn del_ignores_runtime_inputs_it_does_not_need() {
+        let conf = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"},
+                          "runtimeConfig": {"ips": "not a list", "ipRanges": 7}});
+        assert!(load(&ctx(conf.clone(), "")).is_err());
+        let del = Context::for_test(Command::Del, conf.to_string(), "IP=nonsense");
+        assert_eq!(del.load_for_teardown(load).unwrap().range_sets[0].0[0].subnet.to_string(), "10.1.0.0/16");
+        let bad = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": 5}});
+        let del = Context::for_test(Command::Del, bad.to_string(), "");
+        assert!(del.load_for_teardown(load).is_err(), "a bad config stays an error");
     }
 }
