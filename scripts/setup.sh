@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine)
+# etcd-server (etcd 3.4) and openssl: the fabric tests; protobuf-compiler: etcd-client generates its gRPC code at build time;
+# curl: fabricd's metrics in the tests and the fabric benchmark.
+packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine
+  etcd-server etcd-client protobuf-compiler openssl curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

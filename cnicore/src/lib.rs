@@ -13,6 +13,7 @@ pub mod netlink;
 pub mod netns;
 pub mod spec;
 pub mod state;
+pub mod subnet_env;
 pub mod sysctl;
 pub mod tc;
 

@@ -27,6 +27,7 @@ pub use cnicore;
 pub mod kubenet;
 pub mod upstream;
 pub mod snapshot;
+pub mod fabric;
 pub mod traffic;
 pub use serde_json::{json, Value};
 

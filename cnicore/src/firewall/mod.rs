@@ -23,6 +23,7 @@ pub mod conntrack;
 mod exec;
 pub mod iptables;
 pub mod masq;
+pub mod node_masq;
 pub mod nftables;
 pub mod reference_nft;
 

@@ -103,7 +103,7 @@ pub(crate) fn split_link_message(data: &[u8]) -> Option<(u32, u32, &[u8])> {
 
 impl Link {
     /// The link in an `RTM_NEWLINK` payload, with its alias (`IFLA_IFALIAS`) if it has one.
-    fn parse(data: &[u8]) -> Option<(Link, Option<String>)> {
+    pub(crate) fn parse(data: &[u8]) -> Option<(Link, Option<String>)> {
         let (index, flags, attrs) = split_link_message(data)?;
         let mut link = Link {
             index,
@@ -165,7 +165,7 @@ fn read_link_info(link: &mut Link, info: &[u8]) {
 
 /// An `RTM_NEWLINK` creating a link: name, MTU, and `IFLA_LINKINFO` with the kind. `add_data` writes
 /// what goes in `IFLA_INFO_DATA` (nothing: no `IFLA_INFO_DATA`).
-fn new_link_request(
+pub(crate) fn new_link_request(
     name: &str,
     mtu: Option<u32>,
     up: bool,
@@ -251,7 +251,7 @@ impl Netlink {
         self.get_link(link_request(libc::RTM_GETLINK, 0, index))
     }
 
-    fn get_link(&mut self, mut request: Request) -> io::Result<Option<Link>> {
+    pub(crate) fn get_link(&mut self, mut request: Request) -> io::Result<Option<Link>> {
         match self.request_raw(&mut request, 0) {
             Ok(replies) => Ok(replies
                 .iter()
@@ -292,7 +292,7 @@ impl Netlink {
     }
 
     /// Sends a request that creates the link `name` and returns the link.
-    fn create(&mut self, mut request: Request, name: &str) -> io::Result<Link> {
+    pub(crate) fn create(&mut self, mut request: Request, name: &str) -> io::Result<Link> {
         self.request_raw(&mut request, NLM_F_CREATE | NLM_F_EXCL)?;
         self.require_link(name)
     }

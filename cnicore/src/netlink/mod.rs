@@ -10,7 +10,9 @@ pub mod addr;
 pub mod bridge_vlan;
 pub mod dad;
 pub mod link;
+pub mod neigh;
 pub mod route;
+pub mod vxlan;
 pub mod wire;
 
 use std::io;
@@ -25,6 +27,8 @@ use crate::netns::NetNs;
 pub use addr::{Address, AddressOptions};
 pub use bridge_vlan::PortVlan;
 pub use link::{BridgePort, InfoBridge, Link};
+pub use neigh::{FdbEntry, Neighbour};
+pub use vxlan::Vxlan;
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
 pub use wire::{Reply, Request};
@@ -207,6 +211,53 @@ impl Netlink {
             .collect()
     }
 
+    /// Sends many requests (each with its `NLM_F_*` flags, e.g. [`Route::REPLACE`]) in as few datagrams as
+    /// possible and returns each one's outcome, in order. The kernel handles the messages of a datagram one
+    /// after the other and acknowledges each, so a thousand routes cost a few system calls instead of a
+    /// thousand round trips. Only requests answered by an ACK (changes, not dumps) belong in a batch.
+    pub fn batch(&mut self, requests: Vec<(Request, u16)>) -> io::Result<Vec<io::Result<()>>> {
+        let mut outcomes = Vec::with_capacity(requests.len());
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            // Bounded so that the acknowledgements (errors echo their request) fit the receive buffer.
+            let mut datagram = Vec::new();
+            let first = self.sequence.wrapping_add(1);
+            let mut count = 0u32;
+            while count < BATCH_MESSAGES && datagram.len() < BATCH_BYTES {
+                let Some((mut request, flags)) = requests.next() else { break };
+                self.sequence = self.sequence.wrapping_add(1);
+                let flags = netlink_packet_core::NLM_F_REQUEST | netlink_packet_core::NLM_F_ACK | flags;
+                datagram.extend_from_slice(request.finish(flags, self.sequence));
+                count += 1;
+            }
+            let mut answers: Vec<Option<io::Result<()>>> = (0..count).map(|_| None).collect();
+            let mut pending = count;
+            self.socket.send_to(&datagram, &netlink_sys::SocketAddr::new(0, 0), 0)?;
+            while pending > 0 {
+                let (received, _) = self.socket.recv_from_full()?;
+                for message in wire::split_datagram(&received)? {
+                    let slot = message.sequence.wrapping_sub(first) as usize;
+                    let outcome = match message.received {
+                        wire::Received::End => Ok(()),
+                        wire::Received::Failed(e) => Err(e),
+                        _ => continue,
+                    };
+                    if let Some(answer @ None) = answers.get_mut(slot) {
+                        *answer = Some(outcome);
+                        pending -= 1;
+                    }
+                }
+            }
+            outcomes.extend(answers.into_iter().flatten());
+        }
+        Ok(outcomes)
+    }
+
+    /// A socket that receives the kernel's notifications of the `RTNLGRP_*` `groups` in this namespace.
+    pub fn events(&self, groups: &[u32]) -> io::Result<Events> {
+        Ok(Events { socket: self.subscribe(groups)? })
+    }
+
     /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
     fn request_once(&mut self, request: &mut Request, flags: u16) -> io::Result<(Vec<Reply>, bool)> {
         self.sequence = self.sequence.wrapping_add(1);
@@ -215,6 +266,52 @@ impl Netlink {
             replies.push(Reply { message_type, data: payload.to_vec() })
         })?;
         Ok((replies, interrupted))
+    }
+}
+
+/// At most this many requests, or about this many bytes, go in one datagram of [`Netlink::batch`].
+const BATCH_MESSAGES: u32 = 256;
+const BATCH_BYTES: usize = 32 * 1024;
+
+/// Notifications of changes (links, addresses, routes, neighbours), see [`Netlink::events`].
+pub struct Events {
+    socket: Socket,
+}
+
+/// One notification.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// A message: `RTM_NEWROUTE`, `RTM_DELNEIGH`, ... and its payload.
+    Message(Reply),
+    /// The kernel dropped notifications (the receive buffer overflowed, ENOBUFS): the state must be read again.
+    Lost,
+}
+
+impl Events {
+    /// Waits for the next datagram of notifications.
+    pub fn recv(&self) -> io::Result<Vec<Event>> {
+        match self.socket.recv_from_full() {
+            Ok((datagram, _)) => Ok(wire::split_datagram(&datagram)?
+                .into_iter()
+                .filter_map(|message| match message.received {
+                    wire::Received::Message { message_type, payload } => {
+                        Some(Event::Message(Reply { message_type, data: payload.to_vec() }))
+                    }
+                    _ => None,
+                })
+                .collect()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => Ok(vec![Event::Lost]),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Like [`Events::recv`] but gives up after `timeout` (an empty list).
+    pub fn recv_timeout(&self, timeout: Duration) -> io::Result<Vec<Event>> {
+        if wait_readable(self.socket.as_raw_fd(), timeout)? {
+            self.recv()
+        } else {
+            Ok(Vec::new())
+        }
     }
 }
 

@@ -36,7 +36,14 @@ pub struct Route {
     pub advmss: Option<u32>,
     /// Preferred source address (`RTA_PREFSRC`, `ip route ... src`).
     pub src: Option<IpAddr>,
+    /// `onlink`: the gateway is on the link even though no address of the link covers it (vxlan overlays).
+    pub onlink: bool,
+    /// Who made the route (`RTPROT_*`, `ip route ... proto`); `None` is `boot`, the default of `ip route add`.
+    pub protocol: Option<u8>,
 }
+
+/// `RTNH_F_ONLINK` in `rtm_flags`.
+const RTNH_F_ONLINK: u32 = 4;
 
 /// `struct rtmsg` {family, dst_len, src_len, tos, table, protocol, scope, type, flags}.
 fn rtmsg(family: i32, dst_len: u8, table: u8, protocol: u8, scope: u8, kind: u8) -> [u8; RTMSG_LEN] {
@@ -62,9 +69,12 @@ impl Route {
             libc::AF_INET6 => (IpAddr::V6(Ipv6Addr::UNSPECIFIED), true),
             _ => return None,
         };
+        let flags = wire::u32_at(header, 8)?;
         let mut route = Route {
             scope: header[6].into(),
             table: Some(u32::from(header[4])),
+            onlink: flags & RTNH_F_ONLINK != 0,
+            protocol: (header[5] != libc::RTPROT_BOOT).then_some(header[5]),
             ..Route::default()
         };
         for (kind, value) in attributes(&data[RTMSG_LEN..]) {
@@ -102,8 +112,12 @@ impl Route {
             rtmsg(family_of(&dst), self.dst.prefix_len(), header_table, 0, libc::RT_SCOPE_NOWHERE, 0)
         } else {
             let scope = u8::from(self.scope);
-            let (protocol, kind) = (libc::RTPROT_BOOT, libc::RTN_UNICAST);
-            rtmsg(family_of(&dst), self.dst.prefix_len(), header_table, protocol, scope, kind)
+            let (protocol, kind) = (self.protocol.unwrap_or(libc::RTPROT_BOOT), libc::RTN_UNICAST);
+            let mut header = rtmsg(family_of(&dst), self.dst.prefix_len(), header_table, protocol, scope, kind);
+            if self.onlink {
+                header[8..12].copy_from_slice(&RTNH_F_ONLINK.to_ne_bytes());
+            }
+            header
         };
         let mut request = Request::new(message_type, &header);
         request.attr_u32(libc::RTA_TABLE, table);
@@ -174,6 +188,33 @@ impl Netlink {
             }))
     }
 
+    /// The route the namespace would take to `dst` (`ip route get <dst>`): its gateway says whether `dst` is
+    /// on a directly connected network. None when `dst` is local or unreachable.
+    pub fn route_get(&mut self, dst: IpAddr) -> io::Result<Option<Route>> {
+        let mut request = route_get_request(dst);
+        let replies = self.request_raw(&mut request, 0)?;
+        Ok(replies
+            .iter()
+            .filter(|reply| reply.message_type == libc::RTM_NEWROUTE)
+            .find_map(|reply| Route::parse(&reply.data)))
+    }
+}
+
+impl Route {
+    /// The request adding or replacing this route (send with [`Route::REPLACE`]), e.g. for [`Netlink::batch`].
+    pub fn replace_request(&self) -> Request {
+        self.to_request(libc::RTM_NEWROUTE, false)
+    }
+
+    /// The request deleting this route.
+    pub fn delete_request(&self) -> Request {
+        self.to_request(libc::RTM_DELROUTE, true)
+    }
+
+    pub const REPLACE: u16 = NLM_F_CREATE | NLM_F_REPLACE;
+}
+
+impl Netlink {
     /// Adds a route; EEXIST if the same route is already there.
     pub fn add_route(&mut self, route: &Route) -> io::Result<()> {
         let mut request = route.to_request(libc::RTM_NEWROUTE, false);
@@ -200,7 +241,7 @@ impl Netlink {
 mod tests {
     //! Requests compared byte for byte with netlink-packet-route's, and the parser fed its messages.
     use netlink_packet_route::route::{
-        RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
+        RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteProtocol, RouteScope, RouteType,
     };
     use netlink_packet_route::AddressFamily;
 
@@ -221,9 +262,12 @@ mod tests {
         if for_delete {
             header.scope = RouteScope::NoWhere;
         } else {
-            header.protocol = RouteProtocol::Boot;
+            header.protocol = route.protocol.map(RouteProtocol::from).unwrap_or(RouteProtocol::Boot);
             header.scope = u8::from(route.scope).into();
             header.kind = RouteType::Unicast;
+            if route.onlink {
+                header.flags = RouteFlags::Onlink;
+            }
         }
         let attributes = &mut message.attributes;
         attributes.push(RouteAttribute::Table(table));
@@ -275,6 +319,15 @@ mod tests {
                 oif: Some(2),
                 mtu: Some(1280),
                 table: Some(100),
+                ..Route::default()
+            },
+            // A vxlan overlay route as fabricd makes it: via the peer's tunnel address, onlink, its own protocol.
+            Route {
+                dst: "10.244.5.0/24".parse().unwrap(),
+                gateway: Some("10.244.5.0".parse().unwrap()),
+                oif: Some(4),
+                onlink: true,
+                protocol: Some(77),
                 ..Route::default()
             },
         ]

@@ -52,6 +52,8 @@ pub fn configure(
             mtu: route.mtu,
             advmss: route.advmss,
             src: None,
+            onlink: false,
+            protocol: None,
         };
         match nl.add_route(&nl_route) {
             Ok(()) => {}

@@ -1,0 +1,172 @@
+//! Node-level masquerade of a flat pod network (a node agent's `--ip-masq`): pod traffic that leaves the
+//! cluster CIDR is masqueraded to the node's address; traffic between pods (any node) keeps its source, which
+//! is the meaning of the kubelet's `--non-masquerade-cidr`.
+//!
+//! iptables: flannel's layout, so a node moved from flanneld keeps one copy of each rule: table `nat`, chain
+//! `FLANNEL-POSTRTG` jumped to from `POSTROUTING` (comment `flanneld masq`), holding
+//!
+//! ```text
+//! -s <cluster> -d <cluster> -j RETURN                  pod to pod: never NAT
+//! -s <cluster> ! -d 224.0.0.0/4 -j MASQUERADE          pods leaving the cluster
+//! ! -s <cluster> -d <node subnet> -j RETURN            from outside to this node's pods
+//! ! -s <cluster> -d <cluster> -j MASQUERADE            from outside to other nodes' pods (replies come back)
+//! ```
+//!
+//! nftables: table `ip fabricd`, chain `postrouting` (nat hook, srcnat) with the same four rules. Both are one
+//! transaction; applying them again leaves one copy; [`teardown`] removes them from both backends.
+
+use ipnet::{IpNet, Ipv4Net};
+
+use super::iptables::{self, Rule, Script};
+use super::nftables;
+use super::{Backend, Family};
+use crate::spec::{Error, Result};
+
+/// The iptables chain (flannel's name).
+pub const CHAIN: &str = "FLANNEL-POSTRTG";
+const JUMP_COMMENT: &str = "flanneld masq";
+/// The nftables table.
+pub const NFT_TABLE: &str = "fabricd";
+
+fn multicast() -> IpNet {
+    "224.0.0.0/4".parse().expect("constant")
+}
+
+/// The chain's rules, in order.
+fn rules(cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<Vec<Rule>> {
+    let (cluster, node_subnet) = (IpNet::V4(cluster), IpNet::V4(node_subnet));
+    Ok(vec![
+        Rule::new().source(cluster, false)?.destination(cluster, false)?.jump("RETURN"),
+        Rule::new().source(cluster, false)?.destination(multicast(), true)?.jump("MASQUERADE"),
+        Rule::new().source(cluster, true)?.destination(node_subnet, false)?.jump("RETURN"),
+        Rule::new().source(cluster, true)?.destination(cluster, false)?.jump("MASQUERADE"),
+    ])
+}
+
+fn jump() -> Rule {
+    Rule::new().comment(JUMP_COMMENT).jump(CHAIN)
+}
+
+/// The iptables transaction making the chain exactly [`rules`] given what the nat table holds.
+fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Rule]) {
+    if snapshot.has_chain(CHAIN) {
+        script.declare_chain(CHAIN).flush_chain(CHAIN);
+    } else {
+        script.new_chain(CHAIN);
+    }
+    for rule in rules {
+        script.append(CHAIN, rule);
+    }
+    if !snapshot.has_rule("POSTROUTING", &jump()) {
+        script.append("POSTROUTING", &jump());
+    }
+}
+
+/// The nftables transaction (replaces the table whole, atomically).
+fn nft_script(cluster: Ipv4Net, node_subnet: Ipv4Net) -> nftables::Script {
+    let mut script = nftables::Script::new();
+    script
+        .push(format!("add table ip {NFT_TABLE}"))
+        .push(format!("delete table ip {NFT_TABLE}"))
+        .push(format!("add table ip {NFT_TABLE}"))
+        .push(format!("add chain ip {NFT_TABLE} postrouting {{ type nat hook postrouting priority srcnat; }}"))
+        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr {cluster} ip daddr {cluster} return"))
+        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr {cluster} ip daddr != 224.0.0.0/4 masquerade"))
+        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr != {cluster} ip daddr {node_subnet} return"))
+        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr != {cluster} ip daddr {cluster} masquerade"));
+    script
+}
+
+/// Installs (or corrects) the masquerade rules for `cluster`, this node owning `node_subnet`.
+pub fn setup(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<()> {
+    match backend {
+        Backend::Iptables => {
+            let rules = rules(cluster, node_subnet)?;
+            iptables::update(Family::V4, "nat", "installing the node masquerade rules", |snapshot, script| {
+                iptables_plan(snapshot, script, &rules)
+            })
+        }
+        Backend::Nftables => nft_script(cluster, node_subnet)
+            .apply()
+            .map_err(|failure| failure.to_error("installing the node masquerade rules")),
+    }
+}
+
+/// True when the rules of [`setup`] are in place (iptables: the chain holds exactly them and is jumped to).
+pub fn is_set_up(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<bool> {
+    match backend {
+        Backend::Iptables => {
+            let snapshot = iptables::save(Family::V4, "nat").map_err(|f| f.to_error("reading the nat table"))?;
+            let wanted: Vec<String> = rules(cluster, node_subnet)?.iter().map(Rule::render).collect();
+            let present: Vec<&str> = snapshot.rules(CHAIN).collect();
+            Ok(snapshot.has_rule("POSTROUTING", &jump()) && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
+        }
+        Backend::Nftables => {
+            let listing = nftables::list(&["table", "ip", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
+            Ok(listing.is_some_and(|listing| nftables::objects(&listing, "rule", "ip", NFT_TABLE).count() == 4))
+        }
+    }
+}
+
+/// Removes the rules of [`setup`] from both backends (whichever is installed); nothing there is fine.
+pub fn teardown() -> Result<()> {
+    let mut errors = Vec::new();
+    if iptables::available(Family::V4) {
+        let removed = iptables::cleanup(Family::V4, "nat", "removing the node masquerade rules", |snapshot, script| {
+            iptables::remove_chain(script, snapshot, CHAIN)
+        });
+        if let Err(e) = removed {
+            errors.push(e.msg);
+        }
+    }
+    if Backend::Nftables.available() {
+        let mut script = nftables::Script::new();
+        script.push(format!("add table ip {NFT_TABLE}")).push(format!("delete table ip {NFT_TABLE}"));
+        if let Err(failure) = script.apply() {
+            errors.push(failure.describe());
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::internal(format!("failed to remove the node masquerade rules: {}", errors.join("; "))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nets() -> (Ipv4Net, Ipv4Net) {
+        ("10.244.0.0/16".parse().unwrap(), "10.244.3.0/24".parse().unwrap())
+    }
+
+    #[test]
+    fn iptables_rules_are_flannels() {
+        let (cluster, subnet) = nets();
+        let rendered: Vec<String> = rules(cluster, subnet).unwrap().iter().map(Rule::render).collect();
+        assert_eq!(
+            rendered,
+            [
+                "-s 10.244.0.0/16 -d 10.244.0.0/16 -j RETURN",
+                "-s 10.244.0.0/16 ! -d 224.0.0.0/4 -j MASQUERADE",
+                "! -s 10.244.0.0/16 -d 10.244.3.0/24 -j RETURN",
+                "! -s 10.244.0.0/16 -d 10.244.0.0/16 -j MASQUERADE",
+            ]
+        );
+        let fresh = iptables::Snapshot::parse("*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", "nat");
+        let mut script = Script::new("nat");
+        iptables_plan(&fresh, &mut script, &rules(cluster, subnet).unwrap());
+        let text = script.render();
+        assert!(text.contains("-N FLANNEL-POSTRTG\n"), "{text}");
+        assert!(text.contains("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG"), "{text}");
+    }
+
+    #[test]
+    fn nft_is_one_replacing_transaction() {
+        let (cluster, subnet) = nets();
+        let text = nft_script(cluster, subnet).render();
+        assert!(text.starts_with("add table ip fabricd\ndelete table ip fabricd\nadd table ip fabricd\n"));
+        assert!(text.contains("ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade"));
+    }
+}

@@ -1,0 +1,88 @@
+//! Counters and gauges in the Prometheus text format, served on a local address (`GET /metrics`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+macro_rules! metrics {
+    ($($name:ident: $kind:literal, $help:literal;)*) => {
+        /// Every metric of the agent.
+        #[derive(Default)]
+        pub struct Metrics {
+            $(pub $name: AtomicU64,)*
+        }
+
+        impl Metrics {
+            pub fn render(&self) -> String {
+                let mut text = String::new();
+                $(
+                    let name = concat!("fabricd_", stringify!($name));
+                    text.push_str(&format!("# HELP {name} {}\n# TYPE {name} {}\n", $help, $kind));
+                    let value = self.$name.load(Ordering::Relaxed);
+                    if stringify!($name).ends_with("_seconds") {
+                        text.push_str(&format!("{name} {}\n", value as f64 / 1e6));
+                    } else {
+                        text.push_str(&format!("{name} {value}\n"));
+                    }
+                )*
+                text
+            }
+        }
+    };
+}
+
+metrics! {
+    reconciles_total: "counter", "Reconciliations of the data plane with the wanted state.";
+    reconcile_errors_total: "counter", "Reconciliations that failed (retried with backoff).";
+    changes_total: "counter", "Routes, neighbours, FDB entries and devices added, replaced or removed.";
+    drift_repairs_total: "counter", "Changes made to repair objects changed by someone else (netlink events).";
+    refused_peers: "gauge", "Peers that cannot be reached with the configured backend (host-gw peer not on this L2).";
+    peers: "gauge", "Other nodes known.";
+    etcd_requests_total: "counter", "Unary requests sent to etcd (the watch stream counts once per start).";
+    etcd_errors_total: "counter", "Failed etcd requests and lost connections.";
+    watch_restarts_total: "counter", "Times the watch of leases was started again (relist after compaction or a lost stream).";
+    lease_acquisitions_total: "counter", "Times this node's subnet lease was acquired or taken back.";
+    store_connected: "gauge", "1 while the store is reachable.";
+    last_convergence_seconds: "gauge", "Time from a change seen in the store to the data plane matching it, last time.";
+}
+
+impl Metrics {
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn set(gauge: &AtomicU64, value: u64) {
+        gauge.store(value, Ordering::Relaxed);
+    }
+}
+
+/// Serves `GET /metrics` (any path, in fact) on `address` until the process ends.
+pub async fn serve(address: String, metrics: Arc<Metrics>) {
+    let listener = match TcpListener::bind(&address).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            crate::log!(error, "metrics: cannot listen on {address}: {e}");
+            return;
+        }
+    };
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let body = metrics.render();
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}

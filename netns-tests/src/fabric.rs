@@ -1,0 +1,448 @@
+//! A cluster of "node" namespaces on an underlay, for fabricd: an infra namespace holding the underlay
+//! bridges and etcd, optional router and wan namespaces, one fabricd per node, pods attached by our runner
+//! with the conflist the agent wrote. Everything (namespaces, etcd, agents, temp dirs) is removed on drop.
+
+use std::fs;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+
+use crate::upstream::{clean_command, output};
+use crate::{bin, bin_dir, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+
+/// Panics unless `tool` is installed; in CI a missing tool fails the test, elsewhere too (fabric tests need
+/// etcd: Debian's etcd-server, installed by scripts/setup.sh).
+pub fn require_tool(tool: &str) {
+    let found = std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
+        .unwrap_or(false);
+    assert!(found, "{tool} not installed (scripts/setup.sh installs etcd-server and openssl)");
+}
+
+/// Polls `check` every 10 ms until it is true or `timeout` passes; the time it took.
+pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    loop {
+        if check() {
+            return Some(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Daemon {
+    child: Option<Child>,
+}
+
+impl Daemon {
+    pub fn spawn(command: &mut Command) -> Daemon {
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+        Daemon { child: Some(child) }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        if let Some(child) = &self.child {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
+    /// Sends `signal` and waits for the process to end.
+    pub fn stop(&mut self, signal: nix::sys::signal::Signal) {
+        self.signal(signal);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.stop(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// TLS files for etcd and its clients, made with openssl: a CA, a server certificate for `server_ip`, a
+/// client certificate, and a client certificate of another CA (to be refused).
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+    pub rogue_cert: PathBuf,
+    pub rogue_key: PathBuf,
+}
+
+impl TlsFiles {
+    pub fn make(dir: &Path, server_ip: Ipv4Addr) -> TlsFiles {
+        require_tool("openssl");
+        let run = |args: &[&str]| {
+            let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl");
+            assert!(out.status.success(), "openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        };
+        let ca = |name: &str| {
+            run(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                "-subj", &format!("/CN={name}"), "-keyout", &format!("{name}.key"), "-out", &format!("{name}.crt")]);
+        };
+        let leaf = |name: &str, ca: &str, ext: &str| {
+            run(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", &format!("/CN={name}"),
+                "-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr")]);
+            fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+            run(&["x509", "-req", "-in", &format!("{name}.csr"), "-CA", &format!("{ca}.crt"), "-CAkey", &format!("{ca}.key"),
+                "-CAcreateserial", "-days", "2", "-extfile", &format!("{name}.ext"), "-out", &format!("{name}.crt")]);
+        };
+        ca("ca");
+        ca("rogue-ca");
+        leaf("server", "ca", &format!("subjectAltName=IP:{server_ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"));
+        leaf("client", "ca", "extendedKeyUsage=clientAuth\n");
+        leaf("rogue", "rogue-ca", "extendedKeyUsage=clientAuth\n");
+        let p = |name: &str| dir.join(name);
+        TlsFiles {
+            ca: p("ca.crt"),
+            server_cert: p("server.crt"),
+            server_key: p("server.key"),
+            client_cert: p("client.crt"),
+            client_key: p("client.key"),
+            rogue_cert: p("rogue.crt"),
+            rogue_key: p("rogue.key"),
+        }
+    }
+}
+
+/// etcd (Debian's etcd-server) in the infra namespace, on a temp data dir.
+pub struct Etcd {
+    daemon: Daemon,
+    pub endpoint: String,
+    ip: Ipv4Addr,
+    data_dir: PathBuf,
+    tls: bool,
+    infra: PathBuf,
+    ctl_tls: Vec<String>,
+}
+
+impl Etcd {
+    pub fn start(infra: &TestNetns, ip: Ipv4Addr, dir: &Path, tls: Option<&TlsFiles>) -> Etcd {
+        require_tool("etcd");
+        require_tool("etcdctl");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let endpoint = format!("{scheme}://{ip}:2379");
+        let mut etcd = Etcd {
+            daemon: Daemon { child: None },
+            endpoint,
+            ip,
+            data_dir: dir.join("etcd"),
+            tls: tls.is_some(),
+            infra: infra.path.clone(),
+            ctl_tls: Vec::new(),
+        };
+        let mut args: Vec<String> = Vec::new();
+        if let Some(tls) = tls {
+            args.extend(
+                [
+                    "--cert-file", tls.server_cert.to_str().unwrap(),
+                    "--key-file", tls.server_key.to_str().unwrap(),
+                    "--trusted-ca-file", tls.ca.to_str().unwrap(),
+                    "--client-cert-auth",
+                ]
+                .map(String::from),
+            );
+            etcd.ctl_tls = vec![
+                format!("--cacert={}", tls.ca.display()),
+                format!("--cert={}", tls.client_cert.display()),
+                format!("--key={}", tls.client_key.display()),
+            ];
+        }
+        etcd.spawn(infra, &args);
+        etcd
+    }
+
+    fn spawn(&mut self, infra: &TestNetns, extra: &[String]) {
+        let log = fs::File::create(self.data_dir.with_extension("log")).unwrap();
+        let mut command = clean_command(infra, "etcd");
+        command
+            .args(["--data-dir", self.data_dir.to_str().unwrap()])
+            .args(["--name", "infra"])
+            .args(["--listen-client-urls", &self.endpoint, "--advertise-client-urls", &self.endpoint])
+            .args(["--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+            .args(["--initial-cluster", "infra=http://127.0.0.1:2380"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.daemon = Daemon::spawn(&mut command);
+        let ready = wait_for(Duration::from_secs(15), || self.ctl_in(infra, &["get", "/ready-probe"]).status.success());
+        assert!(ready.is_some(), "etcd did not start: {}", fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default());
+    }
+
+    /// etcdctl against this etcd.
+    pub fn ctl_in(&self, infra: &TestNetns, args: &[&str]) -> Output {
+        let mut command = clean_command(infra, "etcdctl");
+        command.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", self.endpoint)).args(&self.ctl_tls).args(args);
+        command.output().expect("etcdctl")
+    }
+
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    pub fn kill(&mut self) {
+        self.daemon.stop(nix::sys::signal::Signal::SIGKILL);
+    }
+
+    pub fn restart(&mut self, infra: &TestNetns) {
+        assert!(!self.tls, "restart of a TLS etcd is not needed by the tests");
+        assert_eq!(infra.path, self.infra);
+        self.spawn(infra, &[]);
+    }
+}
+
+/// One node: its namespace (with a temp dir), its underlay address, its agent and its pods.
+pub struct FabricNode {
+    pub node: Node,
+    pub ip: Ipv4Addr,
+    pub agent: Option<Daemon>,
+    pub args: Vec<String>,
+    pods: usize,
+}
+
+impl FabricNode {
+    pub fn conf_dir(&self) -> PathBuf {
+        self.node.dir().join("net.d")
+    }
+
+    pub fn subnet_file(&self) -> PathBuf {
+        self.node.dir().join("subnet.env")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.node.dir().join("fabricd.log")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// The common flags: where this node's files go, then `args`.
+    fn command(&self, extra: &[&str]) -> Command {
+        let mut command = clean_command(&self.node, bin("fabricd"));
+        command
+            .arg(format!("--subnet-file={}", self.subnet_file().display()))
+            .arg(format!("--cni-conf-dir={}", self.conf_dir().display()))
+            .arg(format!("--cni-ipam-data-dir={}", self.node.dir().join("ipam").display()))
+            .args(&self.args)
+            .args(extra);
+        command
+    }
+
+    /// Starts the agent (stderr appended to the node's log).
+    pub fn start(&mut self) {
+        let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
+        let mut command = self.command(&[]);
+        command.stdout(Stdio::null()).stderr(log);
+        self.agent = Some(Daemon::spawn(&mut command));
+    }
+
+    pub fn stop(&mut self, signal: nix::sys::signal::Signal) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.stop(signal);
+        }
+    }
+
+    /// Runs `fabricd <extra>` to completion (status, cleanup).
+    pub fn run(&self, extra: &[&str]) -> PluginOutput {
+        output(&mut self.command(extra), b"")
+    }
+
+    /// Waits for the agent to write the conflist; its subnet.
+    pub fn wait_ready(&self, timeout: Duration) -> IpNet {
+        let path = self.conf_dir().join("10-fabric.conflist");
+        let ready = wait_for(timeout, || path.is_file());
+        assert!(ready.is_some(), "{} wrote no conflist within {timeout:?}: {}", self.node.name, self.log());
+        self.subnet().expect("subnet.env")
+    }
+
+    /// The subnet in the node's subnet.env.
+    pub fn subnet(&self) -> Option<IpNet> {
+        let text = fs::read_to_string(self.subnet_file()).ok()?;
+        let line = text.lines().find_map(|l| l.strip_prefix("FLANNEL_SUBNET="))?;
+        Some(line.parse::<IpNet>().ok()?.trunc())
+    }
+
+    /// The routes fabricd made (`proto 75`) as "dst via gw dev" lines.
+    pub fn fabric_routes(&self) -> Vec<String> {
+        self.node
+            .ip(&["route", "show", "proto", "75"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// Attaches a pod with our runner and the conflist the agent wrote; the pod and its address.
+    pub fn add_pod(&mut self) -> (TestNetns, IpAddr) {
+        let pod = TestNetns::new("pod");
+        self.pods += 1;
+        let out = self.cnitool(&["add", "kubenet", pod.path.to_str().unwrap()]);
+        let result = out.expect_ok();
+        let address = result["ips"][0]["address"].as_str().expect("pod address");
+        let ip = address.parse::<IpNet>().expect("address").addr();
+        (pod, ip)
+    }
+
+    pub fn cnitool(&self, args: &[&str]) -> PluginOutput {
+        self.cnitool_in(&self.conf_dir(), args)
+    }
+
+    /// Our runner with the conflists of `conf_dir`.
+    pub fn cnitool_in(&self, conf_dir: &Path, args: &[&str]) -> PluginOutput {
+        let mut command = clean_command(&self.node, bin("cnitool"));
+        command
+            .args(args)
+            .env("NETCONFPATH", conf_dir)
+            .env("CNI_PATH", bin_dir())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_CACHE_DIR", self.node.dir().join("cache"));
+        output(&mut command, b"")
+    }
+}
+
+/// The underlay: an infra namespace with one bridge per L2 segment; segment `n` is 192.168.(50+n).0/24 with
+/// the infra namespace at .254 (segment 0 only) and, when there is more than one segment, a router
+/// namespace at .1 on each.
+pub struct Cluster {
+    pub infra: TestNetns,
+    pub router: Option<TestNetns>,
+    pub wan: TestNetns,
+    pub nodes: Vec<FabricNode>,
+    pub etcd: Option<Etcd>,
+    pub dir: PathBuf,
+    segments: usize,
+    next_host: Vec<u8>,
+}
+
+pub const WAN_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 200);
+
+pub fn segment_ip(segment: usize, host: u8) -> Ipv4Addr {
+    Ipv4Addr::new(192, 168, 50 + segment as u8, host)
+}
+
+impl Cluster {
+    /// The underlay with `segments` L2 segments, a wan namespace on segment 0 (no route to pods).
+    pub fn new(segments: usize) -> Cluster {
+        let infra = TestNetns::new("infra");
+        let dir = std::env::temp_dir().join(format!("cni-{}", unique_name("fab")));
+        fs::create_dir_all(&dir).unwrap();
+        for segment in 0..segments {
+            infra.ip(&["link", "add", &format!("seg{segment}"), "type", "bridge"]);
+            infra.ip(&["link", "set", &format!("seg{segment}"), "up"]);
+        }
+        infra.ip(&["addr", "add", &format!("{}/24", segment_ip(0, 254)), "dev", "seg0"]);
+        let router = (segments > 1).then(|| {
+            let router = TestNetns::new("rtr");
+            for segment in 0..segments {
+                let name = format!("r{segment}");
+                veth_between(&router, &infra, &name, &format!("rs{segment}"), &[format!("{}/24", segment_ip(segment, 1)).parse().unwrap()], &[]);
+                infra.ip(&["link", "set", &format!("rs{segment}"), "master", &format!("seg{segment}")]);
+            }
+            crate::TestNetns::run(&router, || cnicore::sysctl::write("net/ipv4/ip_forward", "1")).unwrap();
+            infra.ip(&["route", "add", "192.168.0.0/16", "via", &segment_ip(0, 1).to_string()]);
+            router
+        });
+        let wan = TestNetns::new("wan");
+        veth_between(&wan, &infra, "eth0", "wan0", &[format!("{WAN_IP}/24").parse().unwrap()], &[]);
+        infra.ip(&["link", "set", "wan0", "master", "seg0"]);
+        Cluster { infra, router, wan, nodes: Vec::new(), etcd: None, dir, segments, next_host: vec![10; segments] }
+    }
+
+    /// Starts etcd in the infra namespace (at 192.168.50.254:2379) and writes the network config.
+    pub fn start_etcd(&mut self, config: &Value, tls: Option<&TlsFiles>) {
+        let etcd = Etcd::start(&self.infra, segment_ip(0, 254), &self.dir, tls);
+        let out = etcd.ctl_in(&self.infra, &["put", "/coreos.com/network/config", &config.to_string()]);
+        assert!(out.status.success(), "etcdctl put: {}", String::from_utf8_lossy(&out.stderr));
+        self.etcd = Some(etcd);
+    }
+
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        self.etcd.as_ref().expect("etcd started").ctl_in(&self.infra, args)
+    }
+
+    /// Adds a node on `segment` (default route via the router, or the infra namespace), not started. Its
+    /// agent gets `--etcd-endpoints` when etcd runs, and `args`.
+    pub fn add_node(&mut self, segment: usize, args: &[&str]) -> usize {
+        assert!(segment < self.segments);
+        let node = Node::new();
+        let host = self.next_host[segment];
+        self.next_host[segment] += 1;
+        let ip = segment_ip(segment, host);
+        let index = self.nodes.len();
+        let infra_end = format!("n{index}");
+        veth_between(&node, &self.infra, "eth0", &infra_end, &[format!("{ip}/24").parse().unwrap()], &[]);
+        self.infra.ip(&["link", "set", &infra_end, "master", &format!("seg{segment}")]);
+        let gateway = if self.router.is_some() { segment_ip(segment, 1) } else { segment_ip(0, 254) };
+        node.ip(&["route", "add", "default", "via", &gateway.to_string()]);
+        let mut all_args: Vec<String> = Vec::new();
+        if let Some(etcd) = &self.etcd {
+            all_args.push(format!("--etcd-endpoints={}", etcd.endpoint));
+        }
+        all_args.extend(args.iter().map(|a| a.to_string()));
+        self.nodes.push(FabricNode { node, ip, agent: None, args: all_args, pods: 0 });
+        index
+    }
+
+    /// Every node's pods reach every other node's pods, and the receiver sees the sender pod's own address.
+    pub fn assert_full_mesh(&self, pods: &[(usize, &TestNetns, IpAddr)]) {
+        for (from_node, from, from_ip) in pods {
+            for (to_node, to, to_ip) in pods {
+                if from_node == to_node {
+                    continue;
+                }
+                let seen = tcp_source(from, to, *to_ip);
+                assert_eq!(seen, Some(*from_ip), "pod {from_ip} on node {from_node} -> pod {to_ip} on node {to_node}: source seen {seen:?}");
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.stop(nix::sys::signal::Signal::SIGKILL);
+        }
+        self.etcd = None;
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Opens a TCP connection from namespace `from` to a listener in `to` on `to_ip`; the source address the
+/// listener saw (None when no connection was made within 2 s).
+pub fn tcp_source(from: &TestNetns, to: &TestNetns, to_ip: IpAddr) -> Option<IpAddr> {
+    let listener = to.run(|| TcpListener::bind(SocketAddr::new(to_ip, 0))).ok()?;
+    let port = listener.local_addr().ok()?.port();
+    listener.set_nonblocking(true).ok()?;
+    let connected = from.run(|| TcpStream::connect_timeout(&SocketAddr::new(to_ip, port), Duration::from_secs(2)));
+    let stream = connected.ok()?;
+    let mut seen = None;
+    wait_for(Duration::from_secs(1), || match listener.accept() {
+        Ok((_, peer)) => {
+            seen = Some(peer.ip());
+            true
+        }
+        Err(_) => false,
+    });
+    drop(stream);
+    seen
+}
