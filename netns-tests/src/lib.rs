@@ -26,6 +26,10 @@ use nix::sched::{setns, CloneFlags};
 pub use cnicore;
 pub mod upstream;
 pub mod snapshot;
+pub mod daemon;
+pub mod images;
+pub mod containerd;
+pub mod recorder;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.
