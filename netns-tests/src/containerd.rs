@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::daemon::{self, http_get};
+use crate::daemon::{self, http_get, toml_str};
 use crate::images::{self, BUSYBOX_IMAGE};
 use crate::upstream::VarLibCni;
 use crate::{Node, Value};
@@ -87,7 +87,7 @@ impl Containerd {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("log fd"))
             .stderr(log_file);
-        daemon::with_private_mounts(&mut command, &var_lib_cni);
+        daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run"]);
         let child = command.spawn().unwrap_or_else(|e| panic!("start containerd: {e}"));
         let containerd = Containerd {
             var_lib_cni: var_lib_cni.path(),
@@ -160,21 +160,12 @@ impl Containerd {
 
     /// A path as containerd sees it (in its mount namespace), e.g. a pod netns `/var/run/netns/cni-...`.
     pub fn path_in_daemon(&self, path: &str) -> PathBuf {
-        // An absolute symlink under /proc/PID/root resolves from our root, not the daemon's: follow
-        // /var/run -> /run here, so that the rest is looked up in the daemon's mounts.
-        let path = match path.strip_prefix("/var/run/") {
-            Some(rest) => format!("/run/{rest}"),
-            None => path.to_string(),
-        };
-        PathBuf::from(format!("/proc/{}/root{path}", self.pid()))
+        daemon::path_in_mount_ns(self.pid(), path)
     }
 
     /// The network namespaces containerd has mounted (`/run/netns` in its mount namespace).
     pub fn netns_names(&self) -> Vec<String> {
-        let Ok(entries) = fs::read_dir(self.path_in_daemon("/run/netns")) else { return Vec::new() };
-        let mut names: Vec<String> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-        names.sort();
-        names
+        daemon::netns_names(self.pid())
     }
 
     /// The text of containerd's Prometheus metrics endpoint (read from inside the node netns).
@@ -189,11 +180,6 @@ impl Drop for Containerd {
         daemon::kill_mount_ns_tree(self.child.id());
         let _ = self.child.wait();
     }
-}
-
-/// A TOML basic string (JSON's escaping is valid TOML for these paths).
-fn toml_str(path: &Path) -> String {
-    serde_json::to_string(&path.display().to_string()).expect("string")
 }
 
 fn config_toml(dir: &Path, socket: &Path, bin_dir: &Path, conf_dir: &Path, template: Option<&Path>) -> String {

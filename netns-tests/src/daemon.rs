@@ -11,6 +11,7 @@
 //! mount namespaces of their own).
 
 use std::collections::BTreeSet;
+use std::ffi::CString;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -20,6 +21,8 @@ use std::process::Command;
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use cnicore::netns::NetNs;
+use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -31,24 +34,64 @@ use crate::TestNetns;
 pub const DIR_MARK: &str = "cni-test";
 
 /// Makes `command` run in a mount namespace of its own (see the module doc): private from the host's, with
-/// `var_lib_cni` as `/var/lib/cni` and an empty tmpfs on `/run`, so that what a runtime keeps there (pod
-/// netns under `/run/netns`, runc's and the shims' state and sockets, the xtables lock) is its own and goes
-/// with it.
-pub fn with_private_mounts<'a>(command: &'a mut Command, var_lib_cni: &VarLibCni) -> &'a mut Command {
+/// `var_lib_cni` as `/var/lib/cni` and an empty tmpfs on each of `tmpfs` (e.g. `/run`: pod netns under
+/// `/run/netns`, runc's and the shims' state and sockets, the xtables lock; `/dev/shm`: podman's lock
+/// segment), so that what a runtime keeps there is its own and goes with it.
+pub fn with_private_mounts<'a>(command: &'a mut Command, var_lib_cni: &VarLibCni, tmpfs: &[&str]) -> &'a mut Command {
     with_var_lib_cni(command, var_lib_cni);
-    let (source, target, kind, options) = (c"tmpfs", c"/run", c"tmpfs", c"mode=0755");
-    // SAFETY: mount is a plain system call on static C strings; async-signal-safe, as pre_exec requires.
-    // It runs after with_var_lib_cni's closure, in the new mount namespace.
+    let targets: Vec<CString> = tmpfs.iter().map(|t| CString::new(*t).expect("mount point")).collect();
+    // SAFETY: mount is a plain system call on C strings owned by the closure; async-signal-safe, as pre_exec
+    // requires. It runs after with_var_lib_cni's closure, in the new mount namespace.
     unsafe {
         command.pre_exec(move || {
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
-            if libc::mount(source.as_ptr(), target.as_ptr(), kind.as_ptr(), flags, options.as_ptr().cast()) != 0 {
-                return Err(std::io::Error::last_os_error());
+            for target in &targets {
+                let (source, options) = (c"tmpfs", c"mode=1777");
+                if libc::mount(source.as_ptr(), target.as_ptr(), source.as_ptr(), flags, options.as_ptr().cast()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             Ok(())
         });
     }
     command
+}
+
+/// Makes `command` enter the mount namespace `mnt` (an open `/proc/PID/ns/mnt`) and the network namespace
+/// `net` before it runs: a client of a runtime started with [`with_private_mounts`], seeing what it sees.
+pub fn entering<'a>(command: &'a mut Command, mnt: fs::File, net: NetNs) -> &'a mut Command {
+    // SAFETY: setns is a plain system call on descriptors the closure owns, safe between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            setns(net.fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)?;
+            setns(&mnt, CloneFlags::CLONE_NEWNS).map_err(std::io::Error::from)
+        });
+    }
+    command
+}
+
+/// `path` as process `pid` sees it in its mount namespace (through `/proc/PID/root`).
+pub fn path_in_mount_ns(pid: u32, path: &str) -> PathBuf {
+    // An absolute symlink under /proc/PID/root resolves from our root, not the process's: follow
+    // /var/run -> /run here, so that the rest is looked up in the process's mounts.
+    let path = match path.strip_prefix("/var/run/") {
+        Some(rest) => format!("/run/{rest}"),
+        None => path.to_string(),
+    };
+    PathBuf::from(format!("/proc/{pid}/root{path}"))
+}
+
+/// The network namespaces mounted in `/run/netns` of the mount namespace of process `pid`.
+pub fn netns_names(pid: u32) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(path_in_mount_ns(pid, "/run/netns")) else { return Vec::new() };
+    let mut names: Vec<String> = entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// A path as a TOML basic string (JSON's escaping is valid TOML), for the runtimes' config files.
+pub fn toml_str(path: &Path) -> String {
+    serde_json::to_string(&path.display().to_string()).expect("string")
 }
 
 /// True if `tool` is usable. When it is not: under `CI=true` the test fails (panics, naming what to install),

@@ -29,6 +29,7 @@ pub mod snapshot;
 pub mod daemon;
 pub mod images;
 pub mod containerd;
+pub mod podman;
 pub mod recorder;
 pub use serde_json::{json, Value};
 

@@ -15,13 +15,14 @@
 
 #[path = "common/kubenet.rs"]
 mod kubenet;
+#[path = "common/runtimes.rs"]
+mod runtimes;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cri_client::{container_config, pod_config, pod_ips, Cri, HostPort, EGRESS_BANDWIDTH, INGRESS_BANDWIDTH};
-use ipnet::IpNet;
 use netns_tests::cnicore::netlink::Netlink;
 use netns_tests::cnicore::netns::NetNs;
 use netns_tests::cnicore::tc::QdiscKind;
@@ -30,29 +31,12 @@ use netns_tests::daemon::http_get;
 use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::recorder::{Call, Recorder};
 use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::upstream::REFERENCE_DIR;
-use netns_tests::{bin_dir, json, veth_between, Node, TestNetns, Value};
-
-/// The plugins under test.
-#[derive(Clone, Copy, Debug)]
-enum Plugins {
-    Ours,
-    Reference,
-}
-
-impl Plugins {
-    fn dir(self) -> PathBuf {
-        match self {
-            Plugins::Ours => bin_dir(),
-            Plugins::Reference => PathBuf::from(REFERENCE_DIR),
-        }
-    }
-}
+use netns_tests::{json, Node, TestNetns, Value};
+use runtimes::{calls_of, eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 
 /// Every plugin a conflist here may name (the recorder wraps those present).
 const PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "bandwidth", "loopback"];
 
-const NODE_IP: &str = "192.0.2.1";
 const HOST_PORT: u16 = 8080;
 /// The pod's bandwidth annotations, and the tbf rates (bytes per second) they must become.
 const INGRESS: &str = "10M";
@@ -82,15 +66,12 @@ enum Network {
 
 impl Lab {
     fn new(plugins: Plugins, network: Network) -> Lab {
-        let node = Node::new();
+        let (node, wan) = node_with_wan();
         let ipam_dir = node.dir().join("ipam");
         let (conflist, conf_template) = match network {
             Network::Conflist => (Some(kubenet_conflist(&ipam_dir)), None),
             Network::Template => (None, Some(kubenet_template(&ipam_dir))),
         };
-        let wan = TestNetns::new("wan");
-        veth_between(&node, &wan, "eth0", "eth0", &[net(&format!("{NODE_IP}/24"))], &[net("192.0.2.2/24")]);
-        node.ip(&["route", "add", "default", "via", "192.0.2.2"]);
         let recorder = Recorder::new(node.dir(), &plugins.dir(), PLUGINS);
         let containerd = Containerd::start(
             &node,
@@ -136,37 +117,12 @@ fn kubenet_conflist(ipam_dir: &Path) -> Value {
     conf
 }
 
-fn net(text: &str) -> IpNet {
-    text.parse().expect("prefix")
-}
-
 /// The pod's network namespace path from a verbose PodSandboxStatus (containerd's runtime spec).
 fn netns_path(status: &cri_client::v1::PodSandboxStatusResponse) -> String {
     let info: Value = serde_json::from_str(status.info.get("info").expect("verbose info")).expect("info json");
     let namespaces = info["runtimeSpec"]["linux"]["namespaces"].as_array().expect("namespaces in the spec");
     let network = namespaces.iter().find(|ns| ns["type"] == "network").expect("a network namespace");
     network["path"].as_str().expect("netns path").to_string()
-}
-
-/// Polls `f` until it returns Ok or `timeout` passes; the last error otherwise.
-fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(v) => return Ok(v),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
-}
-
-/// The calls of `command` by `plugin`.
-fn calls_of<'a>(calls: &'a [Call], command: &str, plugin: &str) -> Vec<&'a Call> {
-    calls.iter().filter(|c| c.command() == command && c.plugin == plugin).collect()
-}
-
-fn summaries(calls: &[Call]) -> String {
-    calls.iter().map(Call::summary).collect::<Vec<_>>().join("\n  ")
 }
 
 /// A DEL round (StopPodSandbox or RemovePodSandbox): every plugin of the chain and loopback called with DEL,
@@ -180,11 +136,6 @@ fn assert_del_round(calls: &[Call], netns: &str, when: &str) {
     for plugin in ["loopback", "bridge", "host-local", "portmap", "bandwidth"] {
         assert_eq!(calls_of(calls, "DEL", plugin).len(), 1, "{when}: one DEL of {plugin}:\n  {}", summaries(calls));
     }
-}
-
-/// The links of the node that belong to a pod: host veths (enslaved to the bridge) and the bandwidth ifbs.
-fn pod_links(node: &Node) -> Vec<String> {
-    node.links().into_iter().filter(|l| l.starts_with("veth") || l.starts_with("bwp")).collect()
 }
 
 /// Runs one pod through its life as the kubelet would and checks every step.
