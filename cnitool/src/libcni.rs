@@ -6,7 +6,7 @@
 
 use cnicore::spec::ipam::{find_plugin, run_with_stdin};
 use cnicore::spec::{
-    shorten_json_error, validate_container_id, validate_ifname, validate_network_name, CniResult, Error as CniError, Version,
+    gojson, shorten_json_error, validate_container_id, validate_ifname, validate_network_name, CniResult, Error as CniError, Version,
 };
 use cnicore::state;
 use serde_json::{json, Map, Value};
@@ -92,20 +92,20 @@ impl ConfList {
     pub fn from_bytes(bytes: &[u8]) -> Result<ConfList> {
         let raw: Map<String, Value> =
             serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
-        let name = match raw.get("name") {
+        let name = match gojson::member(&raw, "name") {
             Some(Value::String(n)) => n.clone(),
             Some(_) => return Err(RunError::new("error parsing configuration list: invalid name type")),
             None => return Err(RunError::new("error parsing configuration list: no name")),
         };
         validate_network_name(&name)?;
         let cni_version = pick_version(&raw)?;
-        let flag = |k: &str| raw.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let plugins = match raw.get("plugins") {
+        let flag = |k: &str| gojson::member(&raw, k).and_then(Value::as_bool).unwrap_or(false);
+        let plugins = match gojson::member(&raw, "plugins") {
             Some(Value::Array(list)) if !list.is_empty() => list
                 .iter()
                 .enumerate()
                 .map(|(i, p)| match p {
-                    Value::Object(o) if o.get("type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => Ok(o.clone()),
+                    Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => Ok(o.clone()),
                     _ => Err(RunError::new(format!("error parsing configuration list: plugin {i} has no type"))),
                 })
                 .collect::<Result<Vec<_>>>()?,
@@ -126,8 +126,8 @@ impl ConfList {
         let conf: Map<String, Value> =
             serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration: {}", shorten_json_error(&e))))?;
         let list = json!({
-            "cniVersion": conf.get("cniVersion").cloned().unwrap_or_else(|| "".into()),
-            "name": conf.get("name").cloned().unwrap_or(Value::Null),
+            "cniVersion": gojson::member(&conf, "cniVersion").cloned().unwrap_or_else(|| "".into()),
+            "name": gojson::member(&conf, "name").cloned().unwrap_or(Value::Null),
             "plugins": [conf],
         });
         let bytes = serde_json::to_vec(&list).map_err(|e| RunError::new(e.to_string()))?;
@@ -141,7 +141,7 @@ impl ConfList {
 
 /// `cniVersions` (spec 1.1) wins over `cniVersion`: the highest version this runner supports.
 fn pick_version(raw: &Map<String, Value>) -> Result<String> {
-    if let Some(Value::Array(list)) = raw.get("cniVersions") {
+    if let Some(Value::Array(list)) = gojson::member(raw, "cniVersions") {
         let best = list
             .iter()
             .filter_map(Value::as_str)
@@ -151,7 +151,7 @@ fn pick_version(raw: &Map<String, Value>) -> Result<String> {
             return Ok(v.to_string());
         }
     }
-    match raw.get("cniVersion") {
+    match gojson::member(raw, "cniVersion") {
         Some(Value::String(v)) => Ok(v.clone()),
         None => Ok(String::new()),
         Some(_) => Err(RunError::new("error parsing configuration list: invalid cniVersion type")),
@@ -183,7 +183,7 @@ pub fn load_conf_list(dir: &Path, name: &str) -> Result<ConfList> {
     }
     for file in files(&["conf", "json"])? {
         let bytes = read(&file)?;
-        let is_it = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| v.get("name").cloned()) == Some(name.into());
+        let is_it = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| gojson::field(&v, "name").cloned()) == Some(name.into());
         if is_it {
             return ConfList::from_single_conf(&bytes);
         }
@@ -199,8 +199,8 @@ pub struct CniConfig {
 }
 
 fn describe(plugin: &Map<String, Value>) -> String {
-    let t = plugin.get("type").and_then(Value::as_str).unwrap_or("");
-    match plugin.get("name").and_then(Value::as_str) {
+    let t = gojson::member(plugin, "type").and_then(Value::as_str).unwrap_or("");
+    match gojson::member(plugin, "name").and_then(Value::as_str) {
         Some(n) if !n.is_empty() => format!("type={t:?} name={n:?}"),
         _ => format!("type={t:?}"),
     }
@@ -217,7 +217,7 @@ impl CniConfig {
             conf.insert("prevResult".into(), prev.clone());
         }
         let mut runtime = Map::new();
-        if let Some(Value::Object(caps)) = plugin.get("capabilities") {
+        if let Some(Value::Object(caps)) = gojson::member(plugin, "capabilities") {
             for (cap, on) in caps {
                 if on.as_bool() == Some(true) {
                     if let Some(v) = rt.capability_args.get(cap) {
@@ -233,7 +233,7 @@ impl CniConfig {
     }
 
     fn exec(&self, command: &str, plugin: &Map<String, Value>, stdin: &Map<String, Value>, rt: &RuntimeConf) -> Result<Option<Value>> {
-        let plugin_type = plugin.get("type").and_then(Value::as_str).unwrap_or("");
+        let plugin_type = gojson::member(plugin, "type").and_then(Value::as_str).unwrap_or("");
         let binary = find_plugin(plugin_type, &self.path)?;
         let mut p = Command::new(&binary);
         p.env("CNI_COMMAND", command)
@@ -397,10 +397,10 @@ impl CniConfig {
     pub fn cached_result(&self, list: &ConfList, rt: &RuntimeConf) -> Result<Option<Value>> {
         let Ok(bytes) = std::fs::read(self.cache_path(&list.name, rt)) else { return Ok(None) };
         let Ok(cached) = serde_json::from_slice::<Value>(&bytes) else { return Ok(None) };
-        if cached.get("kind").and_then(Value::as_str) != Some(CACHE_KIND) {
+        if gojson::field(&cached, "kind").and_then(Value::as_str) != Some(CACHE_KIND) {
             return Ok(None);
         }
-        match cached.get("result") {
+        match gojson::field(&cached, "result") {
             None | Some(Value::Null) => Ok(None),
             Some(r) => CniResult::convert(r, list.version()?).map(Some).map_err(|e| {
                 RunError::new(format!("failed to convert cached result to config version {:?}: {e}", list.cni_version))
@@ -434,16 +434,15 @@ pub struct CachedAttachment {
 impl CachedAttachment {
     pub fn parse(bytes: &[u8]) -> Option<CachedAttachment> {
         let v: Value = serde_json::from_slice(bytes).ok()?;
-        if v.get("kind")?.as_str()? != CACHE_KIND {
+        if gojson::field(&v, "kind")?.as_str()? != CACHE_KIND {
             return None;
         }
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let s = |k: &str| gojson::field(&v, k).and_then(Value::as_str).unwrap_or("").to_string();
         let rt = RuntimeConf {
             container_id: s("containerId"),
             netns: s("netns"),
             ifname: s("ifName"),
-            args: v
-                .get("cniArgs")
+            args: gojson::field(&v, "cniArgs")
                 .and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
@@ -451,15 +450,15 @@ impl CachedAttachment {
                         .collect()
                 })
                 .unwrap_or_default(),
-            capability_args: v.get("capabilityArgs").and_then(Value::as_object).cloned().unwrap_or_default(),
+            capability_args: gojson::field(&v, "capabilityArgs").and_then(Value::as_object).cloned().unwrap_or_default(),
         };
         if rt.container_id.is_empty() || rt.ifname.is_empty() || s("networkName").is_empty() {
             return None;
         }
         Some(CachedAttachment {
             network: s("networkName"),
-            config: v.get("config").and_then(Value::as_str).and_then(crate::base64::decode),
-            result: v.get("result").cloned(),
+            config: gojson::field(&v, "config").and_then(Value::as_str).and_then(crate::base64::decode),
+            result: gojson::field(&v, "result").cloned(),
             rt,
         })
     }
@@ -498,6 +497,21 @@ mod tests {
         let single = ConfList::from_single_conf(br#"{"cniVersion":"0.3.1","name":"lo","type":"loopback"}"#).unwrap();
         assert_eq!(single.plugins.len(), 1);
         assert_eq!(single.name, "lo");
+    }
+
+    #[test]
+    fn conflist_go_spellings() {
+        // libcni is Go: its struct fields match case-insensitively; capabilities are a map, matched exactly.
+        let l = ConfList::from_bytes(
+            br#"{"CNIVersion":"0.4.0","Name":"n","DisableCheck":true,"Plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
+        )
+        .unwrap();
+        assert_eq!((l.cni_version.as_str(), l.name.as_str(), l.disable_check, l.plugins.len()), ("0.4.0", "n", true, 2));
+        let cfg = CniConfig { path: vec![], cache_dir: "/tmp".into() };
+        let plugin = serde_json::from_str(r#"{"type":"portmap","Capabilities":{"portMappings":true,"PortMappings":false}}"#).unwrap();
+        let rt = RuntimeConf { capability_args: json!({"portMappings":[1]}).as_object().unwrap().clone(), ..Default::default() };
+        let built = cfg.build_config(&l, &plugin, None, &rt);
+        assert_eq!(built["runtimeConfig"]["portMappings"], json!([1]));
     }
 
     #[test]

@@ -716,3 +716,53 @@ fn ipv6_names_match_the_reference() {
         assert_ne!(theirs, ours);
     }
 }
+
+/// When this machine booted (`btime` of /proc/stat).
+fn boot_time() -> SystemTime {
+    let stat = fs::read_to_string("/proc/stat").unwrap();
+    let seconds: u64 = stat.lines().find_map(|l| l.strip_prefix("btime ")).unwrap().trim().parse().unwrap();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(seconds)
+}
+
+/// Makes a lease look written in an earlier boot, as after an unclean reboot that sent no DEL.
+fn set_before_boot(path: &Path) {
+    let earlier = boot_time() - Duration::from_secs(3600);
+    fs::File::options().write(true).open(path).unwrap().set_times(fs::FileTimes::new().set_modified(earlier)).unwrap();
+}
+
+#[test]
+fn a_full_range_reclaims_leases_of_an_earlier_boot() {
+    let dd = DataDir::new();
+    let c = conf("1.0.0", "boot", &dd, json!({"ranges": [[{"subnet": "10.42.0.0/29"}]]}));
+    // .2 to .6: five addresses besides the gateway.
+    for id in ["a", "b", "c", "d", "e"] {
+        call("ADD", id).ok(&c);
+    }
+    let (code, msg) = call("ADD", "x").err(&c);
+    assert_eq!((code, msg.contains("no IP addresses available")), (999, true), "{msg}");
+
+    // The node reboots uncleanly: a, b and d died with it (no DEL); c and e are this boot's pods.
+    for ip in ["10.42.0.2", "10.42.0.3", "10.42.0.5"] {
+        set_before_boot(&dd.net("boot").join(ip));
+    }
+    let out = call("ADD", "new1").run(&c);
+    let got = first_address(&out.ok());
+    assert_eq!(got, "10.42.0.2/29", "the first freed address, in allocation order");
+    assert!(out.stderr.contains("freed 3 leases written before this boot"), "{}", out.stderr);
+    // Every earlier-boot lease is freed at once; this boot's leases are untouched.
+    let held: Vec<(String, String)> = dd.leases("boot");
+    let expect = |ip: &str, id: &str| (ip.to_string(), format!("{id}\r\neth0"));
+    assert_eq!(held, vec![expect("10.42.0.2", "new1"), expect("10.42.0.4", "c"), expect("10.42.0.6", "e")]);
+    assert_eq!(first_address(&call("ADD", "new2").ok(&c)), "10.42.0.3/29");
+    assert_eq!(first_address(&call("ADD", "new3").ok(&c)), "10.42.0.5/29");
+    // Full again, and nothing is from an earlier boot: a clear error, no lease taken from a live pod.
+    let (code, _) = call("ADD", "y").err(&c);
+    assert_eq!(code, 999);
+    assert_eq!(dd.leases("boot").len(), 5);
+    // A DEL of a pod whose lease was reclaimed (a runtime's late cleanup) leaves the new holder alone.
+    call("DEL", "a").ok(&c);
+    assert_eq!(dd.leases("boot").len(), 5);
+    // The reference plugin reads the state as it is.
+    call("DEL", "new2").reference().ok(&c);
+    assert!(!dd.net("boot").join("10.42.0.3").exists());
+}

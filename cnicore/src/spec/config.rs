@@ -2,6 +2,7 @@
 
 use super::error::{codes, Error, Result};
 use super::env::truncate;
+use super::gojson;
 use super::result::Dns;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -46,7 +47,7 @@ impl NetConf {
         let t = self
             .ipam
             .as_ref()
-            .and_then(|i| i.get("type"))
+            .and_then(|i| gojson::field(i, "type"))
             .and_then(Value::as_str)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| Error::config("IPAM config missing 'type' key"))?;
@@ -54,14 +55,14 @@ impl NetConf {
         Ok(t)
     }
 
-    /// A key of `runtimeConfig`, when present.
+    /// A key of `runtimeConfig`, when present (matched as Go matches a struct field).
     pub fn runtime(&self, key: &str) -> Option<&Value> {
-        self.runtime_config.as_ref().and_then(|r| r.get(key))
+        self.runtime_config.as_ref().and_then(|r| gojson::field(r, key))
     }
 
     /// A key of `args.cni` (the conventions' `args` section), when present.
     pub fn args_cni(&self, key: &str) -> Option<&Value> {
-        self.args.as_ref().and_then(|a| a.get("cni")).and_then(|c| c.get(key))
+        self.args.as_ref().and_then(|a| gojson::field(a, "cni")).and_then(|c| gojson::field(c, key))
     }
 }
 

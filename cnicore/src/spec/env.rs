@@ -66,6 +66,19 @@ impl Env {
     /// Reads and validates the environment through `get` (the process environment in plugins, a map in tests).
     pub fn from_getter(get: impl Fn(&str) -> Option<String>) -> Result<Env> {
         let command = Command::parse(&get("CNI_COMMAND").unwrap_or_default())?;
+        if command == Command::Version {
+            // VERSION needs nothing else, and runtimes fill the rest with anything (libcni's validation sends
+            // CNI_NETNS=dummy CNI_PATH=dummy): it must answer whatever they hold.
+            return Ok(Env {
+                command,
+                container_id: String::new(),
+                netns: None,
+                ifname: String::new(),
+                args: CniArgs::default(),
+                args_raw: String::new(),
+                path: Vec::new(),
+            });
+        }
         let value = |name: &str| -> Result<Option<String>> {
             match get(name) {
                 Some(v) if v.len() > MAX_ENV_VALUE => Err(Error::env(format!("{name} is longer than {MAX_ENV_VALUE} bytes"))),
@@ -83,11 +96,10 @@ impl Env {
         };
         let attachment = command.is_attachment_verb();
         let needs_netns = matches!(command, Command::Add | Command::Check);
-        let needs_path = command != Command::Version;
         let container_id = require("CNI_CONTAINERID", attachment)?;
         let netns = require("CNI_NETNS", needs_netns)?;
         let ifname = require("CNI_IFNAME", attachment)?;
-        let path = require("CNI_PATH", needs_path)?;
+        let path = require("CNI_PATH", true)?;
         if !missing.is_empty() {
             return Err(Error::env(format!("required env variables [{}] missing", missing.join(","))));
         }
@@ -257,6 +269,16 @@ mod tests {
                 assert!(e.msg.contains(missing), "{}", e.msg);
             }
         }
+    }
+
+    #[test]
+    fn version_ignores_everything_else() {
+        // libcni's ValidateNetworkList (podman) and hostile or stale runtimes.
+        let dummy = [("CNI_COMMAND", "VERSION"), ("CNI_NETNS", "dummy"), ("CNI_IFNAME", "dummy"), ("CNI_PATH", "dummy")];
+        assert_eq!(env(&dummy).unwrap().command, Command::Version);
+        let hostile = [("CNI_COMMAND", "VERSION"), ("CNI_CONTAINERID", "a/b"), ("CNI_ARGS", "nonsense"), ("CNI_IFNAME", "x/y")];
+        assert!(env(&hostile).unwrap().netns.is_none());
+        assert!(env(&[("CNI_COMMAND", "VERSION")]).is_ok());
     }
 
     #[test]

@@ -88,3 +88,117 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Adds what was being done to a failed OS or netlink call, making it a CNI error (code 999, "internal", as
+/// the reference plugins report such failures): `"<what>: <error>"`.
+pub trait ErrorContext<T> {
+    fn context(self, what: impl fmt::Display) -> Result<T>;
+    /// [`ErrorContext::context`] with a message built only on failure.
+    fn with_context<D: fmt::Display>(self, what: impl FnOnce() -> D) -> Result<T>;
+}
+
+impl<T> ErrorContext<T> for std::result::Result<T, std::io::Error> {
+    fn context(self, what: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| Error::os(what, e))
+    }
+    fn with_context<D: fmt::Display>(self, what: impl FnOnce() -> D) -> Result<T> {
+        self.map_err(|e| Error::os(what(), e))
+    }
+}
+
+/// "Do every step, report every failure": for teardown paths (DEL, GC, rollback) where one failed step must
+/// not stop the others. The result keeps the first error's code and message; the messages of the others
+/// follow in `details`.
+#[derive(Debug, Default)]
+pub struct Errors(Vec<Error>);
+
+impl Errors {
+    pub fn new() -> Errors {
+        Errors::default()
+    }
+
+    pub fn push(&mut self, error: Error) {
+        self.0.push(error);
+    }
+
+    /// Keeps the error of a step, if any, and hands back its value.
+    pub fn record<T>(&mut self, outcome: Result<T>) -> Option<T> {
+        outcome.map_err(|e| self.push(e)).ok()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn into_result(self) -> Result<()> {
+        let mut errors = self.0.into_iter();
+        let Some(first) = errors.next() else { return Ok(()) };
+        let details: Vec<String> =
+            std::iter::once(first.details.clone()).filter(|d| !d.is_empty()).chain(errors.map(|e| e.to_string())).collect();
+        Err(Error { details: details.join("; "), ..first })
+    }
+}
+
+impl Extend<Error> for Errors {
+    fn extend<I: IntoIterator<Item = Error>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
+}
+
+/// The name this process was run as (`bridge`, `portmap`, ...), for messages on stderr.
+pub fn program_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        std::env::args_os()
+            .next()
+            .and_then(|a| std::path::Path::new(&a).file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "cni".to_string())
+    })
+}
+
+/// Writes a warning to stderr, prefixed with the program's name; see [`crate::warn!`].
+pub fn warn(args: fmt::Arguments) {
+    eprintln!("{}: {args}", program_name());
+}
+
+/// A warning on stderr, prefixed with the plugin's name: what a plugin tolerated or could not undo. Runtimes
+/// log a plugin's stderr; stdout is reserved for the result.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)*) => {
+        $crate::spec::warn(format_args!($($arg)*))
+    };
+}
+
+/// Reports a rollback step that failed: the ADD's own error is what the caller returns, so this one is logged.
+pub fn report_rollback(what: impl fmt::Display, outcome: Result<()>) {
+    if let Err(e) = outcome {
+        warn(format_args!("rollback: {what}: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_makes_internal_errors() {
+        let failed: std::io::Result<()> = Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+        let e = failed.context("deleting eth0").unwrap_err();
+        assert_eq!(e.code, codes::INTERNAL);
+        assert!(e.msg.starts_with("deleting eth0: No such file"), "{}", e.msg);
+        let ok: std::io::Result<u8> = Ok(1);
+        assert_eq!(ok.with_context(|| -> String { unreachable!() }).unwrap(), 1);
+    }
+
+    #[test]
+    fn errors_keep_the_first_code_and_every_message() {
+        assert!(Errors::new().into_result().is_ok());
+        let mut errors = Errors::new();
+        assert_eq!(errors.record(Ok::<_, Error>(5)), Some(5));
+        errors.push(Error::new(codes::IO, "first").with_details("why"));
+        errors.record::<()>(Err(Error::internal("second")));
+        let e = errors.into_result().unwrap_err();
+        assert_eq!((e.code, e.msg.as_str(), e.details.as_str()), (codes::IO, "first", "why; second"));
+    }
+}

@@ -144,13 +144,13 @@ struct LegacyShape {
 impl CniResult {
     /// Parses a result of any supported version (its own `cniVersion` says which).
     pub fn from_json(v: &Value) -> Result<CniResult> {
-        let version = v.get("cniVersion").and_then(Value::as_str).unwrap_or("");
+        let version = super::gojson::field(v, "cniVersion").and_then(Value::as_str).unwrap_or("");
         let version = Version::parse_supported(version)?;
         let bad = |e: serde_json::Error| {
             Error::new(codes::DECODE, format!("failed to parse {version} result: {}", super::config::shorten_json_error(&e)))
         };
         if version.legacy_result() {
-            let l = LegacyShape::deserialize(v).map_err(bad)?;
+            let l: LegacyShape = super::gojson::from_value(v).map_err(bad)?;
             let mut r = CniResult { dns: l.dns.unwrap_or_default(), ..Default::default() };
             for ip in [l.ip4, l.ip6].into_iter().flatten() {
                 r.ips.push(IpConfig { address: ip.ip, gateway: ip.gateway, interface: None });
@@ -158,7 +158,7 @@ impl CniResult {
             }
             return Ok(r);
         }
-        let c = CurrentShape::deserialize(v).map_err(bad)?;
+        let c: CurrentShape = super::gojson::from_value(v).map_err(bad)?;
         let r = CniResult {
             interfaces: c.interfaces,
             ips: c

@@ -1,9 +1,10 @@
 //! The entry point every plugin's `main` calls: read the environment and the config, dispatch the verb,
 //! print the result in the config's version or the error object, exit.
 
-use super::config::{json_error, json_error_in, validate_network_name, NetConf};
+use super::config::{json_error_in, validate_network_name, NetConf};
 use super::env::{Command, Env};
 use super::error::{codes, Error, Result};
+use super::gojson;
 use super::result::CniResult;
 use super::version::{Version, SUPPORTED_VERSIONS};
 use serde::de::DeserializeOwned;
@@ -15,6 +16,7 @@ use std::path::Path;
 pub const MAX_STDIN: u64 = 1 << 20;
 
 /// Everything one invocation knows: the environment, the config bytes and their common fields.
+#[derive(Clone)]
 pub struct Context {
     pub env: Env,
     /// The raw config, as delegated plugins must receive it.
@@ -25,9 +27,56 @@ pub struct Context {
 }
 
 impl Context {
-    /// Parses the plugin's own config type from the same bytes.
+    /// Parses the plugin's own config type from the same bytes, with Go's JSON semantics ([`gojson`]).
     pub fn parse_conf<T: DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.stdin).map_err(|e| json_error_in("invalid network config", &e, &self.stdin))
+        gojson::from_slice(&self.stdin).map_err(|e| json_error_in("invalid network config", &e, &self.stdin))
+    }
+
+    /// A context as the entry point would build it, for unit tests: `stdin` parsed leniently (a config that is
+    /// not valid leaves the common fields empty, so that the plugin's own parser meets it), version 1.1.0 when
+    /// the config names none, container `c`, interface `eth0`, no netns.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn for_test(command: super::env::Command, stdin: impl Into<Vec<u8>>, cni_args: &str) -> Context {
+        let stdin = stdin.into();
+        let conf: NetConf = gojson::from_slice(&stdin).unwrap_or_default();
+        let version = Version::parse_supported(&conf.cni_version).unwrap_or(Version::V110);
+        let env = Env {
+            command,
+            container_id: "c".into(),
+            netns: None,
+            ifname: "eth0".into(),
+            args: super::env::parse_cni_args(cni_args).unwrap_or_default(),
+            args_raw: cni_args.into(),
+            path: vec![],
+        };
+        Context { env, stdin, conf, version }
+    }
+
+    /// Loads a plugin's config with `load`; on DEL, a failure caused by the runtime's per-attachment inputs
+    /// (`runtimeConfig`, `args`, `CNI_ARGS`) is retried without them. DEL needs none of them to find what the
+    /// attachment has, and a DEL that fails on them leaks the pod: containerd keeps the sandbox, its veth and
+    /// its lease when its rollback DEL fails. A config that is bad without them stays an error.
+    pub fn load_for_teardown<T>(&self, load: impl Fn(&Context) -> Result<T>) -> Result<T> {
+        let error = match load(self) {
+            Ok(conf) => return Ok(conf),
+            Err(e) if self.env.command != super::env::Command::Del => return Err(e),
+            Err(e) => e,
+        };
+        let Ok(Value::Object(mut raw)) = serde_json::from_slice::<Value>(&self.stdin) else { return Err(error) };
+        raw.retain(|key, _| !["runtimeConfig", "args"].iter().any(|k| gojson::fold_eq(key, k)));
+        let mut bare = self.clone();
+        bare.stdin = serde_json::to_vec(&raw).map_err(|_| error.clone())?;
+        bare.conf.runtime_config = None;
+        bare.conf.args = None;
+        bare.env.args = Default::default();
+        bare.env.args_raw.clear();
+        match load(&bare) {
+            Ok(conf) => {
+                crate::warn!("ignoring inputs DEL does not need: {}", error.msg);
+                Ok(conf)
+            }
+            Err(_) => Err(error),
+        }
     }
 
     /// `CNI_NETNS`, which the environment check guarantees for ADD and CHECK.
@@ -64,7 +113,7 @@ impl Context {
             Some(v) => {
                 // A prevResult may omit cniVersion; it is then in the config's version.
                 let mut v = v.clone();
-                if v.get("cniVersion").is_none() {
+                if gojson::field(&v, "cniVersion").is_none() {
                     if let Some(o) = v.as_object_mut() {
                         o.insert("cniVersion".into(), self.version.to_string().into());
                     }
@@ -85,20 +134,35 @@ impl Context {
 
     /// `cni.dev/valid-attachments` (or the older `cni.dev/attachments`) of a GC call, as (containerID, ifname).
     pub fn valid_attachments(&self) -> Result<Vec<(String, String)>> {
-        let raw: Value = serde_json::from_slice(&self.stdin).map_err(|e| json_error("invalid network config", &e))?;
-        let list = raw.get("cni.dev/valid-attachments").or_else(|| raw.get("cni.dev/attachments"));
-        let Some(list) = list else { return Ok(Vec::new()) };
-        let items = list.as_array().ok_or_else(|| Error::config("cni.dev/valid-attachments must be a list"))?;
-        items
-            .iter()
-            .map(|a| {
-                let field = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
-                match (field("containerID"), field("ifname")) {
-                    (Some(c), Some(i)) => Ok((c, i)),
-                    _ => Err(Error::config("each valid attachment needs containerID and ifname")),
-                }
+        Ok(self.gc_attachments()?.unwrap_or_default())
+    }
+
+    /// Like [`Context::valid_attachments`], but `None` when the config has no list at all (as opposed to an
+    /// empty one).
+    pub fn gc_attachments(&self) -> Result<Option<Vec<(String, String)>>> {
+        #[derive(serde::Deserialize)]
+        struct GcConf {
+            #[serde(default, rename = "cni.dev/valid-attachments")]
+            valid: Option<Vec<Attachment>>,
+            #[serde(default, rename = "cni.dev/attachments")]
+            older: Option<Vec<Attachment>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Attachment {
+            #[serde(default, rename = "containerID")]
+            container_id: String,
+            #[serde(default)]
+            ifname: String,
+        }
+        let conf: GcConf = self.parse_conf()?;
+        let Some(list) = conf.valid.or(conf.older) else { return Ok(None) };
+        list.into_iter()
+            .map(|a| match (a.container_id.is_empty(), a.ifname.is_empty()) {
+                (false, false) => Ok((a.container_id, a.ifname)),
+                _ => Err(Error::config("each valid attachment needs containerID and ifname")),
             })
-            .collect()
+            .collect::<Result<_>>()
+            .map(Some)
     }
 }
 
@@ -159,7 +223,7 @@ pub fn run(env: Env, stdin: Vec<u8>, plugin: &dyn Plugin) -> (Version, Result<Op
     if env.command == Command::Version {
         return (Version::LATEST, Ok(Some(version_info(&stdin))));
     }
-    let conf: NetConf = match serde_json::from_slice(&stdin) {
+    let conf: NetConf = match gojson::from_slice(&stdin) {
         Ok(c) => c,
         Err(e) => return (Version::LATEST, Err(json_error_in("invalid network config", &e, &stdin))),
     };
@@ -195,7 +259,7 @@ pub fn run(env: Env, stdin: Vec<u8>, plugin: &dyn Plugin) -> (Version, Result<Op
 fn version_info(stdin: &[u8]) -> Value {
     let asked = serde_json::from_slice::<Value>(stdin)
         .ok()
-        .and_then(|v| v.get("cniVersion").and_then(Value::as_str).map(str::to_string))
+        .and_then(|v| gojson::field(&v, "cniVersion").and_then(Value::as_str).map(str::to_string))
         .filter(|v| Version::parse_supported(v).is_ok())
         .unwrap_or_else(|| Version::LATEST.to_string());
     json!({ "cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS })

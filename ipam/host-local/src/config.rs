@@ -44,8 +44,16 @@ struct NetConfIn {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IpamIn {
-    #[serde(flatten)]
-    legacy: RangeIn,
+    // The legacy single range, at the top level of the section. Not `#[serde(flatten)]` of a RangeIn: a
+    // flattened struct is decoded without its field list, so Go's key matching could not apply to it.
+    #[serde(default)]
+    subnet: Option<String>,
+    #[serde(default)]
+    range_start: Option<String>,
+    #[serde(default)]
+    range_end: Option<String>,
+    #[serde(default)]
+    gateway: Option<String>,
     #[serde(default)]
     ranges: Option<Vec<Vec<RangeIn>>>,
     #[serde(default)]
@@ -126,8 +134,13 @@ pub fn load(ctx: &Context) -> Result<Config> {
         None => {
             let mut sets = Vec::new();
             // The legacy single range (top-level subnet) comes first, as in the reference.
-            if ipam.legacy.subnet.is_some() {
-                sets.push(vec![std::mem::take(&mut ipam.legacy)]);
+            if ipam.subnet.is_some() {
+                sets.push(vec![RangeIn {
+                    subnet: ipam.subnet.take(),
+                    range_start: ipam.range_start.take(),
+                    range_end: ipam.range_end.take(),
+                    gateway: ipam.gateway.take(),
+                }]);
             }
             sets.extend(ipam.ranges.take().unwrap_or_default());
             sets
@@ -306,27 +319,11 @@ fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::{Command, Env, NetConf};
+    use cnicore::spec::Command;
     use serde_json::json;
 
     fn ctx(conf: serde_json::Value, cni_args: &str) -> Context {
-        let stdin = conf.to_string().into_bytes();
-        let parsed: NetConf = serde_json::from_slice(&stdin).unwrap();
-        let version = cnicore::spec::Version::parse(&parsed.cni_version).unwrap();
-        Context {
-            env: Env {
-                command: Command::Add,
-                container_id: "c".into(),
-                netns: None,
-                ifname: "eth0".into(),
-                args: cnicore::spec::parse_cni_args(cni_args).unwrap_or_default(),
-                args_raw: cni_args.into(),
-                path: vec![],
-            },
-            stdin,
-            conf: parsed,
-            version,
-        }
+        Context::for_test(Command::Add, conf.to_string(), cni_args)
     }
 
     fn load_ipam(ipam: serde_json::Value) -> Result<Config> {
@@ -374,5 +371,42 @@ mod tests {
         );
         with_args["runtimeConfig"] = json!({"ips": ["10.1.0.8/16", "10.1.0.8"]});
         assert_eq!(load(&ctx(with_args, "IP=10.1.0.5")).unwrap().requested, ["10.1.0.8".parse::<IpAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn go_spellings_of_the_config_and_capabilities() {
+        // encoding/json matches keys case-insensitively: the reference reads these, and so must we.
+        let c = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "IPAM": {"Subnet": "10.1.0.0/16", "RangeStart": "10.1.0.10",
+                   "Routes": [{"Dst": "0.0.0.0/0", "GW": "10.1.0.1"}], "DataDir": "/tmp/x"},
+                   "RuntimeConfig": {"IPs": ["10.1.0.20"]}}),
+            "",
+        ))
+        .unwrap();
+        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.1.0.0/16");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.routes.len(), 1);
+        assert_eq!(c.requested, ["10.1.0.20".parse::<IpAddr>().unwrap()]);
+        let c = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/16"}]]},
+                   "runtimeConfig": {"IPRanges": [[{"Subnet": "10.9.0.0/16", "Gateway": "10.9.0.254"}]]},
+                   "Args": {"CNI": {"IPs": ["10.9.0.7"]}}}),
+            "",
+        ))
+        .unwrap();
+        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.9.0.0/16");
+        assert_eq!(c.requested, ["10.9.0.7".parse::<IpAddr>().unwrap()]);
+    }
+
+    #[test]
+    fn del_ignores_runtime_inputs_it_does_not_need() {
+        let conf = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"},
+                          "runtimeConfig": {"ips": "not a list", "ipRanges": 7}});
+        assert!(load(&ctx(conf.clone(), "")).is_err());
+        let del = Context::for_test(Command::Del, conf.to_string(), "IP=nonsense");
+        assert_eq!(del.load_for_teardown(load).unwrap().range_sets[0].0[0].subnet.to_string(), "10.1.0.0/16");
+        let bad = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": 5}});
+        let del = Context::for_test(Command::Del, bad.to_string(), "");
+        assert!(del.load_for_teardown(load).is_err(), "a bad config stays an error");
     }
 }

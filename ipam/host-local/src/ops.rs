@@ -3,11 +3,11 @@
 use crate::config::{self, Config};
 use crate::dns::parse_resolv_conf;
 use crate::lease::{Content, Owner};
-use crate::store::{is_garbage, Store};
+use crate::range::RangeSet;
+use crate::store::{boot_time, is_garbage, Reserver, Store};
 use cnicore::failpoint;
 use cnicore::spec::{codes, CniResult, Context, Dns, Error, IpConfig, Result};
 use ipnet::IpNet;
-use serde_json::Value;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
@@ -91,6 +91,9 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
                             break;
                         }
                     }
+                    if found.is_none() {
+                        found = reclaim_earlier_boot(&mut reserver, set, last)?;
+                    }
                     found.ok_or_else(|| {
                         Error::internal(format!(
                             "failed to allocate for range {idx}: no IP addresses available in range set: {set}"
@@ -120,8 +123,42 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     Ok(CniResult { interfaces: Vec::new(), ips, routes: cfg.routes, dns })
 }
 
+/// A full range set may still hold leases of pods that died with an earlier boot (upstream #252: containerd
+/// sends no GC, and an unclean shutdown no DEL). Before failing, those are freed (all of them at once, so the
+/// next ADDs need no scan) and the first is taken. A lease is of an earlier boot when its file was written
+/// before this boot began; the reference's lease format stays as it is. If the clock was set far back at boot
+/// and corrected later, leases written meanwhile look older than the boot: freeing them is only ever done when
+/// the alternative is failing every new pod, and each is logged.
+fn reclaim_earlier_boot(reserver: &mut Reserver, set: &RangeSet, last: Option<IpAddr>) -> Result<Option<IpAddr>> {
+    let Some(boot) = boot_time() else { return Ok(None) };
+    let freed = reserver.store().reclaim_written_before(set.candidates(last).map(|(_, ip)| ip), boot)?;
+    if freed.is_empty() {
+        return Ok(None);
+    }
+    let holders: Vec<String> = freed
+        .iter()
+        .take(8)
+        .map(|(ip, held)| match held {
+            Content::Owner(owner) => format!("{ip} ({})", owner.id()),
+            _ => ip.to_string(),
+        })
+        .collect();
+    let more = if freed.len() > holders.len() { format!(" and {} more", freed.len() - holders.len()) } else { String::new() };
+    cnicore::warn!(
+        "range set {set} is full: freed {} leases written before this boot: {}{more}",
+        freed.len(),
+        holders.join(", ")
+    );
+    for (ip, _) in freed {
+        if reserver.try_reserve(ip)? {
+            return Ok(Some(ip));
+        }
+    }
+    Ok(None)
+}
+
 pub fn del(ctx: &Context) -> Result<()> {
-    let cfg = config::load(ctx)?;
+    let cfg = ctx.load_for_teardown(config::load)?;
     let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
     store.ensure_index()?;
     let (owner, ips) = store.leases_for_release(&ctx.env.container_id, &ctx.env.ifname)?;
@@ -168,9 +205,9 @@ pub fn check(ctx: &Context) -> Result<()> {
 pub fn gc(ctx: &Context) -> Result<()> {
     let cfg = config::load(ctx)?;
     // Without the list (as opposed to an empty list) only garbage is removed, never a lease with an owner.
-    let raw: Value = serde_json::from_slice(&ctx.stdin).map_err(|e| Error::decode(e.to_string()))?;
-    let has_list = raw.get("cni.dev/valid-attachments").or_else(|| raw.get("cni.dev/attachments")).is_some();
-    let valid: HashSet<(String, String)> = ctx.valid_attachments()?.into_iter().collect();
+    let attachments = ctx.gc_attachments()?;
+    let has_list = attachments.is_some();
+    let valid: HashSet<(String, String)> = attachments.unwrap_or_default().into_iter().collect();
     let valid_ids: HashSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
     let is_valid = |o: &Owner| match o {
         Owner::Attachment { id, ifname } => valid.contains(&(id.clone(), ifname.clone())),

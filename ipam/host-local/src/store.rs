@@ -37,6 +37,13 @@ pub fn io_err(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> Error {
     move |e| Error::io(format!("{what}: {e}"))
 }
 
+/// When this boot began (`btime` of /proc/stat), if the kernel says.
+pub fn boot_time() -> Option<SystemTime> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let seconds: u64 = stat.lines().find_map(|l| l.strip_prefix("btime "))?.trim().parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds))
+}
+
 /// Whether a directory entry is a lease: a file named by an address in its canonical form.
 pub fn lease_name(name: &str) -> Option<IpAddr> {
     name.parse::<IpAddr>().ok().filter(|ip| ip.to_string() == name)
@@ -205,6 +212,34 @@ impl Store {
         }
         self.changed = true;
         self.index.remove(ip, owner).map_err(io_err("updating the lease index"))
+    }
+
+    /// Removes the leases among `ips` whose file was written before `boot`: their containers died with the
+    /// previous boot (containerd never sends GC, and an unclean shutdown sends no DEL). Returns the addresses
+    /// freed, with who held them.
+    pub fn reclaim_written_before(
+        &mut self,
+        ips: impl Iterator<Item = IpAddr>,
+        boot: SystemTime,
+    ) -> Result<Vec<(IpAddr, Content)>> {
+        let mut freed = Vec::new();
+        for ip in ips {
+            let before_boot = fs::symlink_metadata(self.lease_path(ip))
+                .ok()
+                .filter(fs::Metadata::is_file)
+                .and_then(|m| m.modified().ok())
+                .is_some_and(|written| written < boot);
+            if !before_boot {
+                continue;
+            }
+            let Some(content) = self.read_lease(ip)? else { continue };
+            match &content {
+                Content::Owner(owner) => self.release(ip, owner)?,
+                Content::Empty | Content::Unreadable => self.remove_entry(&ip.to_string())?,
+            }
+            freed.push((ip, content));
+        }
+        Ok(freed)
     }
 
     /// Removes a directory entry by name (garbage collection).

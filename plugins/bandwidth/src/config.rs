@@ -3,7 +3,8 @@
 
 use cnicore::spec::{codes, Context, Error, Result};
 use cnicore::tc::Tbf;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 /// One set of limits, as in the config and in `runtimeConfig.bandwidth`: bits per second and bits.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -16,13 +17,55 @@ pub struct BandwidthEntry {
     pub subnets: bool,
 }
 
+/// An entry as written, read with Go's key matching; values are checked one by one so that a bad one is
+/// named with what it should be.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawEntry {
+    #[serde(default)]
+    ingress_rate: Option<Value>,
+    #[serde(default)]
+    ingress_burst: Option<Value>,
+    #[serde(default)]
+    egress_rate: Option<Value>,
+    #[serde(default)]
+    egress_burst: Option<Value>,
+    #[serde(default)]
+    unshaped_subnets: Option<Value>,
+    #[serde(default)]
+    shaped_subnets: Option<Value>,
+}
+
+/// `runtimeConfig`, for the `bandwidth` capability.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    #[serde(default)]
+    runtime_config: Option<RawRuntimeConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawRuntimeConfig {
+    #[serde(default)]
+    bandwidth: Option<RawEntry>,
+}
+
+impl RawEntry {
+    /// The reference embeds the entry in its config as a pointer, allocated as soon as one of its fields appears.
+    fn is_present(&self) -> bool {
+        [&self.ingress_rate, &self.ingress_burst, &self.egress_rate, &self.egress_burst]
+            .into_iter()
+            .chain([&self.unshaped_subnets, &self.shaped_subnets])
+            .any(Option::is_some)
+    }
+}
+
 impl BandwidthEntry {
-    /// Reads the entry's fields from a JSON object; a field that is not a non-negative integer is an
-    /// error naming it (serde's own message would not).
-    fn from_object(object: &Map<String, Value>, place: &str) -> Result<BandwidthEntry> {
-        let number = |key: &str| -> Result<u64> {
-            match object.get(key) {
-                None | Some(Value::Null) => Ok(0),
+    /// Checks the entry's fields; a field that is not a non-negative integer is an error naming it.
+    fn from_raw(raw: RawEntry, place: &str) -> Result<BandwidthEntry> {
+        let number = |key: &str, value: Option<Value>| -> Result<u64> {
+            match value {
+                None => Ok(0),
                 Some(value) => value.as_u64().ok_or_else(|| {
                     Error::config(format!(
                         "{place}{key} must be a whole number from 0 to {} ({}), not {}",
@@ -33,23 +76,19 @@ impl BandwidthEntry {
                 }),
             }
         };
-        let subnets = ["unshapedSubnets", "shapedSubnets"]
-            .iter()
-            .any(|k| object.get(*k).is_some_and(|v| !v.is_null() && v.as_array().is_none_or(|a| !a.is_empty())));
+        let subnets = [&raw.unshaped_subnets, &raw.shaped_subnets]
+            .into_iter()
+            .flatten()
+            .any(|v| v.as_array().is_none_or(|a| !a.is_empty()));
         Ok(BandwidthEntry {
-            ingress_rate: number("ingressRate")?,
-            ingress_burst: number("ingressBurst")?,
-            egress_rate: number("egressRate")?,
-            egress_burst: number("egressBurst")?,
+            ingress_rate: number("ingressRate", raw.ingress_rate)?,
+            ingress_burst: number("ingressBurst", raw.ingress_burst)?,
+            egress_rate: number("egressRate", raw.egress_rate)?,
+            egress_burst: number("egressBurst", raw.egress_burst)?,
             subnets,
         })
     }
 }
-
-/// Keys that make the config's own entry win over `runtimeConfig.bandwidth` (the reference embeds the
-/// entry as a pointer, allocated as soon as one of its fields appears).
-const ENTRY_KEYS: [&str; 6] =
-    ["ingressRate", "ingressBurst", "egressRate", "egressBurst", "unshapedSubnets", "shapedSubnets"];
 
 /// What to install: a tbf per shaped direction, with the reference's buffer and limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -67,17 +106,17 @@ impl Limits {
 }
 
 /// The bandwidth entry in effect: the config's own fields when any is present, else
-/// `runtimeConfig.bandwidth`, else none.
+/// `runtimeConfig.bandwidth` (containerd spells its keys as Go field names: `IngressRate`), else none.
 pub fn entry(ctx: &Context) -> Result<Option<BandwidthEntry>> {
-    let raw: Value = ctx.parse_conf()?;
-    let Some(conf) = raw.as_object() else { return Err(Error::config("the network config must be a JSON object")) };
-    if ENTRY_KEYS.iter().any(|k| conf.contains_key(*k)) {
-        return BandwidthEntry::from_object(conf, "").map(Some);
+    // The config's own fields and runtimeConfig are read from the same bytes, as two views.
+    let own: RawEntry = ctx.parse_conf()?;
+    if own.is_present() {
+        return BandwidthEntry::from_raw(own, "").map(Some);
     }
-    match conf.get("runtimeConfig").and_then(|r| r.get("bandwidth")) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(entry)) => BandwidthEntry::from_object(entry, "runtimeConfig.bandwidth.").map(Some),
-        Some(_) => Err(Error::config("runtimeConfig.bandwidth must be an object")),
+    let raw: RawConf = ctx.parse_conf()?;
+    match raw.runtime_config.and_then(|r| r.bandwidth) {
+        Some(entry) => BandwidthEntry::from_raw(entry, "runtimeConfig.bandwidth.").map(Some),
+        None => Ok(None),
     }
 }
 
@@ -114,23 +153,10 @@ fn direction(name: &str, rate: u64, burst: u64) -> Result<Option<Tbf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::{CniArgs, Command, Env, NetConf, Version};
+    use cnicore::spec::Command;
 
     fn ctx(json: &str) -> Context {
-        Context {
-            env: Env {
-                command: Command::Add,
-                container_id: "c".into(),
-                netns: None,
-                ifname: "eth0".into(),
-                args: CniArgs::default(),
-                args_raw: String::new(),
-                path: vec![],
-            },
-            stdin: json.as_bytes().to_vec(),
-            conf: NetConf::default(),
-            version: Version::V110,
-        }
+        Context::for_test(Command::Add, json, "")
     }
 
     #[test]
@@ -146,6 +172,18 @@ mod tests {
         assert_eq!(l.egress.unwrap().rate, 2000);
         assert!(limits(&ctx("{}")).unwrap().is_empty());
         assert!(limits(&ctx(r#"{"ingressRate":0,"ingressBurst":0}"#)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn containerd_go_field_names() {
+        // go-cni's BandwidthEntry has no json tags; a pod without a burst annotation gets MaxUint32.
+        let c = ctx(r#"{"runtimeConfig":{"bandwidth":{"IngressRate":10000000,"IngressBurst":4294967295,
+            "EgressRate":10000000,"EgressBurst":4294967295}}}"#);
+        let l = limits(&c).unwrap();
+        assert_eq!(l.ingress.unwrap().rate, 10_000_000 / 8);
+        assert_eq!(l.egress.unwrap().rate, 10_000_000 / 8);
+        let c = ctx(r#"{"IngressRate":8000,"INGRESSBURST":800,"runtimeConfig":{"bandwidth":null}}"#);
+        assert_eq!(limits(&c).unwrap().ingress.unwrap().rate, 1000);
     }
 
     #[test]

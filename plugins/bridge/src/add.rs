@@ -356,20 +356,7 @@ mod tests {
         let ctx_conf = serde_json::json!({"cniVersion":"1.1.0","name":"n","type":"bridge","ipam":{"type":"host-local"},
             "isGateway": gw, "isDefaultGateway": default_gw});
         let stdin = serde_json::to_vec(&ctx_conf).unwrap();
-        let ctx = Context {
-            env: cnicore::spec::Env {
-                command: Command::Add,
-                container_id: "c".into(),
-                netns: None,
-                ifname: "eth0".into(),
-                args: Default::default(),
-                args_raw: String::new(),
-                path: vec![],
-            },
-            conf: serde_json::from_slice(&stdin).unwrap(),
-            stdin,
-            version: cnicore::spec::Version::V110,
-        };
+        let ctx = Context::for_test(Command::Add, stdin, "");
         Config::load(&ctx).unwrap()
     }
 

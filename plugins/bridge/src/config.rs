@@ -280,28 +280,14 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::{Command, Env, NetConf, Version};
+    use cnicore::spec::Command;
 
     fn ctx(conf: Value) -> Context {
         ctx_args(conf, "")
     }
 
     fn ctx_args(conf: Value, args: &str) -> Context {
-        let stdin = serde_json::to_vec(&conf).unwrap();
-        Context {
-            env: Env {
-                command: Command::Add,
-                container_id: "c1".into(),
-                netns: Some("/run/netns/x".into()),
-                ifname: "eth0".into(),
-                args: cnicore::spec::parse_cni_args(args).unwrap_or_default(),
-                args_raw: args.into(),
-                path: vec![],
-            },
-            conf: serde_json::from_slice::<NetConf>(&stdin).unwrap(),
-            stdin,
-            version: Version::V110,
-        }
+        Context::for_test(Command::Add, serde_json::to_vec(&conf).unwrap(), args)
     }
 
     fn base() -> Value {
@@ -397,5 +383,26 @@ mod tests {
         }
         assert!(Config::load(&ctx_args(base(), "FOO=1")).is_err());
         assert!(Config::load(&ctx_args(base(), "FOO=1;IgnoreUnknown=1")).is_ok());
+    }
+
+    #[test]
+    fn go_spellings_of_the_config_and_mac_capability() {
+        let c = Config::load(&ctx(serde_json::json!({"cniVersion":"1.1.0","name":"n","type":"bridge",
+            "IPAM":{"Type":"host-local"},"Bridge":"cbr0","IsGateway":true,"IPMasq":true,"MTU":1460,
+            "HairpinMode":true,"RuntimeConfig":{"MAC":"02:00:00:00:00:07"}})))
+        .unwrap();
+        assert_eq!((c.bridge.as_str(), c.is_gateway, c.ip_masq, c.mtu, c.hairpin), ("cbr0", true, true, Some(1460), true));
+        assert!(c.layer3);
+        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 7]));
+        let c = Config::load(&ctx(with("args", serde_json::json!({"CNI":{"Mac":"02:00:00:00:00:08"}})))).unwrap();
+        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 8]));
+    }
+
+    #[test]
+    fn del_ignores_a_bad_mac_capability() {
+        let conf = with("runtimeConfig", serde_json::json!({"mac": "nonsense"}));
+        assert!(Config::load(&ctx(conf.clone())).is_err());
+        let del = Context::for_test(Command::Del, serde_json::to_vec(&conf).unwrap(), "MAC=zz");
+        assert!(del.load_for_teardown(Config::load).unwrap().mac.is_none());
     }
 }

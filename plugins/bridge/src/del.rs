@@ -16,7 +16,7 @@ use crate::nl_err;
 use crate::spoofchk::SpoofCheck;
 
 pub fn del(ctx: &Context) -> Result<()> {
-    let conf = Config::load(ctx)?;
+    let conf = ctx.load_for_teardown(Config::load)?;
     let ifname = ctx.env.ifname.as_str();
     let mut errors: Vec<Error> = Vec::new();
     let mut ips = prev_result_ips(ctx);
@@ -87,7 +87,7 @@ fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
         Ok(Some(prev)) => prev,
         Ok(None) => return Vec::new(),
         Err(e) => {
-            eprintln!("bridge: ignoring prevResult on DEL: {}", e.msg);
+            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
             return Vec::new();
         }
     };

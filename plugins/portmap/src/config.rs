@@ -284,4 +284,30 @@ mod tests {
         let m = parse_mapping(&raw(80, 80, "udp", "0.0.0.0")).unwrap();
         assert!(m.applies_to(Family::V4) && !m.applies_to(Family::V6) && m.host_destination().is_none());
     }
+
+    #[test]
+    fn containerd_go_field_names() {
+        // go-cni's PortMapping has no json tags: containerd sends Go field names.
+        let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables","runtimeConfig":{
+            "portMappings":[{"HostPort":8082,"ContainerPort":80,"Protocol":"tcp","HostIP":""},
+                            {"HostPort":5353,"ContainerPort":53,"Protocol":"UDP","HostIP":"10.0.0.1"}]}}"#;
+        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        assert_eq!(c.mappings, vec![
+            mapping(Protocol::Tcp, 8082, None),
+            PortMapping { host_port: 5353, container_port: 53, protocol: Protocol::Udp, host_ip: Some("10.0.0.1".parse().unwrap()) },
+        ]);
+        let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","SNAT":false,"MarkMasqBit":5,"Backend":"iptables"}"#;
+        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        assert_eq!((c.snat, c.mark_bit), (false, 5));
+    }
+
+    #[test]
+    fn del_ignores_malformed_mappings() {
+        let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables",
+            "runtimeConfig":{"portMappings":[{"containerPort":80}]}}"#;
+        let add = Context::for_test(cnicore::spec::Command::Add, conf, "");
+        assert!(Config::parse(&add).unwrap_err().msg.contains("without host port"));
+        let del = Context::for_test(cnicore::spec::Command::Del, conf, "");
+        assert!(del.load_for_teardown(Config::parse).unwrap().mappings.is_empty());
+    }
 }

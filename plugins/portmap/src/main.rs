@@ -53,7 +53,7 @@ impl Plugin for PortMap {
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
-        let config = match Config::parse(ctx) {
+        let config = match ctx.load_for_teardown(Config::parse) {
             // No firewall binary at all: nothing can have been set up.
             Err(e) if e.code == codes::NOT_AVAILABLE => return Ok(()),
             other => other?,
@@ -61,7 +61,12 @@ impl Plugin for PortMap {
         if !config.backend.available() {
             return Ok(());
         }
-        let containers = ctx.prev_result()?.map(|prev| container_ips(&prev, &ctx.env.ifname));
+        // Without a usable prevResult, the container's chains are found by name in both families.
+        let prev = ctx.prev_result().unwrap_or_else(|e| {
+            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
+            None
+        });
+        let containers = prev.map(|prev| container_ips(&prev, &ctx.env.ifname));
         unforward(&config, containers.as_deref().filter(|c| !c.is_empty()))
     }
 
