@@ -2,11 +2,14 @@
 # Installs what the demo, the tests and the benchmarks need on a fresh Debian/Ubuntu machine (run as root):
 # the firewall tools the plugins drive, iproute2 and ping for inspection, iperf3 for shaping tests, the reference
 # plugins (Debian's containernetworking-plugins, in /usr/lib/cni) for interop tests, and upstream cnitool when the
-# team's ../shared/tools/build-cnitool.sh is present. Does nothing that is already done.
+# team's ../shared/tools/build-cnitool.sh is present; the runtimes the runtime tests drive (containerd, podman,
+# runc, and busybox-static for their offline images) and protoc (the CRI client's bindings are generated from
+# the CRI's .proto at build time). Does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine)
+packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine
+  containerd runc podman busybox-static protobuf-compiler)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

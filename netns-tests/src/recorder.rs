@@ -56,6 +56,7 @@ impl Call {
 pub struct Recorder {
     /// The directory to give the runtime as its plugin directory.
     pub dir: PathBuf,
+    real: PathBuf,
     log: PathBuf,
 }
 
@@ -71,9 +72,25 @@ impl Recorder {
         for plugin in plugins.iter().filter(|p| real.join(p).is_file()) {
             symlink(&recorder, dir.join(plugin)).expect("recorder symlink");
         }
-        let settings = json!({"real": real, "log": log});
-        fs::write(dir.join(".recorder.json"), settings.to_string()).expect("recorder settings");
-        Recorder { dir, log }
+        let recorder = Recorder { dir, real: real.to_path_buf(), log };
+        recorder.write_settings(None);
+        recorder
+    }
+
+    fn write_settings(&self, fail: Option<(&str, &str)>) {
+        let mut settings = json!({"real": self.real, "log": self.log});
+        if let Some((plugin, command)) = fail {
+            settings["fail"] = json!({"plugin": plugin, "command": command});
+        }
+        let (path, tmp) = (self.dir.join(".recorder.json"), self.dir.join(".recorder.json.tmp"));
+        fs::write(&tmp, settings.to_string()).expect("recorder settings");
+        fs::rename(&tmp, &path).expect("recorder settings");
+    }
+
+    /// From now on, every call of `plugin` with CNI_COMMAND=`command` fails (a CNI error, code 999) without
+    /// running the real plugin; `None` ends that.
+    pub fn inject_failure(&self, failure: Option<(&str, &str)>) {
+        self.write_settings(failure);
     }
 
     /// Every call logged so far, in the order they started.

@@ -11,7 +11,8 @@
 //! through its hostPort from wan, the shaping of the `kubernetes.io/{ingress,egress}-bandwidth` annotations
 //! (tbf on the host veth and on the ifb, at the requested rates), and after StopPodSandbox (twice) and
 //! RemovePodSandbox nothing of the pod left: veth, ifb, iptables rules and chains, lease, cache entry, netns.
-//! The second test renders containerd's `conf_template` with the pod CIDR of UpdateRuntimeConfig.
+//! The second test renders containerd's `conf_template` with the pod CIDR of UpdateRuntimeConfig; the third
+//! makes the last plugin's ADD fail (through the recorder) and checks containerd's rollback DEL cleans up.
 
 #[path = "common/kubenet.rs"]
 mod kubenet;
@@ -327,4 +328,62 @@ fn conf_template_ours() {
 #[test]
 fn conf_template_reference() {
     conf_template(Plugins::Reference);
+}
+
+/// The last plugin's ADD fails (injected by the recorder): containerd rolls the chain back with DEL, which
+/// must succeed (else the sandbox stays SANDBOX_UNKNOWN with its netns); nothing is left, and the next pod
+/// runs.
+fn failed_add_is_rolled_back(plugins: Plugins) {
+    if !containerd::available() {
+        return;
+    }
+    let mut lab = Lab::new(plugins, Network::Conflist);
+    wait_network_ready(&mut lab);
+    let before = lab.snapshot();
+    let log_dir = lab.node.dir().join("pod-logs");
+    std::fs::create_dir_all(&log_dir).expect("log dir");
+    let ports = [HostPort { host_port: HOST_PORT, container_port: 80, udp: false }];
+    let annotations = [(INGRESS_BANDWIDTH, INGRESS), (EGRESS_BANDWIDTH, EGRESS)];
+
+    lab.recorder.inject_failure(Some(("bandwidth", "ADD")));
+    let config = pod_config("default", "doomed", "uid-doomed", &ports, &annotations, &log_dir);
+    let error = match lab.cri.run_pod_sandbox(config) {
+        Ok(id) => panic!("RunPodSandbox succeeded ({id}) although bandwidth's ADD failed"),
+        Err(e) => e.message().to_string(),
+    };
+    assert!(error.contains("injected failure"), "RunPodSandbox's error names the plugin's: {error}");
+    let calls = lab.take_calls();
+    for plugin in ["bridge", "host-local", "portmap"] {
+        assert!(calls_of(&calls, "ADD", plugin).iter().all(|c| c.exit == 0), "{plugin} ADD:\n  {}", summaries(&calls));
+    }
+    let dels: Vec<Call> = calls.iter().filter(|c| c.command() == "DEL").cloned().collect();
+    for plugin in ["bandwidth", "portmap", "bridge", "host-local"] {
+        assert!(!calls_of(&dels, "DEL", plugin).is_empty(), "rollback DEL of {plugin}:\n  {}", summaries(&calls));
+    }
+    assert!(dels.iter().all(|c| c.exit == 0), "a rollback DEL failed:\n  {}", summaries(&calls));
+    let sandboxes = lab.cri.list_pod_sandbox().expect("ListPodSandbox");
+    assert!(sandboxes.is_empty(), "no sandbox left (SANDBOX_UNKNOWN when the rollback fails): {sandboxes:?}");
+    assert_eq!(pod_links(&lab.node), Vec::<String>::new(), "veth and ifb removed");
+    assert_eq!(lab.containerd.netns_names(), Vec::<String>::new(), "pod netns removed");
+    let problems = kubenet::residue(&before, &lab.snapshot(), &lab.state_dirs());
+    assert!(problems.is_empty(), "left on the node after the rollback:\n  {}", problems.join("\n  "));
+
+    lab.recorder.inject_failure(None);
+    let config = pod_config("default", "next", "uid-next", &ports, &annotations, &log_dir);
+    let id = lab.cri.run_pod_sandbox(config).unwrap_or_else(|e| lab.fail("RunPodSandbox after the rollback", e.message()));
+    let status = lab.cri.pod_sandbox_status(&id, false).unwrap_or_else(|e| lab.fail("PodSandboxStatus", e.message()));
+    let pod_ip: IpAddr = pod_ips(&status).first().expect("pod IP").parse().expect("IP");
+    assert!(lab.node.ping(pod_ip), "the node reaches the next pod at {pod_ip}");
+    lab.cri.stop_pod_sandbox(&id).unwrap_or_else(|e| lab.fail("StopPodSandbox", e.message()));
+    lab.cri.remove_pod_sandbox(&id).unwrap_or_else(|e| lab.fail("RemovePodSandbox", e.message()));
+}
+
+#[test]
+fn failed_add_is_rolled_back_ours() {
+    failed_add_is_rolled_back(Plugins::Ours);
+}
+
+#[test]
+fn failed_add_is_rolled_back_reference() {
+    failed_add_is_rolled_back(Plugins::Reference);
 }

@@ -4,11 +4,16 @@
 //! passes its stdout, stderr and exit status through, and writes one JSON record per call into the log
 //! directory: the plugin, every `CNI_*` variable, stdin, the exit status, stdout, stderr and the times.
 //! No shell, no parsing of the call itself: what the runtime sent is what is recorded.
+//!
+//! With `"fail": {"plugin": P, "command": C}` in the settings, a call of plugin P with CNI_COMMAND=C does not
+//! run the real plugin: it fails with a CNI error (code 999, "injected failure"), recorded like any call, so a
+//! test can make e.g. the last plugin's ADD fail and watch the runtime roll back.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{exit, Command, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{exit, Command, ExitStatus, Output, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -41,19 +46,9 @@ fn main() {
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
         fail(format!("cni-recorder: read stdin: {e}"));
     }
-    let mut child = Command::new(Path::new(real).join(&name))
-        .args(std::env::args_os().skip(1))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| fail(format!("cni-recorder: run {real}/{name}: {e}")));
-    if let Some(mut pipe) = child.stdin.take() {
-        let _ = pipe.write_all(&stdin);
-    }
-    let output = child
-        .wait_with_output()
-        .unwrap_or_else(|e| fail(format!("cni-recorder: wait for {name}: {e}")));
+    let command = std::env::var("CNI_COMMAND").unwrap_or_default();
+    let fail_here = settings["fail"]["plugin"] == name.as_str() && settings["fail"]["command"] == command.as_str();
+    let output = if fail_here { injected_failure(&stdin) } else { run_real(real, &name, &stdin) };
     let end = now_ns();
     let _ = std::io::stdout().write_all(&output.stdout);
     let _ = std::io::stderr().write_all(&output.stderr);
@@ -77,4 +72,27 @@ fn main() {
         let _ = std::fs::rename(&tmp, Path::new(log).join(file));
     }
     exit(output.status.code().unwrap_or(1));
+}
+
+/// Runs the real plugin `dir/name` with our arguments and environment and `stdin`.
+fn run_real(dir: &str, name: &str, stdin: &[u8]) -> Output {
+    let mut child = Command::new(Path::new(dir).join(name))
+        .args(std::env::args_os().skip(1))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| fail(format!("cni-recorder: run {dir}/{name}: {e}")));
+    if let Some(mut pipe) = child.stdin.take() {
+        let _ = pipe.write_all(stdin);
+    }
+    child.wait_with_output().unwrap_or_else(|e| fail(format!("cni-recorder: wait for {name}: {e}")))
+}
+
+/// What a plugin failing with a CNI error prints, in the config's version.
+fn injected_failure(stdin: &[u8]) -> Output {
+    let conf: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
+    let version = conf["cniVersion"].as_str().unwrap_or("1.0.0");
+    let error = json!({"cniVersion": version, "code": 999, "msg": "injected failure"});
+    Output { status: ExitStatus::from_raw(1 << 8), stdout: format!("{error}\n").into_bytes(), stderr: Vec::new() }
 }
