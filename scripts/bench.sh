@@ -20,7 +20,8 @@ if [[ -z ${CNI_BENCH_INNER:-} ]]; then
   [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }
   scripts/setup.sh
   echo "bench: building release binaries" >&2
-  cargo build --release --quiet
+  # The plugins and cnitool; not the test crates (the CRI client's tonic would add minutes of release build).
+  cargo build --release --quiet --workspace --exclude netns-tests --exclude cri-client
   if [[ ${CRI_BENCH:-1} != 0 ]]; then
     # The CRI client's own speed is not measured (containerd's metrics and ~100 ms calls are): a dev build.
     cargo build --quiet -p netns-tests --example cri-bench
@@ -70,6 +71,8 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2)
 ms() { awk -v us="$1" 'BEGIN {printf "%.1f ms", us / 1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.1fx", a / b; else print "-"}'; }
 
+# Other work on the machine skews every figure: recorded with them.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 node=cbn$id wan=cbw$id
 make_node "$node" "$wan"
 mkdir -p "$tmp/net.d"
@@ -213,7 +216,7 @@ size() { stat -c %s "$1" | awk '{printf "%.2f MB", $1 / 1048576}'; }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
 {
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)),"
-  echo "with \`scripts/bench.sh\` (RUNS=$RUNS). Runner: $runner inside a node netns via nsenter."
+  echo "with \`scripts/bench.sh\` (RUNS=$RUNS; load average at the start $load_start). Runner: $runner inside a node netns via nsenter."
   echo "Reference: Debian containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null) in /usr/lib/cni."
   echo
   row "figure (median)" "reference" "ours" "speed-up"

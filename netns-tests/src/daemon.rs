@@ -6,9 +6,9 @@
 //! empty tmpfs over `/run` ([`with_private_mounts`]). The pod network namespaces the runtime makes
 //! (`/run/netns/cni-*`), runc's and the shims' state and sockets, the containers' rootfs and `/dev/shm` mounts
 //! all live in that mount namespace: the host's mount table, its `/run` and `ip netns list` never see them,
-//! and they vanish with its last process. [`kill_mount_ns_tree`] ends them all: every process in the daemon's mount namespace
-//! (the daemon, containerd's shims, podman's conmon) and every descendant of those (the containers, which have
-//! mount namespaces of their own).
+//! and they vanish with its last process. [`kill_mount_ns_tree`] ends them all: every process in the daemon's
+//! mount namespace (the daemon, containerd's shims, podman's conmon) and every descendant of those (the
+//! containers, which have mount namespaces of their own).
 
 use std::collections::BTreeSet;
 use std::ffi::CString;

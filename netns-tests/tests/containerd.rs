@@ -83,6 +83,42 @@ impl Lab {
         Lab { cri, containerd, recorder, ipam_dir, wan, node }
     }
 
+    /// A lab with the kubenet conflist whose containerd reports the network ready, or None when containerd
+    /// is missing (skipped).
+    fn with_conflist(plugins: Plugins) -> Option<Lab> {
+        if !containerd::available() {
+            return None;
+        }
+        let mut lab = Lab::new(plugins, Network::Conflist);
+        wait_network_ready(&mut lab);
+        Some(lab)
+    }
+
+    /// The sandbox config of pod `name`: with the hostPort and the bandwidth annotations when `shaped`.
+    fn pod(&self, name: &str, shaped: bool) -> cri_client::v1::PodSandboxConfig {
+        let log_dir = self.node.dir().join("pod-logs");
+        std::fs::create_dir_all(&log_dir).expect("log dir");
+        let ports = [HostPort { host_port: HOST_PORT, container_port: 80, udp: false }];
+        let annotations = [(INGRESS_BANDWIDTH, INGRESS), (EGRESS_BANDWIDTH, EGRESS)];
+        let (ports, annotations): (&[HostPort], &[(&str, &str)]) = if shaped { (&ports, &annotations) } else { (&[], &[]) };
+        pod_config("default", name, &format!("uid-{name}"), ports, annotations, &log_dir)
+    }
+
+    /// Panics unless nothing of any pod is left: no veth or ifb, no pod netns, and nothing but shared state
+    /// changed since `before` (see `common/kubenet.rs`); no firewall line names `sandbox`, if given.
+    fn assert_nothing_left(&self, before: &NodeSnapshot, sandbox: Option<&str>, when: &str) {
+        assert_eq!(pod_links(&self.node), Vec::<String>::new(), "{when}: veth and ifb removed");
+        assert_eq!(self.containerd.netns_names(), Vec::<String>::new(), "{when}: pod netns removed");
+        let after = self.snapshot();
+        let mut problems = kubenet::residue(before, &after, &self.state_dirs());
+        if let Some(id) = sandbox {
+            for section in ["iptables", "ip6tables", "nftables"] {
+                problems.extend(after.section(section).iter().filter(|l| l.contains(id)).map(|l| format!("{section}: {l}")));
+            }
+        }
+        assert!(problems.is_empty(), "{when}: left on the node:\n  {}", problems.join("\n  "));
+    }
+
     /// What the recorder logged, then forgotten.
     fn take_calls(&self) -> Vec<Call> {
         let calls = self.recorder.calls();
@@ -141,18 +177,10 @@ fn assert_del_round(calls: &[Call], netns: &str, when: &str) {
 
 /// Runs one pod through its life as the kubelet would and checks every step.
 fn pod_lifecycle(plugins: Plugins) {
-    if !containerd::available() {
-        return;
-    }
-    let mut lab = Lab::new(plugins, Network::Conflist);
-    wait_network_ready(&mut lab);
+    let Some(mut lab) = Lab::with_conflist(plugins) else { return };
     let before = lab.snapshot();
 
-    let log_dir = lab.node.dir().join("pod-logs");
-    std::fs::create_dir_all(&log_dir).expect("log dir");
-    let ports = [HostPort { host_port: HOST_PORT, container_port: 80, udp: false }];
-    let annotations = [(INGRESS_BANDWIDTH, INGRESS), (EGRESS_BANDWIDTH, EGRESS)];
-    let config = pod_config("default", "web", "uid-web-1", &ports, &annotations, &log_dir);
+    let config = lab.pod("web", true);
     let id = match lab.cri.run_pod_sandbox(config.clone()) {
         Ok(id) => id,
         Err(e) => lab.fail("RunPodSandbox", e.message()),
@@ -166,7 +194,7 @@ fn pod_lifecycle(plugins: Plugins) {
     assert!(adds.iter().all(|c| c.command() == "ADD" && c.exit == 0), "ADD calls:\n  {}", summaries(&adds));
     let bridge_add = calls_of(&adds, "ADD", "bridge")[0];
     let cni_args = bridge_add.var("CNI_ARGS");
-    for part in ["K8S_POD_NAMESPACE=default", "K8S_POD_NAME=web", "K8S_POD_UID=uid-web-1", "IgnoreUnknown=1"] {
+    for part in ["K8S_POD_NAMESPACE=default", "K8S_POD_NAME=web", "K8S_POD_UID=uid-web", "IgnoreUnknown=1"] {
         assert!(cni_args.split(';').any(|p| p == part), "CNI_ARGS {cni_args:?} lacks {part}");
     }
     assert_eq!(bridge_add.var("CNI_CONTAINERID"), id);
@@ -219,15 +247,7 @@ fn pod_lifecycle(plugins: Plugins) {
     assert_del_round(&lab.take_calls(), "", "RemovePodSandbox");
     assert!(lab.cri.list_pod_sandbox().expect("ListPodSandbox").is_empty(), "sandbox removed");
 
-    // Nothing of the pod left on the node.
-    assert_eq!(pod_links(&lab.node), Vec::<String>::new(), "veth and ifb removed");
-    assert_eq!(lab.containerd.netns_names(), Vec::<String>::new(), "pod netns removed");
-    let after = lab.snapshot();
-    let mut problems = kubenet::residue(&before, &after, &lab.state_dirs());
-    for section in ["iptables", "ip6tables", "nftables"] {
-        problems.extend(after.section(section).iter().filter(|l| l.contains(&id)).map(|l| format!("{section}: {l}")));
-    }
-    assert!(problems.is_empty(), "left on the node:\n  {}", problems.join("\n  "));
+    lab.assert_nothing_left(&before, Some(&id), "after RemovePodSandbox");
 }
 
 /// The rate (bytes/s) of the tbf qdisc on `link` of the node.
@@ -298,9 +318,7 @@ fn conf_template(plugins: Plugins) {
     wait_network_ready(&mut lab);
     let before = lab.snapshot();
 
-    let log_dir = lab.node.dir().join("pod-logs");
-    std::fs::create_dir_all(&log_dir).expect("log dir");
-    let config = pod_config("default", "templated", "uid-templated", &[], &[], &log_dir);
+    let config = lab.pod("templated", false);
     let id = lab.cri.run_pod_sandbox(config).unwrap_or_else(|e| lab.fail("RunPodSandbox", e.message()));
     let status = lab.cri.pod_sandbox_status(&id, false).unwrap_or_else(|e| lab.fail("PodSandboxStatus", e.message()));
     let ips = pod_ips(&status);
@@ -313,11 +331,7 @@ fn conf_template(plugins: Plugins) {
     let calls = lab.take_calls();
     let failed: Vec<&Call> = calls.iter().filter(|c| c.exit != 0).collect();
     assert!(failed.is_empty(), "failed plugin calls:\n  {}", summaries(&calls));
-    assert_eq!(pod_links(&lab.node), Vec::<String>::new(), "veth removed");
-    assert_eq!(lab.containerd.netns_names(), Vec::<String>::new(), "pod netns removed");
-    let after = lab.snapshot();
-    let problems = kubenet::residue(&before, &after, &lab.state_dirs());
-    assert!(problems.is_empty(), "left on the node:\n  {}", problems.join("\n  "));
+    lab.assert_nothing_left(&before, Some(&id), "after RemovePodSandbox");
 }
 
 #[test]
@@ -334,19 +348,11 @@ fn conf_template_reference() {
 /// must succeed (else the sandbox stays SANDBOX_UNKNOWN with its netns); nothing is left, and the next pod
 /// runs.
 fn failed_add_is_rolled_back(plugins: Plugins) {
-    if !containerd::available() {
-        return;
-    }
-    let mut lab = Lab::new(plugins, Network::Conflist);
-    wait_network_ready(&mut lab);
+    let Some(mut lab) = Lab::with_conflist(plugins) else { return };
     let before = lab.snapshot();
-    let log_dir = lab.node.dir().join("pod-logs");
-    std::fs::create_dir_all(&log_dir).expect("log dir");
-    let ports = [HostPort { host_port: HOST_PORT, container_port: 80, udp: false }];
-    let annotations = [(INGRESS_BANDWIDTH, INGRESS), (EGRESS_BANDWIDTH, EGRESS)];
 
     lab.recorder.inject_failure(Some(("bandwidth", "ADD")));
-    let config = pod_config("default", "doomed", "uid-doomed", &ports, &annotations, &log_dir);
+    let config = lab.pod("doomed", true);
     let error = match lab.cri.run_pod_sandbox(config) {
         Ok(id) => panic!("RunPodSandbox succeeded ({id}) although bandwidth's ADD failed"),
         Err(e) => e.message().to_string(),
@@ -363,13 +369,10 @@ fn failed_add_is_rolled_back(plugins: Plugins) {
     assert!(dels.iter().all(|c| c.exit == 0), "a rollback DEL failed:\n  {}", summaries(&calls));
     let sandboxes = lab.cri.list_pod_sandbox().expect("ListPodSandbox");
     assert!(sandboxes.is_empty(), "no sandbox left (SANDBOX_UNKNOWN when the rollback fails): {sandboxes:?}");
-    assert_eq!(pod_links(&lab.node), Vec::<String>::new(), "veth and ifb removed");
-    assert_eq!(lab.containerd.netns_names(), Vec::<String>::new(), "pod netns removed");
-    let problems = kubenet::residue(&before, &lab.snapshot(), &lab.state_dirs());
-    assert!(problems.is_empty(), "left on the node after the rollback:\n  {}", problems.join("\n  "));
+    lab.assert_nothing_left(&before, None, "after the rollback");
 
     lab.recorder.inject_failure(None);
-    let config = pod_config("default", "next", "uid-next", &ports, &annotations, &log_dir);
+    let config = lab.pod("next", true);
     let id = lab.cri.run_pod_sandbox(config).unwrap_or_else(|e| lab.fail("RunPodSandbox after the rollback", e.message()));
     let status = lab.cri.pod_sandbox_status(&id, false).unwrap_or_else(|e| lab.fail("PodSandboxStatus", e.message()));
     let pod_ip: IpAddr = pod_ips(&status).first().expect("pod IP").parse().expect("IP");
