@@ -4,9 +4,11 @@
 //!   conversion, errors, the entry point every plugin's `main` calls, and IPAM delegation.
 //! - [`netns`], [`netlink`], [`sysctl`]: network namespaces and a small synchronous netlink layer.
 //! - [`state`]: atomic files, locks and validation of names that become paths.
+//! - [`mac`]: Ethernet addresses as configs and results spell them.
 
 pub mod firewall;
 pub mod failpoint;
+pub mod mac;
 pub mod netlink;
 pub mod netns;
 pub mod spec;

@@ -26,6 +26,22 @@ fn sysctl_path(name: &str) -> io::Result<PathBuf> {
     Ok(Path::new(SYSCTL_ROOT).join(relative))
 }
 
+/// The slash form of a sysctl name written either way, as sysctl(8) and the reference plugins' `sysctl` package
+/// read it: the first separator decides; in the dotted form dots and slashes swap, so that an interface name
+/// with a dot is written with a slash (`net.ipv4.conf.eth0/100.rp_filter` is `net/ipv4/conf/eth0.100/rp_filter`).
+pub fn slash_form(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(at) if name.as_bytes()[at] == b'.' => {
+            name.chars().map(|c| match c {
+                '.' => '/',
+                '/' => '.',
+                c => c,
+            }).collect()
+        }
+        _ => name.to_string(),
+    }
+}
+
 /// The value of sysctl `name`, without the trailing newline.
 pub fn read(name: &str) -> io::Result<String> {
     let path = sysctl_path(name)?;
@@ -79,6 +95,14 @@ mod tests {
             sysctl_path("net/ipv4/ip_forward").ok(),
             Some(PathBuf::from("/proc/sys/net/ipv4/ip_forward"))
         );
+    }
+
+    #[test]
+    fn either_separator() {
+        assert_eq!(slash_form("net.core.somaxconn"), "net/core/somaxconn");
+        assert_eq!(slash_form("net.ipv4.conf.eth0/100.rp_filter"), "net/ipv4/conf/eth0.100/rp_filter");
+        assert_eq!(slash_form("net/ipv4/conf/eth0.100/rp_filter"), "net/ipv4/conf/eth0.100/rp_filter");
+        assert_eq!(slash_form("somaxconn"), "somaxconn");
     }
 
     #[test]

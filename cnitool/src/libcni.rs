@@ -83,39 +83,50 @@ pub struct ConfList {
     pub cni_version: String,
     pub disable_check: bool,
     pub disable_gc: bool,
+    /// `loadOnlyInlinedPlugins` (libcni 1.3): when false, plugins in `<conf dir>/<network>/*.conf` are appended.
+    pub load_only_inlined_plugins: bool,
     pub plugins: Vec<Map<String, Value>>,
     /// The file's bytes, stored in the cache as libcni does.
     pub bytes: Vec<u8>,
 }
 
 impl ConfList {
+    /// Parses a conflist as libcni does: the list's own keys (`name`, `cniVersion`, `plugins`, ...) are read
+    /// from a map, so they match exactly; each plugin's config is a struct to libcni, so its `type` matches as
+    /// encoding/json matches fields ([`gojson`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<ConfList> {
         let raw: Map<String, Value> =
             serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
-        let name = match gojson::member(&raw, "name") {
+        let name = match raw.get("name") {
             Some(Value::String(n)) => n.clone(),
             Some(_) => return Err(RunError::new("error parsing configuration list: invalid name type")),
             None => return Err(RunError::new("error parsing configuration list: no name")),
         };
         validate_network_name(&name)?;
         let cni_version = pick_version(&raw)?;
-        let flag = |k: &str| gojson::member(&raw, k).and_then(Value::as_bool).unwrap_or(false);
-        let plugins = match gojson::member(&raw, "plugins") {
+        let load_only_inlined_plugins = flag(&raw, "loadOnlyInlinedPlugins")?;
+        // libcni 1.3: without `plugins`, the plugins come from the network's directory (unless only inlined
+        // ones may be loaded); a `plugins` key that is there must be a non-empty list.
+        let plugins = match raw.get("plugins") {
+            None if !load_only_inlined_plugins => Vec::new(),
+            None => {
+                return Err(RunError::new(
+                    "error parsing configuration list: `loadOnlyInlinedPlugins` is true, and no 'plugins' key",
+                ))
+            }
             Some(Value::Array(list)) if !list.is_empty() => list
                 .iter()
                 .enumerate()
-                .map(|(i, p)| match p {
-                    Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => Ok(o.clone()),
-                    _ => Err(RunError::new(format!("error parsing configuration list: plugin {i} has no type"))),
-                })
+                .map(|(i, p)| plugin_conf(p).map_err(|e| RunError::new(format!("error parsing configuration list: plugin {i}: {e}"))))
                 .collect::<Result<Vec<_>>>()?,
             _ => return Err(RunError::new(format!("error parsing configuration list: no plugins in list {name:?}"))),
         };
         Ok(ConfList {
             name,
             cni_version,
-            disable_check: flag("disableCheck"),
-            disable_gc: flag("disableGC"),
+            disable_check: flag(&raw, "disableCheck")?,
+            disable_gc: flag(&raw, "disableGC")?,
+            load_only_inlined_plugins,
             plugins,
             bytes: bytes.to_vec(),
         })
@@ -139,23 +150,89 @@ impl ConfList {
     }
 }
 
-/// `cniVersions` (spec 1.1) wins over `cniVersion`: the highest version this runner supports.
+/// A plugin config object: it must have a `type`.
+fn plugin_conf(value: &Value) -> std::result::Result<Map<String, Value>, String> {
+    match value {
+        Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => Ok(o.clone()),
+        Value::Object(_) => Err("missing 'type'".into()),
+        _ => Err("not an object".into()),
+    }
+}
+
+/// A boolean of the list as libcni 1.2/1.3 reads it: `true`/`false`, or the strings "true"/"false" in any case.
+fn flag(raw: &Map<String, Value>, key: &str) -> Result<bool> {
+    match raw.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
+        Some(Value::String(s)) => Err(RunError::new(format!(
+            "error parsing configuration list: invalid value {:?} for {key}",
+            cnicore::spec::truncate_for_msg(&s.to_ascii_lowercase())
+        ))),
+        Some(_) => Err(RunError::new(format!("error parsing configuration list: invalid type for {key}"))),
+    }
+}
+
+/// The version to run, as libcni 1.2/1.3 picks it: the highest of `cniVersions` and `cniVersion` that is not
+/// above the latest spec version (1.1.0); a malformed entry is an error; without `cniVersions`, `cniVersion`.
 fn pick_version(raw: &Map<String, Value>) -> Result<String> {
-    if let Some(Value::Array(list)) = gojson::member(raw, "cniVersions") {
-        let best = list
-            .iter()
-            .filter_map(Value::as_str)
-            .filter_map(|v| Version::parse_supported(v).ok())
-            .max();
-        if let Some(v) = best {
-            return Ok(v.to_string());
+    let declared = match raw.get("cniVersion") {
+        Some(Value::String(v)) => v.clone(),
+        None | Some(Value::Null) => String::new(),
+        Some(_) => return Err(RunError::new("error parsing configuration list: invalid cniVersion type")),
+    };
+    let list = match raw.get("cniVersions") {
+        None | Some(Value::Null) => return Ok(declared),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(RunError::new("error parsing configuration list: invalid type for cniVersions")),
+    };
+    let mut candidates = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let text = entry
+            .as_str()
+            .ok_or_else(|| RunError::new(format!("error parsing configuration list: invalid type for cniVersions index {i}")))?;
+        let v = Version::parse(text).map_err(|e| {
+            RunError::new(format!("error parsing configuration list: invalid cniVersions entry at index {i}: {}", e.msg))
+        })?;
+        if v <= Version::LATEST {
+            candidates.push(v);
         }
     }
-    match gojson::member(raw, "cniVersion") {
-        Some(Value::String(v)) => Ok(v.clone()),
-        None => Ok(String::new()),
-        Some(_) => Err(RunError::new("error parsing configuration list: invalid cniVersion type")),
+    if !declared.is_empty() {
+        let v = Version::parse(&declared)
+            .map_err(|e| RunError::new(format!("error parsing configuration list: invalid cniVersion: {}", e.msg)))?;
+        if v <= Version::LATEST {
+            candidates.push(v);
+        }
     }
+    Ok(candidates.into_iter().max().map_or(declared, |v| v.to_string()))
+}
+
+/// Plugins of `network` in `<dir>/<network>/*.conf`, in file name order (libcni 1.3
+/// `NetworkPluginConfsFromFiles`).
+fn plugins_from_dir(dir: &Path, network: &str) -> Result<Vec<Map<String, Value>>> {
+    let plugin_dir = dir.join(network);
+    let entries = match std::fs::read_dir(&plugin_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RunError::new(format!("failed to read plugin config files in {}: {e}", plugin_dir.display()))),
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "conf"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let bytes = std::fs::read(file).map_err(|e| RunError::new(format!("error reading {}: {e}", file.display())))?;
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| RunError::new(format!("error parsing configuration {}: {}", file.display(), shorten_json_error(&e))))?;
+            plugin_conf(&value).map_err(|e| RunError::new(format!("error parsing configuration {}: {e}", file.display())))
+        })
+        .collect()
 }
 
 /// Finds the list named `name` in `dir`: `.conflist` files in name order first, then `.conf`/`.json`.
@@ -176,7 +253,13 @@ pub fn load_conf_list(dir: &Path, name: &str) -> Result<ConfList> {
     };
     let read = |p: &Path| std::fs::read(p).map_err(|e| RunError::new(format!("reading {}: {e}", p.display())));
     for file in files(&["conflist"])? {
-        let list = ConfList::from_bytes(&read(&file)?).map_err(|e| RunError::new(format!("{}: {e}", file.display())))?;
+        let mut list = ConfList::from_bytes(&read(&file)?).map_err(|e| RunError::new(format!("{}: {e}", file.display())))?;
+        if !list.load_only_inlined_plugins {
+            list.plugins.extend(plugins_from_dir(dir, &list.name)?);
+        }
+        if list.plugins.is_empty() {
+            return Err(RunError::new(format!("{}: no plugin configs found", file.display())));
+        }
         if list.name == name {
             return Ok(list);
         }
@@ -328,6 +411,10 @@ impl CniConfig {
     /// GC: DEL every cached attachment of this network that is not in `valid`, then (spec ≥ 1.1.0) send GC with
     /// `cni.dev/valid-attachments` to every plugin. Errors are collected; the first is returned.
     pub fn gc_network_list(&self, list: &ConfList, valid: &[(String, String)]) -> Result<()> {
+        // libcni 1.2+: disableGC skips GC entirely, the cached attachments' DEL included.
+        if list.disable_gc {
+            return Ok(());
+        }
         let mut first_error = None;
         for cached in self.cached_attachments(&list.name) {
             if valid.iter().any(|(c, i)| *c == cached.rt.container_id && *i == cached.rt.ifname) {
@@ -339,12 +426,14 @@ impl CniConfig {
                 first_error.get_or_insert(e);
             }
         }
-        if list.version()? >= Version::V110 && !list.disable_gc {
+        if list.version()? >= Version::V110 {
             let attachments: Vec<Value> = valid.iter().map(|(c, i)| json!({"containerID": c, "ifname": i})).collect();
             let rt = RuntimeConf::default();
             for plugin in &list.plugins {
                 let mut stdin = self.build_config(list, plugin, None, &rt);
                 stdin.insert("cni.dev/valid-attachments".into(), Value::Array(attachments.clone()));
+                // libcni 1.2+ also sends the key an earlier spec draft named (containernetworking/cni#1101).
+                stdin.insert("cni.dev/attachments".into(), Value::Array(attachments.clone()));
                 if let Err(e) = self.exec("GC", plugin, &stdin, &rt) {
                     first_error.get_or_insert(e);
                 }
@@ -499,11 +588,78 @@ mod tests {
         assert_eq!(single.name, "lo");
     }
 
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cnitool-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn libcni_1_3_list_fields() {
+        // Booleans also as strings, any case; anything else is an error naming the key.
+        let l = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","disableCheck":"TRUE","disableGC":"false","plugins":[{"type":"a"}]}"#).unwrap();
+        assert!(l.disable_check && !l.disable_gc && !l.load_only_inlined_plugins);
+        let e = ConfList::from_bytes(br#"{"name":"n","disableGC":"yes","plugins":[{"type":"a"}]}"#).unwrap_err();
+        assert!(e.to_string().contains("invalid value \"yes\" for disableGC"), "{e}");
+        assert!(ConfList::from_bytes(br#"{"name":"n","disableCheck":1,"plugins":[{"type":"a"}]}"#).is_err());
+        // cniVersions: the highest of the list and cniVersion not above 1.1.0; a malformed entry is an error.
+        let pick = |extra: &str| ConfList::from_bytes(format!(r#"{{"name":"n"{extra},"plugins":[{{"type":"a"}}]}}"#).as_bytes()).map(|l| l.cni_version);
+        assert_eq!(pick(r#","cniVersion":"1.0.0","cniVersions":["0.4.0"]"#).unwrap(), "1.0.0");
+        assert_eq!(pick(r#","cniVersion":"0.3.1","cniVersions":["0.4.0","1.1.0","9.0.0"]"#).unwrap(), "1.1.0");
+        assert_eq!(pick(r#","cniVersion":"2.0.0","cniVersions":["3.0.0"]"#).unwrap(), "2.0.0");
+        assert!(pick(r#","cniVersions":["1.0"]"#).is_err());
+        // loadOnlyInlinedPlugins without plugins is an error; plugins may be absent otherwise.
+        assert!(ConfList::from_bytes(br#"{"name":"n","loadOnlyInlinedPlugins":true}"#).is_err());
+        assert!(ConfList::from_bytes(br#"{"name":"n"}"#).unwrap().plugins.is_empty());
+    }
+
+    #[test]
+    fn plugins_from_the_network_directory() {
+        let dir = scratch("netdir");
+        std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"bridge"}]}"#).unwrap();
+        std::fs::create_dir_all(dir.join("n")).unwrap();
+        std::fs::write(dir.join("n/20-b.conf"), br#"{"type":"tuning"}"#).unwrap();
+        std::fs::write(dir.join("n/10-a.conf"), br#"{"type":"portmap"}"#).unwrap();
+        std::fs::write(dir.join("n/ignored.json"), br#"{"type":"x"}"#).unwrap();
+        let types = |l: &ConfList| l.plugins.iter().map(|p| p["type"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+        assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["bridge", "portmap", "tuning"]);
+        std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}"#).unwrap();
+        assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["bridge"]);
+        std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n"}"#).unwrap();
+        assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["portmap", "tuning"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn gc_sends_both_keys_and_disable_gc_skips_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("gc");
+        let seen = dir.join("stdin.json");
+        let plugin = dir.join("recorder");
+        std::fs::write(&plugin, format!("#!/bin/sh\ncat > {}\n", seen.display())).unwrap();
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cfg = CniConfig { path: vec![dir.clone()], cache_dir: dir.join("cache") };
+        let valid = [("c1".to_string(), "eth0".to_string())];
+        let list = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"recorder"}]}"#).unwrap();
+        cfg.gc_network_list(&list, &valid).unwrap();
+        let sent: Value = serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
+        let want = json!([{"containerID": "c1", "ifname": "eth0"}]);
+        assert_eq!((&sent["cni.dev/valid-attachments"], &sent["cni.dev/attachments"]), (&want, &want));
+        std::fs::remove_file(&seen).unwrap();
+        let disabled = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","disableGC":"true","plugins":[{"type":"recorder"}]}"#).unwrap();
+        cfg.gc_network_list(&disabled, &valid).unwrap();
+        assert!(!seen.exists(), "GC ran with disableGC");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn conflist_go_spellings() {
-        // libcni is Go: its struct fields match case-insensitively; capabilities are a map, matched exactly.
+        // libcni reads the list from a map (exact keys) and each plugin into a struct (keys folded); the
+        // capabilities are a map again, matched exactly.
+        assert!(ConfList::from_bytes(br#"{"cniVersion":"0.4.0","Name":"n","plugins":[{"type":"bridge"}]}"#).is_err());
         let l = ConfList::from_bytes(
-            br#"{"CNIVersion":"0.4.0","Name":"n","DisableCheck":true,"Plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
+            br#"{"cniVersion":"0.4.0","name":"n","disableCheck":true,"DisableCheck":false,"plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
         )
         .unwrap();
         assert_eq!((l.cni_version.as_str(), l.name.as_str(), l.disable_check, l.plugins.len()), ("0.4.0", "n", true, 2));

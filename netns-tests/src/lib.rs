@@ -24,13 +24,16 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod kubenet;
 pub mod upstream;
 pub mod snapshot;
+pub mod traffic;
 pub mod daemon;
 pub mod images;
 pub mod containerd;
 pub mod podman;
 pub mod recorder;
+pub mod runtimes;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.

@@ -2,7 +2,7 @@
 //! that everything was removed again (DEL, churn).
 //!
 //! A [`NodeSnapshot`] of a namespace holds, as text lines per section: links (name, kind, up, MTU,
-//! master, MAC, bridge port flags), addresses, routes of every table and family, the iptables and ip6tables
+//! master, promiscuous and all-multicast mode, transmit queue length, MAC, bridge port flags), addresses, routes of every table and family, the iptables and ip6tables
 //! rulesets (`iptables-save`, counters and comments dropped), the nftables ruleset (counters dropped), the
 //! qdiscs and tc filters of every link, the sysctls the plugins write, and the files under given state
 //! directories (path, type, size, mode). [`assert_unchanged`] prints what differs, section by section.
@@ -33,6 +33,7 @@ const GLOBAL_SYSCTLS: &[&str] = &[
     "net/bridge/bridge-nf-call-iptables",
     "net/bridge/bridge-nf-call-ip6tables",
     "net/bridge/bridge-nf-call-arptables",
+    "net/core/somaxconn",
 ];
 
 /// Per-link sysctls plugins set (`<link>` is replaced by each link's name).
@@ -44,6 +45,7 @@ const LINK_SYSCTLS: &[&str] = &[
     "net/ipv6/conf/<link>/accept_ra",
     "net/ipv6/conf/<link>/accept_dad",
     "net/ipv6/conf/<link>/disable_ipv6",
+    "net/ipv4/conf/<link>/arp_filter",
 ];
 
 /// The state of one namespace (and some directories) at one moment.
@@ -85,13 +87,15 @@ impl NodeSnapshot {
                         .as_ref()
                         .map(|p| format!(" hairpin={} isolated={}", p.hairpin, p.isolated));
                     format!(
-                        "{} kind={} up={} mtu={} master={} promisc={} mac={}{}",
+                        "{} kind={} up={} mtu={} master={} promisc={} allmulti={} txqlen={} mac={}{}",
                         l.name,
                         l.kind.as_deref().unwrap_or("-"),
                         l.up,
                         l.mtu,
                         l.master.map(name_of).unwrap_or_else(|| "-".into()),
                         l.promisc,
+                        l.allmulti,
+                        l.txqlen,
                         mac.unwrap_or_else(|| "-".into()),
                         port.unwrap_or_default()
                     )

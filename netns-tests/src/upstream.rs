@@ -140,8 +140,15 @@ fn c_path(path: &Path) -> CString {
 /// runs, which inherit the namespace) exit.
 pub fn with_var_lib_cni<'a>(command: &'a mut Command, dir: &VarLibCni) -> &'a mut Command {
     let (source, target) = dir.mount();
+    with_bind_mount(command, &source, &target)
+}
+
+/// Makes `command` run in a private mount namespace in which `source` is mounted on `target` (an existing
+/// directory), e.g. a test's own `/etc/cni/tuning` over the host's `/etc/cni`: a fixed host path a binary
+/// reads, given to it without writing to the host.
+pub fn with_bind_mount<'a>(command: &'a mut Command, source: &Path, target: &Path) -> &'a mut Command {
     // Everything the child needs is allocated here, before fork: only system calls run after it.
-    let (source, target, root) = (c_path(&source), c_path(&target), c_path(Path::new("/")));
+    let (source, target, root) = (c_path(source), c_path(target), c_path(Path::new("/")));
     // Errors are returned bare (no formatting, which would allocate after fork); spawn() reports them.
     // SAFETY: unshare and mount are plain system calls on pointers to C strings that outlive the closure;
     // they are async-signal-safe, which is what a pre_exec closure requires.

@@ -2,7 +2,7 @@
 //! of `conf/` run by our cnitool (bridge + host-local, portmap with a TCP and a UDP host port, bandwidth both
 //! ways), on one node; once with the iptables conflist, once with the nftables one (each on its own node).
 //! Afterwards the node holds nothing of any pod (compared with the node before the first ADD, allowing only
-//! the shared state described in `common/kubenet.rs`: the bridge, node sysctls, the shared empty chains,
+//! the shared state described in `netns_tests::kubenet`: the bridge, node sysctls, the shared empty chains,
 //! host-local's bookkeeping), and no address was ever given to two live pods.
 //!
 //! Every cycle is a new pod: a new netns (hence a new container ID), ADD, a ping of the gateway from the pod;
@@ -15,8 +15,7 @@
 //! Environment: `CHURN_CYCLES` (ADD/DEL cycles of each test, default 320), `CHURN_WORKERS` (default 8).
 //! `scripts/churn.sh CYCLES` runs long ones.
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
+use netns_tests::kubenet;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -14,10 +14,6 @@
 //! The second test renders containerd's `conf_template` with the pod CIDR of UpdateRuntimeConfig; the third
 //! makes the last plugin's ADD fail (through the recorder) and checks containerd's rollback DEL cleans up.
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
-#[path = "common/runtimes.rs"]
-mod runtimes;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -32,8 +28,9 @@ use netns_tests::daemon::http_get;
 use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::recorder::{Call, Recorder};
 use netns_tests::snapshot::NodeSnapshot;
+use netns_tests::kubenet;
 use netns_tests::{json, Node, TestNetns, Value};
-use runtimes::{calls_of, eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::runtimes::{calls_of, eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 
 /// Every plugin a conflist here may name (the recorder wraps those present).
 const PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "bandwidth", "loopback"];
@@ -105,7 +102,7 @@ impl Lab {
     }
 
     /// Panics unless nothing of any pod is left: no veth or ifb, no pod netns, and nothing but shared state
-    /// changed since `before` (see `common/kubenet.rs`); no firewall line names `sandbox`, if given.
+    /// changed since `before` (see `netns_tests::kubenet`); no firewall line names `sandbox`, if given.
     fn assert_nothing_left(&self, before: &NodeSnapshot, sandbox: Option<&str>, when: &str) {
         assert_eq!(pod_links(&self.node), Vec::<String>::new(), "{when}: veth and ifb removed");
         assert_eq!(self.containerd.netns_names(), Vec::<String>::new(), "{when}: pod netns removed");

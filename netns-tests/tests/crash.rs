@@ -16,14 +16,13 @@
 //!    plugin gets no `prevResult` and must find its state from the container ID and the netns;
 //! 4. the node must hold nothing of the pod compared with step 1, beyond the shared state a complete
 //!    ADD + DEL also leaves (the bridge, node sysctls, the shared empty chains, host-local's bookkeeping):
-//!    see `common/kubenet.rs` for exactly what is excluded and why;
+//!    see `netns_tests::kubenet` for exactly what is excluded and why;
 //! 5. a new ADD of the same pod succeeds and the pod pings its gateway; its DEL leaves the node as in 4.
 //!
 //! host-local's fail points are also tested with host-local run on its own (its ADD killed, then its DEL and
 //! a new ADD), since under the bridge a killed host-local makes the bridge roll back rather than die.
 
-#[path = "common/kubenet.rs"]
-mod kubenet;
+use netns_tests::kubenet;
 
 use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;

@@ -336,13 +336,17 @@ fn requested_addresses_and_their_priority() {
     // Taken.
     let (_, msg) = call("ADD", "b").args("IP=10.50.0.7").err(&c);
     assert!(msg.contains("10.50.0.7") && msg.contains("not available"), "{msg}");
-    // args.cni.ips wins over CNI_ARGS; runtimeConfig.ips wins over both.
+    // Every source counts, as in the reference (v1.1.1 to v1.9): CNI_ARGS, args.cni.ips and runtimeConfig.ips
+    // combined; two of them in one range set is an error.
     let mut with_args = c.clone();
     with_args["args"] = json!({"cni": {"ips": ["10.50.0.8"]}});
-    assert_eq!(first_address(&call("ADD", "b").args("IP=10.50.0.9").ok(&with_args)), "10.50.0.8/24");
-    let mut with_runtime = with_args.clone();
+    assert_eq!(addresses(&call("ADD", "b").args("IP=fd00:50::9").ok(&with_args)), ["10.50.0.8/24", "fd00:50::9/64"]);
+    let mut with_runtime = c.clone();
     with_runtime["runtimeConfig"] = json!({"ips": ["10.50.0.10/24"]});
-    assert_eq!(first_address(&call("ADD", "c").args("IP=10.50.0.9").ok(&with_runtime)), "10.50.0.10/24");
+    assert_eq!(first_address(&call("ADD", "c").ok(&with_runtime)), "10.50.0.10/24");
+    with_runtime["args"] = json!({"cni": {"ips": ["10.50.0.12"]}});
+    let (_, msg) = call("ADD", "e").err(&with_runtime);
+    assert!(msg.contains("one address per range set"), "{msg}");
     // Dynamic allocation continues after the last reserved address.
     assert_eq!(first_address(&call("ADD", "d").ok(&c)), "10.50.0.11/24");
 
@@ -372,14 +376,16 @@ fn requested_addresses_and_their_priority() {
 }
 
 #[test]
-fn runtime_ip_ranges_replace_ranges() {
+fn runtime_ip_ranges_come_before_the_configured_ranges() {
+    // As the reference (v1.1.1 to v1.9): runtimeConfig.ipRanges are put before the configured ranges.
     let dd = DataDir::new();
     let mut c = v4_conf(&dd, "10.60.0.0/24");
-    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.61.0.0/24", "rangeStart": "10.61.0.100"}]]});
-    assert_eq!(first_address(&call("ADD", "a").ok(&c)), "10.61.0.100/24");
-    // The same range as the config's is fine (it replaces, it does not add).
+    c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "fd61::/64", "rangeStart": "fd61::100"}]]});
+    assert_eq!(addresses(&call("ADD", "a").ok(&c)), ["fd61::100/64", "10.60.0.2/24"]);
+    // The same range as the config's overlaps it: an error, as in the reference.
     c["runtimeConfig"] = json!({"ipRanges": [[{"subnet": "10.60.0.0/24"}]]});
-    assert_eq!(first_address(&call("ADD", "b").ok(&c)), "10.60.0.2/24");
+    let (_, msg) = call("ADD", "b").err(&c);
+    assert!(msg.contains("overlaps"), "{msg}");
 }
 
 #[test]

@@ -24,13 +24,9 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use cnicore::netlink::AddressOptions;
@@ -38,6 +34,7 @@ use cnicore::tc::QdiscKind;
 use ipnet::IpNet;
 use netns_tests::snapshot::NodeSnapshot;
 use netns_tests::upstream::{clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni};
+use netns_tests::traffic::{tcp_ask, TcpServer};
 use netns_tests::{bin, json, unique_name, Node, PluginOutput, TestNetns, Value};
 
 // ---------------------------------------------------------------------------------------------------------
@@ -274,57 +271,8 @@ fn container_id(netns: &Path) -> String {
 // ---------------------------------------------------------------------------------------------------------
 
 /// A TCP server in a namespace answering `<label>` to each client, stopped on drop.
-struct Server {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(ns: &TestNetns, label: String) -> Server {
-        // Bound inside the namespace; the socket stays there whatever thread uses it later.
-        let listener = ns.run(|| TcpListener::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), POD_PORT)));
-        let listener = listener.unwrap_or_else(|e| panic!("listen in {}: {e}", ns.name));
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !stopped.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut stream, _)) => {
-                        let _ = stream.write_all(label.as_bytes());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Server { stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// What a TCP server at `to` answers to a client in `ns`, if anything (a few attempts: a fresh mapping or
-/// neighbour entry can cost the first SYN).
-fn tcp_ask(ns: &TestNetns, to: SocketAddr) -> Option<String> {
-    for attempt in 0..3 {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let Ok(mut stream) = ns.run(|| TcpStream::connect_timeout(&to, Duration::from_millis(1500))) else { continue };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut answer = String::new();
-        if stream.read_to_string(&mut answer).is_ok() && !answer.is_empty() {
-            return Some(answer);
-        }
-    }
-    None
+fn label_server(ns: &TestNetns, label: String) -> TcpServer {
+    TcpServer::start(ns, POD_PORT, move |_| label.clone())
 }
 
 /// True when `from` gets a ping answer from `to` within a few tries (IPv6 neighbour discovery may still
@@ -344,14 +292,14 @@ struct Pod {
     host_port: u16,
     shaped: bool,
     result: Value,
-    _server: Server,
+    _server: TcpServer,
 }
 
 impl Pod {
     fn new(lab: &Lab, host_port: u16, shaped: bool) -> Pod {
         let ns = lab.node.pod_netns();
         let label = format!("pod {}", ns.name);
-        let server = Server::start(&ns, label.clone());
+        let server = label_server(&ns, label.clone());
         Pod { ns, label, host_port, shaped, result: Value::Null, _server: server }
     }
 
@@ -753,9 +701,23 @@ fn node_moves_from_reference_plugins_to_ours_with_pods_running() {
         other => panic!("last_reserved_ip {other}"),
     };
     assert_eq!(new.v4(), expected_next, "ours does not continue after the reference's last reserved address");
+    // The reference ignores `nonMasqueradeCIDRs`: its pods masquerade everything leaving their subnet, and
+    // our CHECK says so. Without the field, our CHECK accepts everything the reference made.
+    for pod in &old {
+        let out = check(&lab, &tool, KUBENET, pod);
+        failed(&out, "our check of a reference pod with nonMasqueradeCIDRs");
+        let said = format!("{}{}", out.stdout_text, out.stderr);
+        assert!(said.contains("ipMasq") && said.contains("10.244.0.0/16"), "{said}");
+    }
+    let installed = lab.conf_dir.join("10-kubenet.conflist");
+    let shipped = fs::read(&installed).expect("read conf");
+    let mut conf: Value = serde_json::from_slice(&shipped).expect("json");
+    conf["plugins"][0].as_object_mut().expect("bridge").remove("nonMasqueradeCIDRs");
+    fs::write(&installed, serde_json::to_vec_pretty(&conf).expect("json")).expect("write conf");
     for pod in &old {
         ok(&check(&lab, &tool, KUBENET, pod), "our check of a reference pod");
     }
+    fs::write(&installed, shipped).expect("write conf");
     assert_shaping(&lab, &old[0]);
     assert_shaping(&lab, &new);
     assert_pods_work(&lab, &[&old[0], &old[1], &new]);

@@ -74,6 +74,25 @@ fn add_brings_lo_up_and_reports_it_in_every_version() {
 }
 
 #[test]
+fn add_refuses_a_lo_with_non_loopback_addresses_as_the_reference() {
+    // Reference v1.1 to v1.9 check every address on `lo` (127.0.0.0/8 and ::1 only).
+    let node = Node::new();
+    for (extra, shown) in [("10.9.8.7/32", "10.9.8.7"), ("fd00:9::7/128", "fd00:9::7")] {
+        let pod = fresh_pod(&node);
+        pod.ip(&["addr", "add", extra, "dev", "lo"]);
+        let err = run(&node, "ADD", &pod.path, &conf("1.0.0")).expect_err().clone();
+        let msg = err["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains("non-loopback address") && msg.contains(shown), "{err}");
+        assert!(!lo_is_up(&pod), "a refused ADD changes nothing");
+        // Other loopback addresses are fine.
+        pod.ip(&["addr", "del", extra, "dev", "lo"]);
+        pod.ip(&["addr", "add", "127.0.0.53/8", "dev", "lo"]);
+        run(&node, "ADD", &pod.path, &conf("1.0.0")).expect_ok();
+        assert!(lo_is_up(&pod));
+    }
+}
+
+#[test]
 fn ifname_is_ignored_as_by_the_reference() {
     // cnitool passes its default `eth0`: the plugin still acts on `lo` only, and says so.
     let node = Node::new();

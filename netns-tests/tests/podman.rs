@@ -7,15 +7,10 @@
 //! and serves HTTP (busybox httpd), the hostPort answers from wan; after `podman rm -f` nothing of it is
 //! left (veth, iptables rules, lease, cache entry, netns), and no plugin call failed.
 //!
-//! Networks: a hand-written conflist of the plugin types in [`OUR_CHAIN`] (bridge with host-local, portmap;
-//! podman adds loopback itself), and for the reference plugins also the network `podman network create`
-//! writes (bridge, portmap, firewall, tuning). When our `firewall` and `tuning` are built, add them to
-//! [`OUR_CHAIN`] and the created network runs with ours too (see [`created_network_ours`]).
-
-#[path = "common/kubenet.rs"]
-mod kubenet;
-#[path = "common/runtimes.rs"]
-mod runtimes;
+//! Networks: a hand-written conflist of the plugin types in [`OUR_CHAIN`] (bridge with host-local, portmap,
+//! tuning; podman adds loopback itself), and for the reference plugins also the network `podman network
+//! create` writes (bridge, portmap, firewall, tuning). When our `firewall` is built, add it to [`OUR_CHAIN`]
+//! and the created network runs with ours too (see [`created_network_ours`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -28,12 +23,13 @@ use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::podman::{self, Podman, RUN_LIMITS};
 use netns_tests::recorder::Recorder;
 use netns_tests::snapshot::NodeSnapshot;
+use netns_tests::kubenet;
 use netns_tests::{json, Value};
-use runtimes::{eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::runtimes::{eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 
-/// The plugin types of the hand-written network for our plugins, in chain order. `podman network create`
-/// also writes `firewall` and `tuning`: add them here once ours exist.
-const OUR_CHAIN: &[&str] = &["bridge", "portmap"];
+/// The plugin types of the hand-written network (ours and the reference), in chain order, as podman writes
+/// them. `podman network create` also writes `firewall`: add it here once ours exists.
+const OUR_CHAIN: &[&str] = &["bridge", "portmap", "tuning"];
 /// The chain `podman network create` writes (podman 4.3).
 const PODMAN_CHAIN: &[&str] = &["bridge", "portmap", "firewall", "tuning"];
 /// Every plugin the recorder stands in for.
@@ -51,7 +47,7 @@ enum Network<'a> {
 }
 
 /// One entry of a hand-written conflist; the bridge and its subnet are those of the kubenet conflist, so
-/// that `common/kubenet.rs` tells pod state from shared state.
+/// that `netns_tests::kubenet` tells pod state from shared state.
 fn plugin_conf(kind: &str, data_dir: &Path) -> Value {
     match kind {
         "bridge" => json!({

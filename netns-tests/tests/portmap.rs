@@ -347,6 +347,31 @@ fn ipv4_only_pod_check_and_conditions() {
 }
 
 #[test]
+fn conditions_in_nft_syntax_and_passed_through_iptables_matches() {
+    // Reference v1.6+: conditions in nft syntax (which select the nftables backend), and any iptables match
+    // passed through to iptables. Each excludes the wan client here, so only the node may use the port.
+    let cases = [
+        (None, json!(["ip", "saddr", "!=", "192.168.50.0/24"])),
+        (Some("iptables"), json!(["-m", "iprange", "!", "--src-range", "192.168.50.1-192.168.50.254"])),
+    ];
+    for (backend, conditions) in cases {
+        let lab = Lab::new();
+        let _servers = Servers::start(&lab.pod, 80);
+        let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": lab.pod.path}],
+            "ips": [{"address": "10.22.0.5/24", "interface": 0}]});
+        let backend_field = backend.map_or(Value::Null, |b| json!(b));
+        let conf = lab.conf("x", standard_mappings(), json!({"prevResult": prev, "conditionsV4": conditions, "backend": backend_field}));
+        lab.run("ADD", "c4", &conf).expect_ok();
+        lab.run("CHECK", "c4", &conf).expect_ok();
+        let used = backend.unwrap_or("nftables");
+        assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8080")), None, "{used}: condition {conditions} ignored");
+        assert_eq!(tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(), Some("tcp 10.22.0.1"), "{used}: {conditions}");
+        lab.run("DEL", "c4", &conf).expect_ok();
+        assert_clean(&lab, used);
+    }
+}
+
+#[test]
 fn same_host_port_in_two_containers() {
     for backend in BACKENDS {
         let lab = Lab::new();
@@ -556,7 +581,8 @@ fn bad_input_is_refused_and_changes_nothing() {
         ("condition with a target", standard_mappings(), json!({"conditionsV4": ["-j", "ACCEPT"]})),
         ("condition with a new line", standard_mappings(), json!({"conditionsV4": ["-d", "1.2.3.4\n-A INPUT -j DROP"]})),
         ("condition with a quote", standard_mappings(), json!({"conditionsV6": ["-i", "eth0\" accept"]})),
-        ("unsupported condition module", standard_mappings(), json!({"conditionsV4": ["-m", "comment", "--comment", "x"]})),
+        ("condition match with a target", standard_mappings(), json!({"conditionsV4": ["-m", "comment", "--comment", "x", "-j", "DNAT"]})),
+        ("nft condition with a verdict", standard_mappings(), json!({"conditionsV4": ["ip", "saddr", "10.0.0.1", "accept"]})),
         ("v6 address in conditionsV4", standard_mappings(), json!({"conditionsV4": ["-s", "fd00::/8"]})),
         ("unknown backend", standard_mappings(), json!({"backend": "ipfw"})),
         ("missing prevResult", standard_mappings(), json!({"prevResult": null})),
@@ -599,6 +625,11 @@ fn no_mappings_passes_prev_result_through() {
 
 // ---- bridge's ipMasq (cnicore::firewall::masq) ----
 
+/// The masquerade of attachment `id` of network "masqnet".
+fn pod<'a>(id: &'a str, ips: &'a [IpNet], non_masquerade: &'a [IpNet]) -> masq::Attachment<'a> {
+    masq::Attachment { network: "masqnet", container_id: id, ips, non_masquerade }
+}
+
 /// A TCP server in the wan namespace; answers with the client address it sees.
 fn wan_server(lab: &Lab) -> Servers {
     Servers::start(&lab.wan, 9000)
@@ -612,8 +643,8 @@ fn masq_masquerades_leaving_traffic_both_backends() {
         let ips = [net("10.22.0.5/24"), net("fd22::5/64")];
         // The wan has no route to the pod subnets: only masqueraded traffic gets answers.
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: reached without masquerade");
-        lab.node.run(|| masq::setup(backend, "masqnet", "m1", &ips)).expect("setup");
-        lab.node.run(|| masq::setup(backend, "masqnet", "m1", &ips)).expect("setup again");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup again");
         let state = lab.firewall_state();
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")).as_deref(), Some("tcp 192.168.50.1"), "{backend}");
         assert_eq!(tcp_ask(&lab.pod, sock("[fd50::2]:9000")).as_deref(), Some("tcp fd50::1"), "{backend}");
@@ -621,11 +652,27 @@ fn masq_masquerades_leaving_traffic_both_backends() {
         let _local = Servers::start(&lab.node, 9001);
         assert_eq!(tcp_ask(&lab.pod, sock("10.22.0.1:9001")).as_deref(), Some("tcp 10.22.0.5"), "{backend}");
         assert_eq!(state, lab.firewall_state(), "{backend}: repeated setup changed rules");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect("check");
+
+        // A repeated setup with nonMasqueradeCIDRs replaces the rules: the wan is now reached with the pod's
+        // own address (so no answer comes back), and CHECK tells the two configs apart.
+        let exceptions = [net("192.168.50.0/24"), net("fd50::/64")];
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &exceptions))).expect("setup with exceptions");
+        assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: masqueraded to an exception");
+        assert_eq!(tcp_ask(&lab.pod, sock("[fd50::2]:9000")), None, "{backend}: masqueraded to an exception");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &exceptions))).expect("check with exceptions");
+        let err = lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect_err("CHECK saw no change");
+        assert!(err.msg.contains("m1"), "{backend}: {}", err.msg);
+        let other = [net("192.168.0.0/16")];
+        assert!(lab.node.run(|| masq::check(backend, &pod("m1", &ips, &other))).is_err(), "{backend}");
+        lab.node.run(|| masq::setup(backend, &pod("m1", &ips, &[]))).expect("setup without exceptions");
+        assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")).as_deref(), Some("tcp 192.168.50.1"), "{backend}");
+        lab.node.run(|| masq::check(backend, &pod("m1", &ips, &[]))).expect("check again");
 
         // Teardown from names and IPs only, twice; and GC of another attachment.
-        lab.node.run(|| masq::setup(backend, "masqnet", "m2", &[net("10.22.0.6/24")])).expect("setup m2");
-        lab.node.run(|| masq::teardown("masqnet", "m1", &ips)).expect("teardown");
-        lab.node.run(|| masq::teardown("masqnet", "m1", &[])).expect("teardown again");
+        lab.node.run(|| masq::setup(backend, &pod("m2", &[net("10.22.0.6/24")], &[]))).expect("setup m2");
+        lab.node.run(|| masq::teardown(&pod("m1", &ips, &[]))).expect("teardown");
+        lab.node.run(|| masq::teardown(&pod("m1", &[], &[]))).expect("teardown again");
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: still masqueraded");
         lab.node.run(|| masq::gc("masqnet", &[("m1".into(), "eth0".into())])).expect("gc");
         let state = lab.firewall_state();
@@ -660,20 +707,23 @@ fn masq_rules_are_those_of_the_reference_bridge() {
     let ips = pod_ips(&result);
     let theirs = lab.iptables(false);
     assert!(theirs.contains(&format!("id: \\\"{id1}\\\"")), "reference made no masquerade rules:\n{theirs}");
-    lab.node.run(|| masq::setup(Backend::Iptables, "masqnet", &id1, &ips)).expect("setup over the reference");
+    lab.node.run(|| masq::setup(Backend::Iptables, &pod(&id1, &ips, &[]))).expect("setup over the reference");
     assert_eq!(theirs, lab.iptables(false), "our rules differ from the reference's");
-    lab.node.run(|| masq::teardown("masqnet", &id1, &ips)).expect("teardown");
+    lab.node.run(|| masq::teardown(&pod(&id1, &ips, &[]))).expect("teardown");
     let after = lab.iptables(false);
     assert!(!after.contains(&id1) && !after.contains("-j MASQUERADE"), "left behind:\n{after}");
 
-    // Ours sets up (after the reference's own rules were removed), the reference's DEL removes ours.
+    // Ours sets up (after the reference's own rules were removed), with nonMasqueradeCIDRs; the reference's
+    // DEL removes ours, exceptions included.
+    let exceptions = [net("10.0.0.0/8"), net("fd00::/8")];
     let pod2 = lab.node.pod_netns();
     let id2 = unique_name("our");
     let result = run_bridge("ADD", &id2, &pod2).expect_ok().clone();
     let ips = pod_ips(&result);
-    lab.node.run(|| masq::teardown("masqnet", &id2, &ips)).expect("remove the reference's rules");
-    lab.node.run(|| masq::setup(Backend::Iptables, "masqnet", &id2, &ips)).expect("setup");
-    assert!(lab.iptables(false).contains(&id2));
+    lab.node.run(|| masq::teardown(&pod(&id2, &ips, &[]))).expect("remove the reference's rules");
+    lab.node.run(|| masq::setup(Backend::Iptables, &pod(&id2, &ips, &exceptions))).expect("setup with exceptions");
+    let ours = lab.iptables(false);
+    assert!(ours.contains(&id2) && ours.contains("-d 10.0.0.0/8 "), "{ours}");
     run_bridge("DEL", &id2, &pod2).expect_ok();
     let after = lab.iptables(false);
     assert!(!after.contains(&id2) && !after.contains("-j MASQUERADE"), "the reference left ours:\n{after}");

@@ -9,7 +9,16 @@
 //! - `-i` / `--in-interface`, `-o` / `--out-interface` with an interface name (a trailing `+` is a wildcard);
 //! - `-m addrtype` with `--src-type` and/or `--dst-type` (UNSPEC, UNICAST, LOCAL, BROADCAST, ANYCAST,
 //!   MULTICAST, BLACKHOLE, UNREACHABLE, PROHIBIT);
-//! - `-m mark --mark value[/mask]`.
+//! - `-m mark --mark value[/mask]`;
+//! - with the iptables backend, any other match the reference passes through to iptables (`-p udp`, `-m
+//!   conntrack --ctstate NEW`, `-m set --match-set s src`, ...): kept as words, each quoted for
+//!   `iptables-restore`, so it stays one match of the rule. Targets and commands (`-j`, `-g`, `-A`, `-t`, ...)
+//!   are refused; iptables refuses what it does not know. Written as `iptables-save` prints it, CHECK finds it.
+//!
+//! The nft-syntax form of reference v1.6+ (the first word neither starts with `-` nor is `!`, e.g.
+//! `["ip", "saddr", "!=", "192.0.2.0/24"]`) is kept as text for the nftables backend, after checking that it
+//! is matches only: no `;`, `#`, newline, `@`, `$` or backslash, balanced quotes, and no statement or verdict
+//! word (`accept`, `drop`, `jump`, `set`, `counter`, `dnat`, ...), so it can neither end the rule nor add one.
 //!
 //! Anything else is an invalid config (code 7) naming the token.
 
@@ -32,7 +41,32 @@ pub enum Condition {
     /// `-m addrtype`: (negated, type) for the source and/or destination address.
     AddrType { src: Option<(bool, &'static str)>, dst: Option<(bool, &'static str)> },
     Mark { value: u32, mask: u32, negated: bool },
+    /// Another iptables match, passed through (iptables backend only): option and value words.
+    Passthrough { words: Vec<String> },
+    /// Conditions in nft syntax (reference v1.6+), checked to be matches only (nftables backend only).
+    Nft { text: String },
 }
+
+/// True when conditions are in nft syntax, as the reference decides (`detectBackendOfConditions`): the first
+/// word does not start with `-` or `!`.
+pub fn is_nft_syntax(tokens: &[String]) -> bool {
+    tokens.first().is_some_and(|t| !t.is_empty() && !t.starts_with('-') && !t.starts_with('!'))
+}
+
+/// iptables options that are not matches: targets, commands and table selection.
+const IPTABLES_NOT_MATCHES: &[&str] = &[
+    "-j", "--jump", "-g", "--goto", "-t", "--table", "-A", "--append", "-I", "--insert", "-D", "--delete", "-R",
+    "--replace", "-N", "--new-chain", "-X", "--delete-chain", "-F", "--flush", "-P", "--policy", "-E",
+    "--rename-chain", "-Z", "--zero", "-L", "--list", "-S", "--list-rules", "-C", "--check",
+];
+
+/// nft words that make a rule do something (statements, verdicts) rather than match.
+const NFT_STATEMENTS: &[&str] = &[
+    "accept", "drop", "reject", "queue", "continue", "return", "jump", "goto", "masquerade", "snat", "dnat",
+    "redirect", "counter", "log", "limit", "quota", "notrack", "dup", "fwd", "tproxy", "synproxy", "set", "add",
+    "update", "delete", "flow", "meter", "comment", "map", "vmap", "include", "define", "flush", "reset",
+    "destroy", "insert", "replace", "create", "rule", "chain", "table",
+];
 
 /// The conditions of one address family.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +79,43 @@ impl Conditions {
     /// No conditions.
     pub fn none(family: Family) -> Conditions {
         Conditions { family, items: Vec::new() }
+    }
+
+    /// Parses conditions in either form: nft syntax ([`is_nft_syntax`]) or iptables arguments.
+    pub fn parse_any(what: &str, family: Family, tokens: &[String]) -> Result<Conditions> {
+        if is_nft_syntax(tokens) {
+            Conditions::parse_nft(what, family, tokens)
+        } else {
+            Conditions::parse(what, family, tokens)
+        }
+    }
+
+    /// Checks conditions in nft syntax: matches only (see the module docs).
+    pub fn parse_nft(what: &str, family: Family, tokens: &[String]) -> Result<Conditions> {
+        let text = tokens.join(" ");
+        let error = |msg: String| Error::config(format!("invalid {what}: {msg}"));
+        if let Some(c) = text.chars().find(|c| c.is_control() || matches!(c, ';' | '#' | '@' | '$' | '\\')) {
+            return Err(error(format!("{c:?} cannot appear in nft conditions")));
+        }
+        if text.matches('"').count() % 2 != 0 {
+            return Err(error("unbalanced quote".into()));
+        }
+        let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        if let Some(word) = words.map(str::to_ascii_lowercase).find(|w| NFT_STATEMENTS.contains(&w.as_str())) {
+            return Err(error(format!("{word:?} is a statement or verdict, not a match: conditions only match packets")));
+        }
+        let items = if text.trim().is_empty() { Vec::new() } else { vec![Condition::Nft { text }] };
+        Ok(Conditions { family, items })
+    }
+
+    /// True when the conditions are in nft syntax (usable with the nftables backend only).
+    pub fn is_nft(&self) -> bool {
+        self.items.iter().any(|c| matches!(c, Condition::Nft { .. }))
+    }
+
+    /// True when some condition is an iptables match passed through (usable with the iptables backend only).
+    pub fn has_passthrough(&self) -> bool {
+        self.items.iter().any(|c| matches!(c, Condition::Passthrough { .. }))
     }
 
     /// Parses iptables-style arguments. `what` names the config field in errors.
@@ -88,6 +159,14 @@ impl Conditions {
                     let mark = if *mask == u32::MAX { format!("{value:#x}") } else { format!("{value:#x}/{mask:#x}") };
                     rule.raw_match(format!("-m mark {not}--mark {mark}"))
                 }
+                Condition::Passthrough { words } => {
+                    rule.raw_match(words.iter().map(|w| super::iptables::save_string(w)).collect::<Vec<_>>().join(" "))
+                }
+                Condition::Nft { .. } => {
+                    return Err(Error::config(
+                        "conditions in nft syntax need the nftables backend (set \"backend\": \"nftables\")",
+                    ))
+                }
             };
         }
         Ok(rule)
@@ -120,6 +199,13 @@ impl Conditions {
                         format!("meta mark & {mask:#x} {} {value:#x}", if *negated { "!=" } else { "==" })
                     }
                 }
+                Condition::Passthrough { words } => {
+                    return Err(Error::config(format!(
+                        "the iptables match {:?} has no nftables translation here: write the conditions in nft syntax or use the iptables backend",
+                        truncate_for_msg(&words.join(" "))
+                    )))
+                }
+                Condition::Nft { text } => text.clone(),
             };
             out.push(' ');
             out.push_str(&part);
@@ -190,11 +276,38 @@ impl Parser<'_> {
                 match module.as_str() {
                     "addrtype" => self.addrtype(),
                     "mark" => self.mark(),
-                    other => Err(self.error(format!("unsupported match module {:?}", truncate_for_msg(other)))),
+                    _ => self.passthrough(vec![option, module]),
                 }
+            }
+            other if IPTABLES_NOT_MATCHES.contains(&other) => {
+                Err(self.error(format!("{other:?} is not a match: conditions only select packets")))
+            }
+            other if other.starts_with('-') => {
+                let mut words = if negated { vec!["!".to_string()] } else { Vec::new() };
+                words.push(option.clone());
+                self.passthrough(words)
             }
             other => Err(self.error(format!("unsupported condition {:?}", truncate_for_msg(other)))),
         }
+    }
+
+    /// An iptables match passed through: `words` so far, then its options and values up to the next match
+    /// (`-m`) or a rule option that is not one of this match's. Every word is checked to be printable.
+    fn passthrough(&mut self, mut words: Vec<String>) -> Result<Condition> {
+        while let Some(next) = self.peek() {
+            if matches!(next, "-m" | "--match") || (words.len() > 1 && matches!(next, "-s" | "-d" | "-i" | "-o" | "-p")) {
+                break;
+            }
+            if IPTABLES_NOT_MATCHES.contains(&next) {
+                return Err(self.error(format!("{next:?} is not a match: conditions only select packets")));
+            }
+            words.push(next.to_string());
+            self.position += 1;
+        }
+        if let Some(bad) = words.iter().find(|w| w.is_empty() || w.chars().any(|c| c.is_control())) {
+            return Err(self.error(format!("{:?} is not a printable word", truncate_for_msg(bad))));
+        }
+        Ok(Condition::Passthrough { words })
     }
 
     fn net(&mut self, option: &str) -> Result<IpNet> {
@@ -204,10 +317,7 @@ impl Parser<'_> {
             .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
             .map_err(|_| self.error(format!("{option} {:?} is not an address or CIDR", truncate_for_msg(&text))))?;
         if Family::of_net(&net) != self.family {
-            return Err(self.error(format!("{option} {text} is not an {} address", match self.family {
-                Family::V4 => "IPv4",
-                Family::V6 => "IPv6",
-            })));
+            return Err(self.error(format!("{option} {text} is not an {} address", self.family.name())));
         }
         Ok(net)
     }
@@ -301,6 +411,47 @@ mod tests {
     }
 
     #[test]
+    fn passes_other_iptables_matches_through_quoted() {
+        let c = parse(Family::V4, &["-p", "udp", "-m", "conntrack", "--ctstate", "NEW,ESTABLISHED", "-m", "comment", "--comment", "two words", "-s", "10.0.0.0/8"]).unwrap();
+        assert!(c.has_passthrough() && !c.is_nft());
+        let rule = c.apply_iptables(Rule::new().jump("X")).unwrap();
+        assert_eq!(
+            rule.render(),
+            r#"-s 10.0.0.0/8 -p udp -m conntrack --ctstate "NEW,ESTABLISHED" -m comment --comment "two words" -j X"#
+        );
+        assert!(c.nft().unwrap_err().msg.contains("nft syntax"));
+        let negated = parse(Family::V4, &["!", "--syn"]).unwrap();
+        assert_eq!(negated.items(), &[Condition::Passthrough { words: vec!["!".into(), "--syn".into()] }]);
+    }
+
+    #[test]
+    fn nft_syntax_of_reference_v1_6() {
+        let tokens = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+        assert!(is_nft_syntax(&tokens(&["ip", "saddr", "10.0.0.0/8"])));
+        assert!(!is_nft_syntax(&tokens(&["!", "-d", "10.0.0.0/8"])));
+        assert!(!is_nft_syntax(&tokens(&["-d", "10.0.0.0/8"])));
+        assert!(!is_nft_syntax(&[]));
+        let c = Conditions::parse_any("conditionsV4", Family::V4, &tokens(&["ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }", "iifname", "\"eth0\""])).unwrap();
+        assert!(c.is_nft());
+        assert_eq!(c.nft().unwrap(), " ip saddr != { 10.0.0.0/8, 192.168.0.0/16 } iifname \"eth0\"");
+        assert!(c.apply_iptables(Rule::new()).unwrap_err().msg.contains("nftables backend"));
+        for bad in [
+            &["ip", "saddr", "1.2.3.4", "accept"][..],
+            &["ip saddr 1.2.3.4; add rule ip t c drop"],
+            &["ip", "saddr", "1.2.3.4\nflush ruleset"],
+            &["meta", "mark", "set", "1"],
+            &["ip", "saddr", "1.2.3.4", "#"],
+            &["ip", "saddr", "@x"],
+            &["ip", "daddr", "{1.2.3.4:jump}"],
+            &["iifname", "\"eth0"],
+            &["tcp", "dport", "80", "counter"],
+        ] {
+            let e = Conditions::parse_any("conditionsV4", Family::V4, &tokens(bad)).expect_err(&format!("{bad:?} accepted"));
+            assert_eq!(e.code, crate::spec::codes::INVALID_CONFIG, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn refuses_anything_else() {
         let bad: &[&[&str]] = &[
             &["-j", "ACCEPT"],
@@ -310,13 +461,15 @@ mod tests {
             &["!"],
             &["-d", "fc00::/7"],
             &["-i", "eth0\"; drop"],
-            &["-m", "comment", "--comment", "x"],
             &["-m", "addrtype"],
             &["-m", "addrtype", "--src-type", "NAT"],
             &["-m", "mark", "--mark", "zz"],
-            &["-p", "tcp"],
-            &["--to-destination", "1.2.3.4"],
             &["-d", "1.2.3.4", "-d", "1.2.3.5"],
+            &["-m", "conntrack", "--ctstate", "NEW", "-j", "DNAT"],
+            &["-m", "comment", "--comment", "a\nCOMMIT"],
+            &["-t", "filter"],
+            &["-p", "tcp", "-g", "X"],
+            &["-A", "INPUT"],
         ];
         for tokens in bad {
             let result = parse(Family::V4, tokens).and_then(|c| c.apply_iptables(Rule::new()).map(|_| ()));

@@ -385,6 +385,43 @@ pub fn update(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot, 
     read_and_apply(family, table, what, false, plan)
 }
 
+/// Who owns a per-container chain, and where its jump is: the GC of ipMasq and portmap.
+pub struct OwnedChains<'a> {
+    pub table: &'a str,
+    /// The chain whose rules jump to the per-container chains, each with an owner comment.
+    pub jumps_from: &'a str,
+    /// What the owner comment starts with before `name: `.
+    pub comment_prefix: &'a str,
+    /// The per-container chain's name for (network, container ID).
+    pub chain_of: fn(&str, &str) -> String,
+}
+
+/// GC: removes the per-container chains (and the jumps to them) of `network` whose container is not in
+/// `valid`. Only a jump whose comment names the owner and whose target is the owner's own chain name counts,
+/// so a rule written by hand with a similar comment is left alone.
+pub fn remove_stale_owners(
+    family: Family,
+    owned: &OwnedChains,
+    network: &str,
+    valid: &BTreeSet<&str>,
+    what: &str,
+) -> Result<()> {
+    cleanup(family, owned.table, what, |snapshot, script| {
+        let mut stale = BTreeSet::new();
+        for spec in snapshot.rules(owned.jumps_from) {
+            let Some(comment) = saved_comment(spec) else { continue };
+            let Some((net, id)) = super::parse_owner_comment(&comment, owned.comment_prefix) else { continue };
+            let chain = (owned.chain_of)(net, id);
+            if net == network && !valid.contains(id) && targets_chain(spec, &chain) {
+                stale.insert(chain);
+            }
+        }
+        for chain in stale {
+            remove_chain(script, snapshot, &chain);
+        }
+    })
+}
+
 /// [`update`] for removals: a family whose table cannot be read at all (IPv6 without kernel support) has
 /// nothing to remove.
 pub fn cleanup(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {

@@ -11,6 +11,8 @@
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
+//! - [`reference_nft`]: the nftables rules of the reference plugins v1.6+ (their tables), found and removed
+//!   by our DEL and GC, so that a node moved from their binaries to ours keeps working.
 //! - [`conntrack`]: deleting conntrack entries over netlink (NETLINK_NETFILTER), e.g. stale UDP flows.
 //!
 //! Every name that reaches a rule (network name, container ID, chain names, comments) is validated here
@@ -22,6 +24,7 @@ mod exec;
 pub mod iptables;
 pub mod masq;
 pub mod nftables;
+pub mod reference_nft;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -60,6 +63,11 @@ impl Backend {
             Some(name) => Backend::parse(name),
             None => Backend::detect(),
         }
+    }
+
+    /// The configured backend, else this machine's default ([`Backend::detect`]).
+    pub fn or_detect(configured: Option<Backend>) -> Result<Backend> {
+        configured.map_or_else(Backend::detect, Ok)
     }
 
     /// The default backend of this machine.
@@ -130,6 +138,30 @@ impl Family {
         match self {
             Family::V4 => "ipv4",
             Family::V6 => "ipv6",
+        }
+    }
+
+    /// `"4"` or `"6"`: the suffix of per-family names (`pods4_24`, `nomasq6`).
+    pub fn digit(self) -> &'static str {
+        match self {
+            Family::V4 => "4",
+            Family::V6 => "6",
+        }
+    }
+
+    /// `"ipv4_addr"` or `"ipv6_addr"`: the nftables type of an address of this family.
+    pub fn nft_addr_type(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4_addr",
+            Family::V6 => "ipv6_addr",
+        }
+    }
+
+    /// `"IPv4"` or `"IPv6"`, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
         }
     }
 

@@ -53,6 +53,13 @@ impl Script {
     }
 }
 
+/// One transaction written as nft's JSON commands (`nft -j -f -`): for rules whose every value comes from the
+/// input, nothing of which must ever be read as nft syntax (bridge's MAC spoof check).
+pub fn apply_json(commands: &[Value]) -> Result<(), Failure> {
+    let input = serde_json::json!({ "nftables": commands }).to_string();
+    exec::run("nft", &["-j", "-f", "-"], input.as_bytes()).map(|_| ())
+}
+
 /// `nft -j list <args>`, parsed; `None` when the object listed does not exist.
 pub fn list(args: &[&str]) -> Result<Option<Value>, Failure> {
     let mut all = vec!["-j", "list"];
@@ -138,8 +145,13 @@ fn element(set: &str, item: &Value) -> Option<Element> {
     Some(Element { set: set.to_string(), key: render_key(key)?, value, comment })
 }
 
-/// A map value: a verdict (`jump X`) or data written like a key.
+/// A map value: a verdict (`jump X`, `continue`) or data written like a key.
 fn render_value(value: &Value) -> Option<String> {
+    for verdict in ["accept", "drop", "continue", "return"] {
+        if value.get(verdict).is_some() {
+            return Some(verdict.to_string());
+        }
+    }
     for verdict in ["jump", "goto"] {
         if let Some(target) = value.get(verdict).and_then(|j| j.get("target")).and_then(Value::as_str) {
             let safe = target.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
@@ -226,6 +238,7 @@ mod tests {
             {"map": {"family": "inet", "name": "dnat4", "table": "t", "map": "ipv4_addr . inet_service",
                 "elem": [[{"elem": {"val": {"concat": ["tcp", 8080]}, "comment": "pm-1"}}, {"concat": ["10.22.0.5", 80]}],
                          [{"concat": ["udp", 53]}, {"jump": {"target": "c2"}}],
+                         [{"concat": ["udp", 54]}, {"continue": null}],
                          [{"concat": ["bad\"", 1]}, {"jump": {"target": "c3"}}]]}},
             {"set": {"family": "inet", "name": "hairpin4", "table": "t",
                 "elem": [{"elem": {"val": {"concat": [{"prefix": {"addr": "10.22.0.0", "len": 24}}, "10.22.0.5"]}, "comment": "pm-1"}},
@@ -235,7 +248,8 @@ mod tests {
         let maps: Vec<_> = objects(&listing, "map", "inet", "t").collect();
         assert_eq!(maps.len(), 1);
         let elements: Vec<Element> = maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
-        assert_eq!(elements.len(), 2);
+        assert_eq!(elements.len(), 3);
+        assert_eq!(elements[2].value.as_deref(), Some("continue"));
         assert_eq!(elements[0].key, "tcp . 8080");
         assert_eq!(elements[0].value.as_deref(), Some("10.22.0.5 . 80"));
         assert_eq!(elements[0].comment.as_deref(), Some("pm-1"));

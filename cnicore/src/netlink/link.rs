@@ -30,6 +30,7 @@ const IFF_LOOPBACK: u32 = libc::IFF_LOOPBACK as u32;
 const IFF_POINTOPOINT: u32 = libc::IFF_POINTOPOINT as u32;
 const IFF_RUNNING: u32 = libc::IFF_RUNNING as u32;
 const IFF_PROMISC: u32 = libc::IFF_PROMISC as u32;
+const IFF_ALLMULTI: u32 = libc::IFF_ALLMULTI as u32;
 
 /// Size of `struct ifinfomsg`.
 const IFINFOMSG_LEN: usize = 16;
@@ -48,6 +49,10 @@ pub struct Link {
     pub loopback: bool,
     pub pointopoint: bool,
     pub promisc: bool,
+    /// Receives all multicast packets (IFF_ALLMULTI).
+    pub allmulti: bool,
+    /// Length of the transmit queue (`IFLA_TXQLEN`).
+    pub txqlen: u32,
     /// `IFLA_INFO_KIND`: "bridge", "veth", "ifb", ... (None for e.g. loopback).
     pub kind: Option<String>,
     /// Index of the bridge (or other master) the link is attached to.
@@ -80,6 +85,15 @@ pub(crate) fn link_request(message_type: u16, family: u8, index: u32) -> Request
     Request::new(message_type, &ifinfomsg(family, index, 0, 0))
 }
 
+/// An `RTM_SETLINK` for link `index`: `IFF_*` flags `flags` under the mask `change`, and one attribute if given.
+fn setlink_request(index: u32, flags: u32, change: u32, attribute: Option<(u16, &[u8])>) -> Request {
+    let mut request = Request::new(libc::RTM_SETLINK, &ifinfomsg(0, index, flags, change));
+    if let Some((kind, value)) = attribute {
+        request.attr(kind, value);
+    }
+    request
+}
+
 /// The fixed header of a link message: (index, flags) and the attributes after it.
 pub(crate) fn split_link_message(data: &[u8]) -> Option<(u32, u32, &[u8])> {
     let index = wire::u32_at(data, 4)?;
@@ -101,6 +115,8 @@ impl Link {
             loopback: flags & IFF_LOOPBACK != 0,
             pointopoint: flags & IFF_POINTOPOINT != 0,
             promisc: flags & IFF_PROMISC != 0,
+            allmulti: flags & IFF_ALLMULTI != 0,
+            txqlen: 0,
             kind: None,
             master: None,
             peer_index: None,
@@ -111,6 +127,7 @@ impl Link {
             match kind {
                 libc::IFLA_IFNAME => link.name = wire::as_string(value),
                 libc::IFLA_MTU => link.mtu = wire::as_u32(value).unwrap_or(0),
+                libc::IFLA_TXQLEN => link.txqlen = wire::as_u32(value).unwrap_or(0),
                 libc::IFLA_ADDRESS => link.mac = <[u8; 6]>::try_from(value).ok(),
                 libc::IFLA_MASTER => link.master = wire::as_u32(value),
                 libc::IFLA_LINK => link.peer_index = wire::as_u32(value),
@@ -350,11 +367,7 @@ impl Netlink {
         change: u32,
         attribute: Option<(u16, &[u8])>,
     ) -> io::Result<()> {
-        let mut request = Request::new(libc::RTM_SETLINK, &ifinfomsg(0, index, flags, change));
-        if let Some((kind, value)) = attribute {
-            request.attr(kind, value);
-        }
-        self.request_raw(&mut request, 0)?;
+        self.request_raw(&mut setlink_request(index, flags, change, attribute), 0)?;
         Ok(())
     }
 
@@ -369,6 +382,16 @@ impl Netlink {
     pub fn set_promisc(&mut self, index: u32, on: bool) -> io::Result<()> {
         let flags = if on { IFF_PROMISC } else { 0 };
         self.set_link(index, flags, IFF_PROMISC, None)
+    }
+
+    pub fn set_allmulti(&mut self, index: u32, on: bool) -> io::Result<()> {
+        let flags = if on { IFF_ALLMULTI } else { 0 };
+        self.set_link(index, flags, IFF_ALLMULTI, None)
+    }
+
+    /// Sets the length of the transmit queue (`ip link set ... txqueuelen`).
+    pub fn set_txqlen(&mut self, index: u32, txqlen: u32) -> io::Result<()> {
+        self.set_link(index, 0, 0, Some((libc::IFLA_TXQLEN, &txqlen.to_ne_bytes())))
     }
 
     /// Attaches the link to a bridge (`master_index` 0 detaches it).
@@ -518,10 +541,39 @@ mod tests {
     }
 
     #[test]
+    fn link_attribute_requests() {
+        // What set_mtu, set_mac, set_txqlen, set_promisc and set_allmulti send for link 7.
+        let setlink = |flags, change, attribute| setlink_request(7, flags, change, attribute);
+        let expect = |attributes: Vec<LinkAttribute>, flags: LinkFlags, change: LinkFlags| {
+            let mut expected = message(attributes);
+            expected.header.index = 7;
+            expected.header.flags = flags;
+            expected.header.change_mask = change;
+            emitted(&expected)
+        };
+        let none = LinkFlags::empty();
+        let (mtu_value, txqlen_value) = (9000u32.to_ne_bytes(), 20000u32.to_ne_bytes());
+        let mtu = setlink(0, 0, Some((libc::IFLA_MTU, &mtu_value)));
+        assert_eq!(mtu.payload(), expect(vec![LinkAttribute::Mtu(9000)], none, none));
+        let mac = [0xc2, 0x11, 0x22, 0x33, 0x44, 0x55];
+        let address = setlink(0, 0, Some((libc::IFLA_ADDRESS, &mac)));
+        assert_eq!(address.payload(), expect(vec![LinkAttribute::Address(mac.to_vec())], none, none));
+        let txqlen = setlink(0, 0, Some((libc::IFLA_TXQLEN, &txqlen_value)));
+        assert_eq!(txqlen.payload(), expect(vec![LinkAttribute::TxQueueLen(20000)], none, none));
+        let on = setlink(IFF_ALLMULTI, IFF_ALLMULTI, None);
+        assert_eq!(on.payload(), expect(vec![], LinkFlags::Allmulti, LinkFlags::Allmulti));
+        let off = setlink(0, IFF_ALLMULTI, None);
+        assert_eq!(off.payload(), expect(vec![], none, LinkFlags::Allmulti));
+        let promisc_off = setlink(0, IFF_PROMISC, None);
+        assert_eq!(promisc_off.payload(), expect(vec![], none, LinkFlags::Promisc));
+    }
+
+    #[test]
     fn parses_links() {
         let mut reported = message(vec![
             LinkAttribute::IfName("veth1".into()),
             LinkAttribute::Mtu(1450),
+            LinkAttribute::TxQueueLen(500),
             LinkAttribute::Address(vec![2, 1, 2, 3, 4, 5]),
             LinkAttribute::Controller(4),
             LinkAttribute::Link(9),
@@ -537,7 +589,7 @@ mod tests {
             ]),
         ]);
         reported.header.index = 12;
-        reported.header.flags = LinkFlags::Up | LinkFlags::Running | LinkFlags::Promisc;
+        reported.header.flags = LinkFlags::Up | LinkFlags::Running | LinkFlags::Promisc | LinkFlags::Allmulti;
         let (link, alias) = Link::parse(&emitted(&reported)).unwrap();
         assert_eq!(alias.as_deref(), Some("tag"));
         assert_eq!(
@@ -552,6 +604,8 @@ mod tests {
                 loopback: false,
                 pointopoint: false,
                 promisc: true,
+                allmulti: true,
+                txqlen: 500,
                 kind: Some("veth".into()),
                 master: Some(4),
                 peer_index: Some(9),

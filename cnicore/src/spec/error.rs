@@ -52,6 +52,10 @@ impl Error {
     pub fn internal(msg: impl Into<String>) -> Self {
         Error::new(codes::INTERNAL, msg)
     }
+    /// The same error, its message prefixed with what was being done: `"<what>: <msg>"`.
+    pub fn within(self, what: impl fmt::Display) -> Self {
+        Error { msg: format!("{what}: {}", self.msg), ..self }
+    }
     /// Wraps an OS error with what was being done: `"<what>: <error>"`.
     pub fn os(what: impl fmt::Display, err: impl fmt::Display) -> Self {
         Error::new(codes::INTERNAL, format!("{what}: {err}"))

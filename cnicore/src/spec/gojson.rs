@@ -47,7 +47,7 @@ pub fn field<'a>(object: &'a Value, name: &str) -> Option<&'a Value> {
 /// [`field`] in an object already taken apart.
 pub fn member<'a>(object: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     let present = |v: &&Value| !v.is_null();
-    object.get(name).filter(present).or_else(|| object.iter().filter(|(k, _)| fold_eq(k, name)).map(|(_, v)| v).filter(present).last())
+    object.get(name).filter(present).or_else(|| object.iter().rev().filter(|(k, _)| fold_eq(k, name)).map(|(_, v)| v).find(present))
 }
 
 /// Equality under Go's case folding (`encoding/json` uses Unicode simple folding for field names): lower-case

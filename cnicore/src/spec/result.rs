@@ -5,6 +5,8 @@
 //! - 0.3.0 / 0.3.1 / 0.4.0: `interfaces`, `ips` (with `version: "4" | "6"`), `routes`, `dns`.
 //! - 1.0.0: as 0.4.0 without `version`.
 //! - 1.1.0: adds interface `mtu`, `socketPath`, `pciID` and route `mtu`, `advmss`, `priority`, `table`, `scope`.
+//!   Converted down as libcni 1.2/1.3 does: 1.0.0 keeps all of them (one Go type serves 1.0.0 and 1.1.0);
+//!   0.x drops the interface fields and keeps the route fields (routes are one Go type in every version).
 
 use super::error::{codes, Error, Result};
 use super::version::Version;
@@ -60,9 +62,6 @@ pub struct Route {
 impl Route {
     pub fn new(dst: IpNet, gw: Option<IpAddr>) -> Route {
         Route { dst, gw, mtu: None, advmss: None, priority: None, table: None, scope: None }
-    }
-    fn strip_v11(&self) -> Route {
-        Route::new(self.dst, self.gw)
     }
 }
 
@@ -121,14 +120,8 @@ struct LegacyIp {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     gateway: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    routes: Vec<LegacyRoute>,
-}
-
-#[derive(Deserialize, Serialize)]
-struct LegacyRoute {
-    dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    gw: Option<IpAddr>,
+    /// `types.Route`, shared by every version in libcni: a route keeps its 1.1.0 fields in any version.
+    routes: Vec<Route>,
 }
 
 #[derive(Deserialize)]
@@ -154,7 +147,7 @@ impl CniResult {
             let mut r = CniResult { dns: l.dns.unwrap_or_default(), ..Default::default() };
             for ip in [l.ip4, l.ip6].into_iter().flatten() {
                 r.ips.push(IpConfig { address: ip.ip, gateway: ip.gateway, interface: None });
-                r.routes.extend(ip.routes.into_iter().map(|rt| Route::new(rt.dst, rt.gw)));
+                r.routes.extend(ip.routes);
             }
             return Ok(r);
         }
@@ -181,11 +174,13 @@ impl CniResult {
         if version.legacy_result() {
             return self.to_legacy_json(&cni_version);
         }
-        let v11 = version >= Version::V110;
+        // As libcni 1.2/1.3: 1.0.0 and 1.1.0 share one result type (types/100), so a 1.1.0 result converted to
+        // 1.0.0 keeps the interface's mtu, socketPath and pciID; 0.x interfaces (types/040) have no such fields.
+        let v1 = version >= Version::V100;
         let interfaces: Vec<Interface> = self
             .interfaces
             .iter()
-            .map(|i| if v11 { i.clone() } else { Interface { mtu: None, socket_path: String::new(), pci_id: String::new(), ..i.clone() } })
+            .map(|i| if v1 { i.clone() } else { Interface { mtu: None, socket_path: String::new(), pci_id: String::new(), ..i.clone() } })
             .collect();
         let ips: Vec<Value> = self
             .ips
@@ -198,7 +193,8 @@ impl CniResult {
                 o
             })
             .collect();
-        let routes: Vec<Route> = self.routes.iter().map(|r| if v11 { r.clone() } else { r.strip_v11() }).collect();
+        // Routes are libcni's `types.Route` in every version: their mtu, advmss, priority, table and scope stay.
+        let routes: Vec<Route> = self.routes.clone();
         let mut out = json!({ "cniVersion": cni_version });
         if !interfaces.is_empty() {
             out["interfaces"] = serde_json::to_value(interfaces).unwrap_or(Value::Null);
@@ -222,7 +218,7 @@ impl CniResult {
                 .routes
                 .iter()
                 .filter(|r| r.dst.addr().is_ipv4() == ip.address.addr().is_ipv4())
-                .map(|r| LegacyRoute { dst: r.dst, gw: r.gw })
+                .cloned()
                 .collect(),
         };
         let (ip4, ip6) = (first(true).map(legacy), first(false).map(legacy));
@@ -310,8 +306,11 @@ mod tests {
                 } else {
                     assert!(converted["ips"][0].get("version").is_none());
                 }
-                let has_mtu = converted["routes"].get(0).and_then(|r| r.get("mtu")).is_some();
-                assert_eq!(has_mtu, lowest >= Version::V110, "{from} -> {to}");
+                // libcni keeps route fields in every version, and interface mtu from 1.0.0 on.
+                let route = if to_v.legacy_result() { &converted["ip4"]["routes"][0] } else { &converted["routes"][0] };
+                assert!(route.get("mtu").is_some(), "{from} -> {to}: {route}");
+                let iface_mtu = converted["interfaces"].as_array().into_iter().flatten().any(|i| i.get("mtu").is_some());
+                assert_eq!(iface_mtu, from_v >= Version::V100 && to_v >= Version::V100, "{from} -> {to}");
             }
         }
     }

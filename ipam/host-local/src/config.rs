@@ -44,16 +44,6 @@ struct NetConfIn {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IpamIn {
-    // The legacy single range, at the top level of the section. Not `#[serde(flatten)]` of a RangeIn: a
-    // flattened struct is decoded without its field list, so Go's key matching could not apply to it.
-    #[serde(default)]
-    subnet: Option<String>,
-    #[serde(default)]
-    range_start: Option<String>,
-    #[serde(default)]
-    range_end: Option<String>,
-    #[serde(default)]
-    gateway: Option<String>,
     #[serde(default)]
     ranges: Option<Vec<Vec<RangeIn>>>,
     #[serde(default)]
@@ -62,6 +52,15 @@ struct IpamIn {
     data_dir: Option<String>,
     #[serde(default)]
     resolv_conf: Option<String>,
+}
+
+/// The legacy single range at the top level of the ipam section (the reference embeds a Range there), read
+/// as a second view of the same bytes: `#[serde(flatten)]` would decode it without its field list, so Go's
+/// key matching could not apply to it.
+#[derive(Deserialize)]
+struct LegacyRangeIn {
+    #[serde(default)]
+    ipam: Option<RangeIn>,
 }
 
 #[derive(Deserialize, Default)]
@@ -128,24 +127,14 @@ pub fn load(ctx: &Context) -> Result<Config> {
     };
 
     let runtime = conf.runtime_config.unwrap_or(RuntimeIn { ips: None, ip_ranges: None });
-    // runtimeConfig.ipRanges (capability "ipRanges") replaces the configured ranges.
-    let raw_sets: Vec<Vec<RangeIn>> = match runtime.ip_ranges.filter(|r| !r.is_empty()) {
-        Some(sets) => sets,
-        None => {
-            let mut sets = Vec::new();
-            // The legacy single range (top-level subnet) comes first, as in the reference.
-            if ipam.subnet.is_some() {
-                sets.push(vec![RangeIn {
-                    subnet: ipam.subnet.take(),
-                    range_start: ipam.range_start.take(),
-                    range_end: ipam.range_end.take(),
-                    gateway: ipam.gateway.take(),
-                }]);
-            }
-            sets.extend(ipam.ranges.take().unwrap_or_default());
-            sets
-        }
-    };
+    // As the reference (v0.8 to v1.9, `LoadIPAMConfig`): runtimeConfig.ipRanges (capability "ipRanges") first,
+    // then the legacy single range (top-level subnet), then ipam.ranges. Overlaps between them are an error.
+    let mut raw_sets: Vec<Vec<RangeIn>> = runtime.ip_ranges.unwrap_or_default();
+    let legacy: LegacyRangeIn = ctx.parse_conf()?;
+    if let Some(range) = legacy.ipam.filter(|r| r.subnet.is_some()) {
+        raw_sets.push(vec![range]);
+    }
+    raw_sets.extend(ipam.ranges.take().unwrap_or_default());
     if raw_sets.is_empty() {
         return Err(Error::config("no IP ranges specified: set ipam.ranges (or the legacy ipam.subnet)"));
     }
@@ -276,8 +265,11 @@ fn parse_route(idx: usize, r: &RouteIn) -> Result<Route> {
     Ok(Route { dst, gw, mtu: r.mtu, advmss: r.advmss, priority: r.priority, table: r.table, scope: r.scope })
 }
 
-/// Requested addresses, by priority: `runtimeConfig.ips` (capability "ips"), then `args.cni.ips`, then
-/// `CNI_ARGS` `IP=` (comma-separated). The first source that has any wins. `a.b.c.d/len` is accepted too.
+/// Requested addresses from every source, combined as the reference combines them (`LoadIPAMConfig`):
+/// `CNI_ARGS` `IP=`, then `args.cni.ips`, then `runtimeConfig.ips` (capability "ips"); each address once.
+/// Two differences, both accepting more than the reference: `IP=` may list several addresses separated by
+/// commas (the reference's `net.IP` takes one), and `a.b.c.d/len` is accepted in every source (the reference
+/// takes it in `runtimeConfig.ips` only).
 fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<String>>) -> Result<Vec<IpAddr>> {
     ctx.env.args.check_known(&["IP"])?;
     let parse = |s: &str| -> Option<IpAddr> {
@@ -285,27 +277,20 @@ fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<S
         s.parse::<IpAddr>().ok().or_else(|| s.parse::<IpNet>().ok().map(|n| n.addr()))
     };
     let mut ips: Vec<IpAddr> = Vec::new();
-    if let Some(list) = runtime.filter(|l| !l.is_empty()) {
-        for s in &list {
-            ips.push(
-                parse(s).ok_or_else(|| {
-                    Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s)))
-                })?,
-            );
-        }
-    } else if let Some(list) = args.filter(|l| !l.is_empty()) {
-        for s in &list {
-            ips.push(
-                parse(s)
-                    .ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?,
-            );
-        }
-    } else if let Some(raw) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
+    if let Some(raw) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
         for s in raw.split(',').filter(|s| !s.trim().is_empty()) {
             ips.push(
                 parse(s).ok_or_else(|| Error::env(format!("CNI_ARGS IP: {:?} is not an IP address", truncate(s))))?,
             );
         }
+    }
+    for s in &args.unwrap_or_default() {
+        ips.push(parse(s).ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?);
+    }
+    for s in &runtime.unwrap_or_default() {
+        ips.push(
+            parse(s).ok_or_else(|| Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s))))?,
+        );
     }
     let mut unique = Vec::with_capacity(ips.len());
     for ip in ips {
@@ -345,7 +330,7 @@ mod tests {
     }
 
     #[test]
-    fn legacy_subnet_comes_first_and_runtime_ranges_replace() {
+    fn legacy_subnet_comes_first_and_runtime_ranges_are_prepended() {
         let c = load_ipam(json!({"subnet": "10.1.0.0/16", "ranges": [[{"subnet": "fd00::/64"}]]})).unwrap();
         assert!(c.range_sets[0].is_ipv4() && !c.range_sets[1].is_ipv4());
         let c = load(&ctx(
@@ -354,23 +339,28 @@ mod tests {
             "",
         ))
         .unwrap();
-        assert_eq!(c.range_sets.len(), 1);
-        assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.2.0.0/16");
+        // The reference prepends runtime ranges to the configured ones; it does not replace them.
+        let subnets: Vec<String> = c.range_sets.iter().map(|s| s.0[0].subnet.to_string()).collect();
+        assert_eq!(subnets, ["10.2.0.0/16", "10.1.0.0/16"]);
+        let overlapping = load(&ctx(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"},
+                   "runtimeConfig": {"ipRanges": [[{"subnet": "10.1.2.0/24"}]]}}),
+            "",
+        ));
+        assert!(overlapping.unwrap_err().msg.contains("range set 0 overlaps with range set 1"));
     }
 
     #[test]
-    fn requested_priority() {
-        let base = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"subnet": "10.1.0.0/16"}});
+    fn requested_ips_from_every_source_are_combined() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let base = json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.1.0.0/16"}], [{"subnet": "fd01::/64"}]]}});
         let c = load(&ctx(base.clone(), "IP=10.1.0.5, 10.1.0.6")).unwrap();
-        assert_eq!(c.requested, ["10.1.0.5".parse::<IpAddr>().unwrap(), "10.1.0.6".parse().unwrap()]);
-        let mut with_args = base.clone();
-        with_args["args"] = json!({"cni": {"ips": ["10.1.0.7"]}});
-        assert_eq!(
-            load(&ctx(with_args.clone(), "IP=10.1.0.5")).unwrap().requested,
-            ["10.1.0.7".parse::<IpAddr>().unwrap()]
-        );
-        with_args["runtimeConfig"] = json!({"ips": ["10.1.0.8/16", "10.1.0.8"]});
-        assert_eq!(load(&ctx(with_args, "IP=10.1.0.5")).unwrap().requested, ["10.1.0.8".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.requested, [ip("10.1.0.5"), ip("10.1.0.6")]);
+        let mut all = base.clone();
+        all["args"] = json!({"cni": {"ips": ["fd01::7"]}});
+        all["runtimeConfig"] = json!({"ips": ["10.1.0.5/16", "fd01::8"]});
+        // CNI_ARGS first, then args.cni.ips, then runtimeConfig.ips, each address once (upstream LoadIPAMConfig).
+        assert_eq!(load(&ctx(all, "IP=10.1.0.5")).unwrap().requested, [ip("10.1.0.5"), ip("fd01::7"), ip("fd01::8")]);
     }
 
     #[test]
@@ -395,6 +385,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(c.range_sets[0].0[0].subnet.to_string(), "10.9.0.0/16");
+        assert_eq!(c.range_sets[1].0[0].subnet.to_string(), "10.1.0.0/16");
         assert_eq!(c.requested, ["10.9.0.7".parse::<IpAddr>().unwrap()]);
     }
 

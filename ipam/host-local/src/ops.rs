@@ -6,7 +6,7 @@ use crate::lease::{Content, Owner};
 use crate::range::RangeSet;
 use crate::store::{boot_time, is_garbage, Reserver, Store};
 use cnicore::failpoint;
-use cnicore::spec::{codes, CniResult, Context, Dns, Error, IpConfig, Result};
+use cnicore::spec::{codes, report_rollback, CniResult, Context, Dns, Error, Errors, IpConfig, Result};
 use ipnet::IpNet;
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -113,7 +113,7 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     let outcome = allocate();
     if outcome.is_err() {
         for ip in &taken {
-            let _ = reserver.undo(*ip);
+            report_rollback(format_args!("giving back {ip}"), reserver.undo(*ip));
         }
     }
     drop(reserver);
@@ -162,15 +162,14 @@ pub fn del(ctx: &Context) -> Result<()> {
     let Some(mut store) = lock_network(&cfg, false)? else { return Ok(()) };
     store.ensure_index()?;
     let (owner, ips) = store.leases_for_release(&ctx.env.container_id, &ctx.env.ifname)?;
-    let mut outcome = store.remove_temp_lease();
+    // Release as much as possible; report every failure.
+    let mut errors = Errors::new();
+    errors.record(store.remove_temp_lease());
     for ip in ips {
-        // Release as much as possible; report the first failure.
-        if let Err(e) = store.release(ip, &owner) {
-            outcome = outcome.and(Err(e));
-        }
+        errors.record(store.release(ip, &owner));
     }
     store.commit()?;
-    outcome
+    errors.into_result()
 }
 
 pub fn check(ctx: &Context) -> Result<()> {

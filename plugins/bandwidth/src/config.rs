@@ -1,7 +1,7 @@
 //! The plugin's configuration: rates and bursts from the config itself or from `runtimeConfig.bandwidth`
 //! (the `bandwidth` capability, fed by the Kubernetes ingress/egress-bandwidth annotations).
 
-use cnicore::spec::{codes, Context, Error, Result};
+use cnicore::spec::{Context, Error, Result};
 use cnicore::tc::Tbf;
 use serde::Deserialize;
 use serde_json::Value;
@@ -13,7 +13,8 @@ pub struct BandwidthEntry {
     pub ingress_burst: u64,
     pub egress_rate: u64,
     pub egress_burst: u64,
-    /// Only in later reference versions (HTB based); refused rather than silently ignored.
+    /// `shapedSubnets` / `unshapedSubnets` of reference v1.5 (HTB based, reverted in v1.6): ignored with a
+    /// warning, as v1.6 to v1.9 ignore them (there the whole pod traffic is shaped).
     pub subnets: bool,
 }
 
@@ -51,12 +52,14 @@ struct RawRuntimeConfig {
 }
 
 impl RawEntry {
-    /// The reference embeds the entry in its config as a pointer, allocated as soon as one of its fields appears.
+    /// The reference embeds the entry in its config as a pointer, allocated as soon as one of its fields appears
+    /// (v1.6 to v1.9 have no subnet fields: those alone do not make an entry).
     fn is_present(&self) -> bool {
-        [&self.ingress_rate, &self.ingress_burst, &self.egress_rate, &self.egress_burst]
-            .into_iter()
-            .chain([&self.unshaped_subnets, &self.shaped_subnets])
-            .any(Option::is_some)
+        [&self.ingress_rate, &self.ingress_burst, &self.egress_rate, &self.egress_burst].into_iter().any(Option::is_some)
+    }
+
+    fn has_subnets(&self) -> bool {
+        [&self.unshaped_subnets, &self.shaped_subnets].into_iter().flatten().any(|v| !v.is_null())
     }
 }
 
@@ -76,10 +79,7 @@ impl BandwidthEntry {
                 }),
             }
         };
-        let subnets = [&raw.unshaped_subnets, &raw.shaped_subnets]
-            .into_iter()
-            .flatten()
-            .any(|v| v.as_array().is_none_or(|a| !a.is_empty()));
+        let subnets = raw.has_subnets();
         Ok(BandwidthEntry {
             ingress_rate: number("ingressRate", raw.ingress_rate)?,
             ingress_burst: number("ingressBurst", raw.ingress_burst)?,
@@ -110,24 +110,35 @@ impl Limits {
 pub fn entry(ctx: &Context) -> Result<Option<BandwidthEntry>> {
     // The config's own fields and runtimeConfig are read from the same bytes, as two views.
     let own: RawEntry = ctx.parse_conf()?;
+    let own_subnets = own.has_subnets();
     if own.is_present() {
         return BandwidthEntry::from_raw(own, "").map(Some);
     }
     let raw: RawConf = ctx.parse_conf()?;
     match raw.runtime_config.and_then(|r| r.bandwidth) {
-        Some(entry) => BandwidthEntry::from_raw(entry, "runtimeConfig.bandwidth.").map(Some),
-        None => Ok(None),
+        Some(entry) => BandwidthEntry::from_raw(entry, "runtimeConfig.bandwidth.").map(|mut e| {
+            e.subnets |= own_subnets;
+            Some(e)
+        }),
+        None => {
+            if own_subnets {
+                cnicore::warn!("{SUBNETS_IGNORED}");
+            }
+            Ok(None)
+        }
     }
 }
+
+/// The warning for a v1.5 config: reference v1.6 to v1.9 ignore these fields, and so do we (on stderr, so the
+/// operator learns that the pod's whole traffic is shaped).
+pub const SUBNETS_IGNORED: &str =
+    "shapedSubnets and unshapedSubnets are ignored (as by the reference plugins since v1.6): the whole pod traffic is shaped";
 
 /// Validates the entry in effect and computes the tbf of each shaped direction.
 pub fn limits(ctx: &Context) -> Result<Limits> {
     let Some(entry) = entry(ctx)? else { return Ok(Limits::default()) };
     if entry.subnets {
-        return Err(Error::new(
-            codes::UNSUPPORTED_FIELD,
-            "unshapedSubnets and shapedSubnets are not supported: the whole pod traffic is shaped",
-        ));
+        cnicore::warn!("{SUBNETS_IGNORED}");
     }
     Ok(Limits {
         ingress: direction("ingress", entry.ingress_rate, entry.ingress_burst)?,
@@ -153,7 +164,7 @@ fn direction(name: &str, rate: u64, burst: u64) -> Result<Option<Tbf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::Command;
+    use cnicore::spec::{codes, Command};
 
     fn ctx(json: &str) -> Context {
         Context::for_test(Command::Add, json, "")
@@ -210,10 +221,20 @@ mod tests {
             assert_eq!(e.code, codes::INVALID_CONFIG, "{json}");
             assert!(e.msg.contains("ingressRate must be a whole number"), "{json}: {}", e.msg);
         }
-        let e = limits(&ctx(
+    }
+
+    #[test]
+    fn v1_5_subnets_are_ignored_as_v1_6_to_v1_9_do() {
+        let l = limits(&ctx(
             r#"{"runtimeConfig":{"bandwidth":{"ingressRate":8000,"ingressBurst":800,"shapedSubnets":["10.0.0.0/8"]}}}"#,
         ))
-        .unwrap_err();
-        assert_eq!(e.code, codes::UNSUPPORTED_FIELD);
+        .unwrap();
+        assert_eq!(l.ingress.unwrap().rate, 1000);
+        assert!(entry(&ctx(r#"{"unshapedSubnets":["10.0.0.0/8"],"egressRate":8000,"egressBurst":800}"#)).unwrap().unwrap().subnets);
+        // Subnets alone are no entry (v1.9 does not know the fields): runtimeConfig still applies.
+        let c = ctx(r#"{"shapedSubnets":["10.0.0.0/8"],"runtimeConfig":{"bandwidth":{"egressRate":16000,"egressBurst":1600}}}"#);
+        let e = entry(&c).unwrap().unwrap();
+        assert!(e.subnets && e.egress_rate == 16000);
+        assert!(limits(&ctx(r#"{"shapedSubnets":["10.0.0.0/8"]}"#)).unwrap().is_empty());
     }
 }

@@ -3,11 +3,8 @@
 
 use cnicore::netlink::{Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{CniResult, Error, Result};
+use cnicore::spec::{CniResult, Error, ErrorContext, Result};
 
-fn nl_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::os(what, e)
-}
 
 /// The host veth of pod interface `ifname` in `pod`, which must be listed in `prev` without a sandbox.
 pub fn find(host: &mut Netlink, pod: &NetNs, ifname: &str, prev: &CniResult) -> Result<Link> {
@@ -27,10 +24,10 @@ pub fn find(host: &mut Netlink, pod: &NetNs, ifname: &str, prev: &CniResult) -> 
 
 /// The host end of the veth whose pod end is `ifname` in `pod`.
 fn veth_peer(host: &mut Netlink, pod: &NetNs, ifname: &str) -> Result<Link> {
-    let mut pod_nl = Netlink::in_netns(pod).map_err(nl_err("opening netlink in the pod netns"))?;
+    let mut pod_nl = Netlink::in_netns(pod).context("opening netlink in the pod netns")?;
     let pod_link = pod_nl
         .link_by_name(ifname)
-        .map_err(nl_err("looking up the pod interface"))?
+        .context("looking up the pod interface")?
         .ok_or_else(|| Error::internal(format!("container interface {ifname} has no veth peer: no such interface")))?;
     let peer_index = match (&pod_link.kind, pod_link.peer_index) {
         (Some(kind), Some(index)) if kind == "veth" && index > 0 => index,
@@ -38,7 +35,7 @@ fn veth_peer(host: &mut Netlink, pod: &NetNs, ifname: &str) -> Result<Link> {
     };
     let host_link = host
         .link_by_index(peer_index)
-        .map_err(nl_err("looking up the veth peer"))?
+        .context("looking up the veth peer")?
         // The index must name the pod interface's own peer, not an unrelated link of the same index.
         .filter(|link| link.kind.as_deref() == Some("veth") && link.peer_index == Some(pod_link.index))
         .ok_or_else(|| Error::internal(format!("veth peer with index {peer_index} is not in host ns")))?;

@@ -17,22 +17,15 @@ use std::collections::HashSet;
 
 use cnicore::failpoint;
 use cnicore::netlink::{is_not_found, Link, Netlink};
-use cnicore::spec::{plugin_main, CniResult, Context, Error, Interface, Plugin, Result};
+use cnicore::spec::{plugin_main, report_rollback, CniResult, Context, Error, ErrorContext, Interface, Plugin, Result};
 
 use config::Limits;
 
 struct Bandwidth;
 
-fn nl_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::os(what, e)
-}
 
 fn host_netlink() -> Result<Netlink> {
-    Netlink::new().map_err(nl_err("opening netlink"))
-}
-
-fn mac_string(mac: Option<[u8; 6]>) -> String {
-    mac.map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")).unwrap_or_default()
+    Netlink::new().context("opening netlink")
 }
 
 /// Installs the shaping of one pod on its host veth; returns the ifb when egress is shaped.
@@ -44,7 +37,7 @@ fn apply(nl: &mut Netlink, host: &Link, ctx: &Context, ifb_name: &str, limits: &
     let Some(tbf) = &limits.egress else { return Ok(None) };
     let alias = ifb::alias(&ctx.conf.name, &ctx.env.container_id);
     let ifb = ifb::create(nl, ifb_name, host.mtu, alias.as_deref())
-        .map_err(|e| Error::os(format!("creating ifb device {ifb_name}"), e))?;
+        .with_context(|| format!("creating ifb device {ifb_name}"))?;
     failpoint::hit("bandwidth/after-ifb");
     shaping::install_egress(nl, host, &ifb, tbf)?;
     failpoint::hit("bandwidth/after-filter");
@@ -55,11 +48,11 @@ fn apply(nl: &mut Netlink, host: &Link, ctx: &Context, ifb_name: &str, limits: &
 fn remove(nl: &mut Netlink, hosts: &[Link], ifb_name: &str) -> Result<()> {
     let ifb = nl
         .link_by_name(ifb_name)
-        .map_err(nl_err("looking up the ifb device"))?
+        .context("looking up the ifb device")?
         .filter(|link| link.kind.as_deref() == Some("ifb"));
     for host in hosts {
         shaping::remove_from_host(nl, host, ifb_name, ifb.as_ref().map(|l| l.index))
-            .map_err(|e| Error::os(format!("removing the shaping of {}", host.name), e))?;
+            .with_context(|| format!("removing the shaping of {}", host.name))?;
     }
     if let Some(ifb) = ifb {
         match nl.delete_link(ifb.index) {
@@ -84,12 +77,12 @@ impl Plugin for Bandwidth {
         let ifb_name = ifb::name(&ctx.conf.name, &ctx.env.container_id);
         match apply(&mut nl, &host, ctx, &ifb_name, &limits) {
             Ok(Some(ifb)) => {
-                result.interfaces.push(Interface { name: ifb.name, mac: mac_string(ifb.mac), ..Default::default() })
+                result.interfaces.push(Interface { name: ifb.name, mac: ifb.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default(), ..Default::default() })
             }
             Ok(None) => {}
             Err(e) => {
                 // Leave nothing half-made behind; the error that matters is the first one.
-                let _ = remove(&mut nl, std::slice::from_ref(&host), &ifb_name);
+                report_rollback(format_args!("removing the shaping of {}", host.name), remove(&mut nl, std::slice::from_ref(&host), &ifb_name));
                 return Err(e);
             }
         }
@@ -127,13 +120,13 @@ impl Plugin for Bandwidth {
     fn gc(&self, ctx: &Context) -> Result<()> {
         let valid: HashSet<String> = ctx.valid_attachments()?.into_iter().map(|(id, _)| id).collect();
         let mut nl = host_netlink()?;
-        let tagged = ifb::tagged(&mut nl).map_err(nl_err("listing links"))?;
+        let tagged = ifb::tagged(&mut nl).context("listing links")?;
         for device in tagged {
             let stale = device.network == ctx.conf.name && !valid.contains(&device.container_id);
             // Only names we derive ourselves: an alias is easy to set by hand.
             if stale && device.name == ifb::name(&device.network, &device.container_id) {
                 nl.delete_link_by_name(&device.name)
-                    .map_err(|e| Error::os(format!("deleting ifb device {}", device.name), e))?;
+                    .with_context(|| format!("deleting ifb device {}", device.name))?;
             }
         }
         Ok(())

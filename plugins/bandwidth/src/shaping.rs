@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::io;
 
 use cnicore::netlink::{is_exists, is_not_found, Link, Netlink};
-use cnicore::spec::{Error, Result};
+use cnicore::spec::{Error, ErrorContext, Result};
 use cnicore::tc::{handle, Filter, Qdisc, QdiscKind, Tbf};
 
 /// Handle of our tbf qdiscs (`1:`), as the reference.
@@ -21,9 +21,6 @@ const U32_NODE_MASK: u32 = 0xFFF;
 /// Priority of our filter when the ingress qdisc is ours (the reference's).
 const PREFERRED_PRIO: u16 = 1;
 
-fn nl_err(what: impl std::fmt::Display) -> impl Fn(io::Error) -> Error {
-    move |e| Error::os(&what, e)
-}
 
 /// Ignores "it is gone" errors, as DEL must.
 fn tolerate_gone(result: io::Result<()>) -> io::Result<()> {
@@ -68,11 +65,11 @@ pub fn install_ingress(nl: &mut Netlink, host: &Link, tbf: &Tbf) -> Result<()> {
     match nl.add_tbf(host.index, TBF_HANDLE, handle::ROOT, tbf, false) {
         Ok(()) => Ok(()),
         Err(e) if is_exists(&e) => {
-            let root = nl.root_qdisc(host.index).map_err(nl_err("listing qdiscs"))?;
+            let root = nl.root_qdisc(host.index).context("listing qdiscs")?;
             match root {
                 Some(q) if matches!(q.kind, QdiscKind::Tbf(_)) && q.handle == TBF_HANDLE => nl
                     .add_tbf(host.index, TBF_HANDLE, handle::ROOT, tbf, true)
-                    .map_err(nl_err(format!("replacing the tbf qdisc of {}", host.name))),
+                    .with_context(|| format!("replacing the tbf qdisc of {}", host.name)),
                 Some(q) => Err(Error::internal(format!(
                     "{} already has a root qdisc {} {}: not replacing it",
                     host.name,
@@ -90,7 +87,7 @@ pub fn install_ingress(nl: &mut Netlink, host: &Link, tbf: &Tbf) -> Result<()> {
 /// it, so that no packet is ever redirected to an unshaped ifb.
 pub fn install_egress(nl: &mut Netlink, host: &Link, ifb: &Link, tbf: &Tbf) -> Result<()> {
     nl.add_tbf(ifb.index, TBF_HANDLE, handle::ROOT, tbf, true)
-        .map_err(nl_err(format!("creating the tbf qdisc of {}", ifb.name)))?;
+        .with_context(|| format!("creating the tbf qdisc of {}", ifb.name))?;
     cnicore::failpoint::hit("bandwidth/after-ifb-tbf");
     let (parent, owns_qdisc, used) = ingress_hook(nl, host, &ifb.name)?;
     cnicore::failpoint::hit("bandwidth/after-ingress-qdisc");
@@ -100,7 +97,7 @@ pub fn install_egress(nl: &mut Netlink, host: &Link, ifb: &Link, tbf: &Tbf) -> R
         .ok_or_else(|| Error::internal(format!("no free filter priority on {}", host.name)))?;
     let cookie = cookie(&ifb.name, owns_qdisc);
     nl.add_redirect_filter(host.index, parent, prio, ifb.index, Some(&cookie))
-        .map_err(nl_err(format!("adding the filter redirecting {} to {}", host.name, ifb.name)))
+        .with_context(|| format!("adding the filter redirecting {} to {}", host.name, ifb.name))
 }
 
 /// The filter parent for traffic the host veth receives: a new ingress qdisc, or the ingress or
@@ -112,11 +109,11 @@ fn ingress_hook(nl: &mut Netlink, host: &Link, ifb_name: &str) -> Result<(u32, b
         Err(e) if is_exists(&e) => {}
         Err(e) => return Err(Error::os(format!("creating the ingress qdisc of {}", host.name), e)),
     }
-    let qdisc = nl.ingress_qdisc(host.index).map_err(nl_err("listing qdiscs"))?;
+    let qdisc = nl.ingress_qdisc(host.index).context("listing qdiscs")?;
     let Some(parent) = qdisc.as_ref().and_then(Qdisc::ingress_filter_parent) else {
         return Err(Error::internal(format!("{} has an ingress qdisc that cannot be listed", host.name)));
     };
-    let filters = nl.filters(host.index, parent).map_err(nl_err("listing filters"))?;
+    let filters = nl.filters(host.index, parent).context("listing filters")?;
     let mut owns_qdisc = false;
     let mut leftovers = Vec::new();
     for filter in &filters {
@@ -128,8 +125,8 @@ fn ingress_hook(nl: &mut Netlink, host: &Link, ifb_name: &str) -> Result<(u32, b
     let remaining = if leftovers.is_empty() {
         filters
     } else {
-        delete_filters(nl, &filters, &leftovers).map_err(nl_err("removing an earlier filter of this pod"))?;
-        nl.filters(host.index, parent).map_err(nl_err("listing filters"))?
+        delete_filters(nl, &filters, &leftovers).context("removing an earlier filter of this pod")?;
+        nl.filters(host.index, parent).context("listing filters")?
     };
     Ok((parent, owns_qdisc, remaining.iter().map(|f| f.prio).collect()))
 }
@@ -193,19 +190,19 @@ pub fn check_ingress(nl: &mut Netlink, host: &Link, expected: &Tbf) -> Result<()
 pub fn check_egress(nl: &mut Netlink, host: &Link, ifb_name: &str, expected: &Tbf) -> Result<()> {
     let ifb = nl
         .link_by_name(ifb_name)
-        .map_err(nl_err("looking up the ifb device"))?
+        .context("looking up the ifb device")?
         .filter(|link| link.kind.as_deref() == Some("ifb"))
         .ok_or_else(|| Error::internal(format!("ifb device {ifb_name} not found")))?;
     if !ifb.up {
         return Err(Error::internal(format!("ifb device {ifb_name} is down")));
     }
     check_tbf(nl, &ifb, expected, "egress")?;
-    let qdisc = nl.ingress_qdisc(host.index).map_err(nl_err("listing qdiscs"))?;
+    let qdisc = nl.ingress_qdisc(host.index).context("listing qdiscs")?;
     let parent = qdisc
         .as_ref()
         .and_then(Qdisc::ingress_filter_parent)
         .ok_or_else(|| Error::internal(format!("{} has no ingress qdisc", host.name)))?;
-    let filters = nl.filters(host.index, parent).map_err(nl_err("listing filters"))?;
+    let filters = nl.filters(host.index, parent).context("listing filters")?;
     let redirected = filters.iter().flat_map(|f| &f.redirects).any(|r| r.egress_redirect && r.ifindex == ifb.index);
     if !redirected {
         return Err(Error::internal(format!("no filter on {} redirects its traffic to {ifb_name}", host.name)));
@@ -214,7 +211,7 @@ pub fn check_egress(nl: &mut Netlink, host: &Link, ifb_name: &str, expected: &Tb
 }
 
 fn check_tbf(nl: &mut Netlink, link: &Link, expected: &Tbf, direction: &str) -> Result<()> {
-    let root = nl.root_qdisc(link.index).map_err(nl_err("listing qdiscs"))?;
+    let root = nl.root_qdisc(link.index).context("listing qdiscs")?;
     let actual = match root {
         Some(Qdisc { kind: QdiscKind::Tbf(Some(tbf)), .. }) => tbf,
         Some(q) => {

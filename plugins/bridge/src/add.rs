@@ -8,16 +8,17 @@ use std::time::Duration;
 use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result, Route};
+use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route, ipam};
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use crate::masq::{self, Masq};
+use cnicore::firewall::masq::{self, Attachment as Masq};
+use cnicore::firewall::Backend;
 use crate::node;
 use crate::pod;
 use crate::spoofchk::SpoofCheck;
 use crate::undo::Undo;
-use crate::{mtu, nl_err};
+use crate::mtu;
 
 /// Bound on the host veth becoming operationally up (the reference polls for up to 2.55 s).
 const PORT_UP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -26,8 +27,8 @@ const VETH_NAME_ATTEMPTS: usize = 10;
 /// Position of the pod interface in the result's `interfaces`.
 const POD_INTERFACE: usize = 2;
 
-/// What the checks before any change found out.
-struct Plan<'a> {
+/// What the checks before any change found out, and the sockets the steps use.
+struct Preflight<'a> {
     conf: Config,
     pod_ns: NetNs,
     node: Netlink,
@@ -38,9 +39,9 @@ struct Plan<'a> {
 }
 
 pub fn add(ctx: &Context) -> Result<CniResult> {
-    let mut plan = plan(ctx)?;
+    let mut preflight = preflight(ctx)?;
     let mut undo = Undo::default();
-    let outcome = apply(&mut plan, &mut undo);
+    let outcome = apply(&mut preflight, &mut undo);
     if outcome.is_err() {
         undo.rollback();
     }
@@ -49,30 +50,30 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
 
 /// Everything that can be known to fail before touching the node: the config, the netns, a non-bridge
 /// under the bridge's name, an interface already named `CNI_IFNAME` in the pod; and the MTU.
-fn plan(ctx: &Context) -> Result<Plan<'_>> {
+fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
     let conf = Config::load(ctx)?;
     let pod_ns = ctx.open_netns()?;
     if conf.layer3 {
         // A missing IPAM plugin is known before anything is touched.
         ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
     }
-    let mut node_nl = Netlink::new().map_err(nl_err("failed to open netlink in the node namespace"))?;
-    let mut pod_nl = Netlink::in_netns(&pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
+    let mut node_nl = Netlink::new().context("failed to open netlink in the node namespace")?;
+    let mut pod_nl = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
     // MTU inference needs every link of the node; otherwise the bridge is all there is to look at.
     let (existing_bridge, inferred_mtu) = match conf.mtu {
-        Some(_) => (node_nl.link_by_name(&conf.bridge).map_err(nl_err("failed to look up the bridge"))?, None),
+        Some(_) => (node_nl.link_by_name(&conf.bridge).context("failed to look up the bridge")?, None),
         None => {
-            let links = node_nl.links().map_err(nl_err("failed to list the node's links"))?;
+            let links = node_nl.links().context("failed to list the node's links")?;
             (links.iter().find(|l| l.name == conf.bridge).cloned(), Some(mtu::infer(&links)))
         }
     };
     node::check_bridge_name(existing_bridge.as_ref(), &conf.bridge)?;
     let ifname = &ctx.env.ifname;
-    if pod_nl.link_by_name(ifname).map_err(nl_err("failed to look at the pod's links"))?.is_some() {
+    if pod_nl.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
         return Err(already_in_pod(ifname, ctx));
     }
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
-    Ok(Plan { conf, pod_ns, node: node_nl, pod: pod_nl, existing_bridge, mtu, ctx })
+    Ok(Preflight { conf, pod_ns, node: node_nl, pod: pod_nl, existing_bridge, mtu, ctx })
 }
 
 fn already_in_pod(ifname: &str, ctx: &Context) -> Error {
@@ -87,23 +88,9 @@ struct Links {
     pod: Link,
 }
 
-fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
+fn apply<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     let ctx = p.ctx;
-    let layer3 = p.conf.layer3;
-    let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
-    let (links, lease) = if layer3 && p.existing_bridge.is_none() {
-        // This ADD would create the bridge: IPAM first, so that an IPAM refusal leaves the node as it was
-        // (rolling back a new bridge could pull it from under a concurrent ADD that just found it).
-        let lease = ipam_add()?;
-        (setup_links(p, undo), Some(Ok(lease)))
-    } else {
-        // IPAM (another process) runs while the links are made: neither needs the other.
-        std::thread::scope(|s| {
-            let ipam = layer3.then(|| s.spawn(ipam_add));
-            let links = setup_links(p, undo);
-            (links, ipam.map(join))
-        })
-    };
+    let (links, lease) = links_and_lease(p, undo)?;
     if let Some(Ok(_)) = &lease {
         undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
     }
@@ -125,7 +112,7 @@ fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
         Some(lease) => configure_layer3(p, undo, &links, &mut result, lease)?,
         None => {
             if !p.conf.disable_container_interface {
-                p.pod.set_up(links.pod.index).map_err(nl_err(format!("failed to set {ifname:?} up")))?;
+                p.pod.set_up(links.pod.index).with_context(|| format!("failed to set {ifname:?} up"))?;
             }
             node::enable_bridge_netfilter(true, false);
         }
@@ -139,13 +126,32 @@ fn apply<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     Ok(result)
 }
 
+/// The links (see [`setup_links`]) and, with IPAM, the lease.
+fn links_and_lease<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<(Result<Links>, Option<Result<CniResult>>)> {
+    let ctx = p.ctx;
+    let layer3 = p.conf.layer3;
+    let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
+    if layer3 && p.existing_bridge.is_none() {
+        // This ADD would create the bridge: IPAM first, so that an IPAM refusal leaves the node as it was
+        // (rolling back a new bridge could pull it from under a concurrent ADD that just found it).
+        let lease = ipam_add()?;
+        return Ok((setup_links(p, undo), Some(Ok(lease))));
+    }
+    // IPAM (another process) runs while the links are made: neither needs the other.
+    Ok(std::thread::scope(|s| {
+        let ipam = layer3.then(|| s.spawn(ipam_add));
+        let links = setup_links(p, undo);
+        (links, ipam.map(join))
+    }))
+}
+
 fn join<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     handle.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))
 }
 
 /// The bridge, the veth pair with its host end as a bridge port, and the MAC spoof check.
-fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
-    let Plan { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
+fn setup_links<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<Links> {
+    let Preflight { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
     let ifname = ctx.env.ifname.as_str();
     let bridge = node::ensure_bridge(node, conf, existing_bridge.take(), *mtu)?;
     failpoint::hit("bridge/after-bridge");
@@ -154,10 +160,10 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
     failpoint::hit("bridge/after-veth");
     let host_name = host.name.clone();
     undo.push(format!("delete veth {host_name}"), move || {
-        let mut nl = Netlink::new().map_err(nl_err("netlink"))?;
-        nl.delete_link_by_name(&host_name).map(|_| ()).map_err(nl_err(format!("failed to delete {host_name:?}")))
+        let mut nl = Netlink::new().context("netlink")?;
+        nl.delete_link_by_name(&host_name).map(|_| ()).with_context(|| format!("failed to delete {host_name:?}"))
     });
-    let pod_link = pod.require_link(ifname).map_err(nl_err(format!("failed to find {ifname:?} in the pod")))?;
+    let pod_link = pod.require_link(ifname).with_context(|| format!("failed to find {ifname:?} in the pod"))?;
     node::attach_port(node, &host, &bridge, conf, conf.vlan, &conf.trunk)?;
     failpoint::hit("bridge/after-port");
 
@@ -176,13 +182,13 @@ fn setup_links<'a>(p: &mut Plan<'a>, undo: &mut Undo<'a>) -> Result<Links> {
 /// Addresses and routes in the pod, the gateway on the bridge, forwarding, and masquerading (whose
 /// firewall processes run while the node side is finished).
 fn configure_layer3<'a>(
-    p: &mut Plan<'a>,
+    p: &mut Preflight<'a>,
     undo: &mut Undo<'a>,
     links: &Links,
     result: &mut CniResult,
     lease: CniResult,
 ) -> Result<()> {
-    let Plan { conf, pod_ns, node, pod, mtu, ctx, .. } = p;
+    let Preflight { conf, pod_ns, node, pod, mtu, ctx, .. } = p;
     let conf: &Config = conf;
     let ctx: &'a Context = ctx;
     if lease.ips.is_empty() {
@@ -194,10 +200,38 @@ fn configure_layer3<'a>(
 
     let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
     let container_id = ctx.env.container_id.as_str();
-    let (node_side, masq_outcome) = std::thread::scope(|s| {
+    let (node_side, masq_outcome) =
+        node_side_and_masquerade(node, pod, conf, links, result, &gateways, *mtu, container_id, &ips);
+    if conf.ip_masq {
+        let (network, non_masquerade) = (conf.network.clone(), conf.non_masquerade.clone());
+        undo.push("remove the masquerade rules", move || {
+            masq::teardown(&Masq { network: &network, container_id, ips: &ips, non_masquerade: &non_masquerade })
+        });
+    }
+    node_side?;
+    masq_outcome.transpose()?;
+    Ok(())
+}
+
+/// The node side ([`finish_node_side`], once both veth ends are up) while the masquerade rules, whose
+/// firewall processes take longest, are applied on another thread.
+#[allow(clippy::too_many_arguments)]
+fn node_side_and_masquerade(
+    node: &mut Netlink,
+    pod: &mut Netlink,
+    conf: &Config,
+    links: &Links,
+    result: &mut CniResult,
+    gateways: &[IpNet],
+    mtu: u32,
+    container_id: &str,
+    ips: &[IpNet],
+) -> (Result<()>, Option<Result<()>>) {
+    std::thread::scope(|s| {
         let masq = conf.ip_masq.then(|| {
             s.spawn(|| {
-                let outcome = masq::setup(conf.masq_backend, &Masq { network: &conf.network, container_id, ips: &ips });
+                let outcome =
+                    Backend::or_detect(conf.masq_backend).and_then(|b| masq::setup(b, &conf.masq(container_id, ips)));
                 failpoint::hit("bridge/after-masq");
                 outcome
             })
@@ -207,18 +241,9 @@ fn configure_layer3<'a>(
         let node_side = pod
             .wait_oper_up(links.pod.index, PORT_UP_TIMEOUT)
             .map_err(|e| Error::internal(format!("{:?} in the pod did not come up: {e}", links.pod.name)))
-            .and_then(|()| finish_node_side(node, conf, links, result, &gateways, *mtu));
+            .and_then(|()| finish_node_side(node, conf, links, result, gateways, mtu));
         (node_side, masq.map(join))
-    });
-    if conf.ip_masq {
-        let network = conf.network.clone();
-        undo.push("remove the masquerade rules", move || {
-            masq::teardown(&Masq { network: &network, container_id, ips: &ips })
-        });
-    }
-    node_side?;
-    masq_outcome.transpose()?;
-    Ok(())
+    })
 }
 
 /// The node's part once the pod is configured: the port up, the gateway address(es), forwarding, and
@@ -274,7 +299,7 @@ fn create_veth(
             Ok(host) => return Ok(host),
             Err(e) if is_exists(&e) => {
                 // Either the pod's name is taken (a concurrent ADD?) or, rarely, the random host name.
-                let in_pod = pod.link_by_name(ifname).map_err(nl_err("failed to look at the pod's links"))?;
+                let in_pod = pod.link_by_name(ifname).context("failed to look at the pod's links")?;
                 if in_pod.is_some() {
                     return Err(already_in_pod(ifname, ctx));
                 }
@@ -333,11 +358,11 @@ fn first_address(net: &IpNet) -> Option<IpAddr> {
 fn finish_interfaces(nl: &mut Netlink, result: &mut CniResult, bridge: &Link, host: &Link) -> Result<()> {
     let bridge = nl
         .link_by_index(bridge.index)
-        .map_err(nl_err("failed to look up the bridge"))?
+        .context("failed to look up the bridge")?
         .unwrap_or_else(|| bridge.clone());
     let host = nl
         .link_by_index(host.index)
-        .map_err(nl_err("failed to look up the host veth"))?
+        .context("failed to look up the host veth")?
         .unwrap_or_else(|| host.clone());
     for (i, link) in [(0, &bridge), (1, &host)] {
         result.interfaces[i].mac = link.mac.map(|m| format_mac(&m)).unwrap_or_default();

@@ -1,11 +1,14 @@
 //! CHECK: the attachment still looks as `prevResult` says: the bridge, the pod's veth and its host end on
-//! the bridge, the pod's addresses and routes.
+//! the bridge, the pod's addresses and routes, and with ipMasq the masquerade rules (exceptions included).
 
 use cnicore::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
-use cnicore::spec::{ipam, CniResult, Command, Context, Error, Interface, Result};
+use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface, Result, ipam};
+
+use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use crate::nl_err;
+use cnicore::firewall::{masq, reference_nft};
+use cnicore::firewall::Backend;
 use crate::node::is_bridge;
 
 pub fn check(ctx: &Context) -> Result<()> {
@@ -19,8 +22,8 @@ pub fn check(ctx: &Context) -> Result<()> {
     let ifname = ctx.env.ifname.as_str();
     let sandbox = netns_path.display().to_string();
 
-    let mut node_nl = Netlink::new().map_err(nl_err("netlink"))?;
-    let mut pod_nl = Netlink::in_netns(&pod_ns).map_err(nl_err("netlink in the pod"))?;
+    let mut node_nl = Netlink::new().context("netlink")?;
+    let mut pod_nl = Netlink::in_netns(&pod_ns).context("netlink in the pod")?;
 
     let bridge_entry = prev.interfaces.iter().find(|i| i.name == conf.bridge);
     let bridge = check_bridge(&mut node_nl, bridge_entry, &conf)?;
@@ -32,7 +35,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     })?;
     let pod_link = pod_nl
         .link_by_name(ifname)
-        .map_err(nl_err("netlink"))?
+        .context("netlink")?
         .ok_or_else(|| Error::internal(format!("CNI created interface in container {ifname} not found")))?;
     if pod_link.kind.as_deref() != Some("veth") {
         return Err(Error::internal(format!("Error: Container interface {ifname} not of type veth")));
@@ -48,7 +51,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     // The host end: a veth in prevResult whose peer is the pod interface and whose master is the bridge.
     let mut found_host = false;
     for entry in prev.interfaces.iter().filter(|i| i.name != conf.bridge && i.name != ifname && i.sandbox.is_empty()) {
-        let Some(link) = node_nl.link_by_name(&entry.name).map_err(nl_err("netlink"))? else {
+        let Some(link) = node_nl.link_by_name(&entry.name).context("netlink")? else {
             return Err(Error::internal(format!("Interface name {} not found", entry.name)));
         };
         let ours = link.kind.as_deref() == Some("veth")
@@ -65,7 +68,28 @@ pub fn check(ctx: &Context) -> Result<()> {
         return Err(Error::internal(format!("CNI veth created for bridge {} was not found", conf.bridge)));
     }
 
-    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)
+    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
+    if conf.layer3 && conf.ip_masq {
+        let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
+        let backend = Backend::or_detect(conf.masq_backend)?;
+        if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
+            // A pod set up by the reference bridge v1.6+ (ipMasqBackend nftables) before the node moved to ours.
+            let theirs = backend == Backend::Nftables
+                && reference_nft::ipmasq_has_rule(&conf.network, ifname, &ctx.env.container_id)?;
+            if !theirs {
+                return Err(ours);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The addresses of `prev` on the pod interface (or on no interface in particular).
+pub(crate) fn pod_ips<'a>(prev: &'a CniResult, ifname: &'a str) -> impl Iterator<Item = IpNet> + 'a {
+    prev.ips
+        .iter()
+        .filter(move |ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
+        .map(|ip| ip.address)
 }
 
 fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> Result<Link> {
@@ -77,7 +101,7 @@ fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> R
     }
     let link = nl
         .link_by_name(name)
-        .map_err(nl_err("netlink"))?
+        .context("netlink")?
         .ok_or_else(|| Error::internal(format!("Interface name {name} not found")))?;
     if !is_bridge(&link) {
         return Err(Error::internal(format!("Interface {name} does not have link type of bridge")));
@@ -104,17 +128,16 @@ fn check_mac(entry: &Interface, link: &Link) -> Result<()> {
 
 /// Every address of the pod interface in `prev` is on the link, and every route is in the pod's table.
 fn check_addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {
-    let addresses = nl.addresses(Some(index)).map_err(nl_err("netlink"))?;
-    for ip in &prev.ips {
-        let for_pod = ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname);
-        if for_pod && !addresses.iter().any(|a| a.addr == ip.address) {
-            return Err(Error::internal(format!("Failed to match addr {} on interface {ifname}", ip.address)));
+    let addresses = nl.addresses(Some(index)).context("netlink")?;
+    for ip in pod_ips(prev, ifname) {
+        if !addresses.iter().any(|a| a.addr == ip) {
+            return Err(Error::internal(format!("Failed to match addr {ip} on interface {ifname}")));
         }
     }
     let mut routes = Vec::new();
     for family in [IpFamily::V4, IpFamily::V6] {
         if prev.routes.iter().any(|r| r.dst.addr().is_ipv4() == (family == IpFamily::V4)) {
-            routes.extend(nl.routes(family, RT_TABLE_MAIN).map_err(nl_err("netlink"))?);
+            routes.extend(nl.routes(family, RT_TABLE_MAIN).context("netlink")?);
         }
     }
     for expected in prev.routes.iter().filter(|r| r.table.is_none_or(|t| t == RT_TABLE_MAIN)) {

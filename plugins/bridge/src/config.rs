@@ -1,10 +1,12 @@
 //! The bridge's network config: parsed and fully validated before anything on the node is touched.
 
-use cnicore::spec::{codes, validate_ifname, Context, Dns, Error, Result};
+use cnicore::spec::{validate_ifname, Context, Dns, Error, Result};
+use ipnet::IpNet;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::masq::Backend;
+use cnicore::firewall::masq::Attachment as Masq;
+use cnicore::firewall::Backend;
 
 const DEFAULT_BRIDGE: &str = "cni0";
 /// The MTU range Linux accepts for Ethernet-like links (IPv4 needs at least 68).
@@ -28,6 +30,9 @@ struct RawConf {
     ip_masq: bool,
     #[serde(default)]
     ip_masq_backend: Option<String>,
+    /// Destinations whose traffic keeps the pod's address besides its own subnet (the cluster CIDR).
+    #[serde(default, rename = "nonMasqueradeCIDRs")]
+    non_masquerade_cidrs: Option<Vec<String>>,
     /// 0 (the reference's "unset") or absent: inferred.
     #[serde(default)]
     mtu: Option<i64>,
@@ -39,7 +44,9 @@ struct RawConf {
     vlan: Option<i64>,
     #[serde(default)]
     vlan_trunk: Option<Vec<VlanTrunk>>,
-    #[serde(default = "default_true")]
+    /// Reference v1.8+ (containernetworking/plugins#1181): false unless set, so a VLAN port is isolated from the
+    /// bridge's default VLAN (v1.3-v1.7 defaulted to true).
+    #[serde(default)]
     preserve_default_vlan: bool,
     #[serde(default, rename = "enabledad")]
     enable_dad: bool,
@@ -49,10 +56,6 @@ struct RawConf {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// One `vlanTrunk` entry: a single `id` and/or a `minID`..`maxID` range.
@@ -76,6 +79,9 @@ pub struct Config {
     pub force_address: bool,
     pub ip_masq: bool,
     pub masq_backend: Option<Backend>,
+    /// `nonMasqueradeCIDRs`: with ipMasq, traffic to these prefixes is not masqueraded (either family; an
+    /// entry is used for the pod addresses of its family).
+    pub non_masquerade: Vec<IpNet>,
     /// Explicit MTU; `None` means "infer it from the node" (see [`crate::mtu`]).
     pub mtu: Option<u32>,
     pub hairpin: bool,
@@ -114,10 +120,9 @@ impl Config {
             Some(v) if (1..=VLAN_MAX).contains(&v) => Some(v as u16),
             Some(v) => return Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
         };
+        // Since reference v1.8 (containernetworking/plugins#1180) `vlan` with `vlanTrunk` is a trunk whose
+        // native VLAN is `vlan` (before: "cannot set vlan and vlanTrunk at the same time").
         let trunk = collect_trunk(raw.vlan_trunk.as_deref().unwrap_or_default())?;
-        if vlan.is_some() && !trunk.is_empty() {
-            return Err(Error::config("cannot set vlan and vlanTrunk at the same time"));
-        }
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(Error::config("cannot set hairpin mode and promiscuous mode at the same time"));
         }
@@ -126,6 +131,8 @@ impl Config {
             .as_deref()
             .map(|b| Backend::parse(b).map_err(|e| Error::config(format!("ipMasqBackend: {}", e.msg))))
             .transpose()?;
+
+        let non_masquerade = parse_non_masquerade(raw.non_masquerade_cidrs.as_deref().unwrap_or_default())?;
 
         let layer3 = ipam_configured(ctx)?;
         let is_gateway = raw.is_gateway || raw.is_default_gateway;
@@ -156,6 +163,7 @@ impl Config {
             force_address: raw.force_address,
             ip_masq: raw.ip_masq,
             masq_backend,
+            non_masquerade,
             mtu,
             hairpin: raw.hairpin_mode,
             promisc: raw.promisc_mode,
@@ -175,6 +183,36 @@ impl Config {
     pub fn uses_vlans(&self) -> bool {
         self.vlan.is_some() || !self.trunk.is_empty()
     }
+
+    /// The masquerade of the attachment of `container_id` with the pod addresses `ips`.
+    pub fn masq<'a>(&'a self, container_id: &'a str, ips: &'a [IpNet]) -> Masq<'a> {
+        Masq { network: &self.network, container_id, ips, non_masquerade: &self.non_masquerade }
+    }
+}
+
+/// At most this many `nonMasqueradeCIDRs` (each is a rule per pod).
+const MAX_NON_MASQUERADE: usize = 256;
+
+/// The prefixes of `nonMasqueradeCIDRs`, as Go's `net.ParseCIDR` reads them (host bits are allowed and
+/// dropped).
+fn parse_non_masquerade(entries: &[String]) -> Result<Vec<IpNet>> {
+    if entries.len() > MAX_NON_MASQUERADE {
+        return Err(Error::config(format!(
+            "nonMasqueradeCIDRs has {} entries, at most {MAX_NON_MASQUERADE} are allowed",
+            entries.len()
+        )));
+    }
+    entries
+        .iter()
+        .map(|entry| {
+            entry.parse::<IpNet>().map(|net| net.trunc()).map_err(|_| {
+                Error::config(format!(
+                    "nonMasqueradeCIDRs: {:?} is not a prefix such as \"10.244.0.0/16\" or \"fd00:10:244::/56\"",
+                    cnicore::spec::truncate_for_msg(entry)
+                ))
+            })
+        })
+        .collect()
 }
 
 fn digits(n: u16) -> usize {
@@ -248,39 +286,12 @@ fn requested_mac(ctx: &Context) -> Result<Option<[u8; 6]>> {
     chosen.map(|m| parse_mac(&m)).transpose()
 }
 
-/// A unicast Ethernet address, `aa:bb:cc:dd:ee:ff` or `aa-bb-cc-dd-ee-ff`.
-pub fn parse_mac(text: &str) -> Result<[u8; 6]> {
-    let bad = |why: &str| {
-        Error::new(
-            codes::INVALID_CONFIG,
-            format!("invalid MAC address {:?}: {why}", cnicore::spec::truncate_for_msg(text)),
-        )
-    };
-    let parts: Vec<&str> = text.split([':', '-']).collect();
-    if parts.len() != 6 || parts.iter().any(|p| p.len() != 2) {
-        return Err(bad("expected six hexadecimal octets such as 0a:58:0a:f4:00:05"));
-    }
-    let mut mac = [0u8; 6];
-    for (octet, part) in mac.iter_mut().zip(&parts) {
-        *octet = u8::from_str_radix(part, 16).map_err(|_| bad("not hexadecimal"))?;
-    }
-    if mac[0] & 1 == 1 {
-        return Err(bad("a multicast address cannot be an interface address"));
-    }
-    if mac == [0; 6] {
-        return Err(bad("the all-zero address cannot be an interface address"));
-    }
-    Ok(mac)
-}
-
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
+pub use cnicore::mac::{format as format_mac, parse as parse_mac};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cnicore::spec::Command;
+    use cnicore::spec::{codes, Command};
 
     fn ctx(conf: Value) -> Context {
         ctx_args(conf, "")
@@ -308,7 +319,7 @@ mod tests {
     fn defaults() {
         let c = Config::load(&ctx(base())).unwrap();
         assert_eq!(c.bridge, "cni0");
-        assert!(c.layer3 && c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
+        assert!(c.layer3 && !c.preserve_default_vlan && c.mtu.is_none() && c.vlan.is_none());
         assert!(Config::load(&ctx(with("mtu", 0.into()))).unwrap().mtu.is_none());
         assert!(Config::load(&ctx(with("isDefaultGateway", true.into()))).unwrap().is_gateway);
     }
@@ -331,6 +342,12 @@ mod tests {
             with("vlanTrunk", serde_json::json!([{"minID": 0, "maxID": 10}])),
             with("vlanTrunk", serde_json::json!([{"id": 5000}])),
             with("ipMasqBackend", "ebtables".into()),
+            with("nonMasqueradeCIDRs", "10.244.0.0/16".into()),
+            with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0"])),
+            with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0/33"])),
+            with("nonMasqueradeCIDRs", serde_json::json!(["cluster"])),
+            with("nonMasqueradeCIDRs", serde_json::json!([16])),
+            with("nonMasqueradeCIDRs", serde_json::json!(vec!["10.0.0.0/8"; 257])),
             with("ipam", serde_json::json!({"subnet": "10.0.0.0/24"})),
             with("ipam", serde_json::json!({"type": "../x"})),
             with("ipam", "host-local".into()),
@@ -339,9 +356,6 @@ mod tests {
             let e = err(conf.clone());
             assert_eq!(e.code, codes::INVALID_CONFIG, "{conf}: {e:?}");
         }
-        let mut both = with("vlan", 5.into());
-        both["vlanTrunk"] = serde_json::json!([{"id": 6}]);
-        assert!(err(both).msg.contains("at the same time"));
         let mut hp = with("hairpinMode", true.into());
         hp["promiscMode"] = true.into();
         assert!(err(hp).msg.contains("hairpin"));
@@ -350,6 +364,32 @@ mod tests {
         l2["ipMasq"] = true.into();
         assert!(err(l2).msg.contains("ipMasq"));
         assert!(err(with("disableContainerInterface", true.into())).msg.contains("IPAM"));
+    }
+
+    #[test]
+    fn vlan_semantics_of_reference_v1_8() {
+        let mut both = with("vlan", 5.into());
+        both["vlanTrunk"] = serde_json::json!([{"id": 6}, {"minID": 8, "maxID": 9}]);
+        let c = Config::load(&ctx(both.clone())).unwrap();
+        assert_eq!((c.vlan, c.trunk.clone(), c.preserve_default_vlan), (Some(5), vec![6, 8, 9], false));
+        assert!(c.uses_vlans());
+        both["preserveDefaultVlan"] = true.into();
+        assert!(Config::load(&ctx(both)).unwrap().preserve_default_vlan);
+    }
+
+    #[test]
+    fn non_masquerade_cidrs() {
+        assert!(Config::load(&ctx(base())).unwrap().non_masquerade.is_empty());
+        assert!(Config::load(&ctx(with("nonMasqueradeCIDRs", Value::Null))).unwrap().non_masquerade.is_empty());
+        let c = Config::load(&ctx(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.7.1/16", "fd00:10:244::/56"]))))
+            .unwrap();
+        let want: Vec<IpNet> = vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()];
+        assert_eq!(c.non_masquerade, want);
+        // Go's key matching: any case.
+        let c = Config::load(&ctx(with("nonmasqueradecidrs", serde_json::json!(["10.244.0.0/16"])))).unwrap();
+        assert_eq!(c.non_masquerade, want[..1]);
+        let e = err(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.0.0"])));
+        assert!(e.msg.contains("nonMasqueradeCIDRs") && e.msg.contains("10.244.0.0"), "{}", e.msg);
     }
 
     #[test]

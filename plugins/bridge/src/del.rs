@@ -7,49 +7,61 @@ use std::io;
 
 use cnicore::netlink::{is_not_found, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, Command, Context, Error, Result};
+use cnicore::spec::{ipam, Command, Context, Error, ErrorContext, Errors, Result};
 use ipnet::IpNet;
 
 use crate::config::Config;
-use crate::masq::{self, Masq};
-use crate::nl_err;
+use cnicore::firewall::masq;
 use crate::spoofchk::SpoofCheck;
+
+/// Removes the reference's nftables ipMasq rule of the attachment, when `nft` is installed.
+fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
+    if !cnicore::firewall::Backend::Nftables.available() {
+        return Ok(());
+    }
+    cnicore::firewall::reference_nft::ipmasq_teardown(network, ifname, container_id)
+}
 
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
-    let ifname = ctx.env.ifname.as_str();
-    let mut errors: Vec<Error> = Vec::new();
+    let mut errors = Errors::new();
     let mut ips = prev_result_ips(ctx);
-
-    let mut pod_link = None;
-    if let Some(path) = &ctx.env.netns {
-        match NetNs::open(path) {
-            Ok(pod_ns) => match find_pod_link(&pod_ns, ifname) {
-                Ok(Some(found)) => {
-                    ips.extend(found.addresses.iter().copied());
-                    pod_link = Some(found);
-                }
-                Ok(None) => {}
-                Err(e) => errors.push(e),
-            },
-            // The pod is gone: so are its interface and, with it, the host veth.
-            Err(e) if netns_gone(&e) => {}
-            Err(e) => errors.push(Error::os(format!("failed to open netns {:?}", path.display().to_string()), e)),
-        }
+    let pod_link = errors.record(pod_link(ctx)).flatten();
+    if let Some(link) = &pod_link {
+        ips.extend(link.addresses.iter().copied());
     }
     ips.sort();
     ips.dedup();
+    errors.extend(remove_concurrently(ctx, &conf, pod_link, &ips).into_iter().filter_map(Result::err));
+    errors.into_result()
+}
 
-    // The steps are independent and mostly wait (for the kernel to tear the veth down, for firewall and IPAM
-    // processes): they run at the same time.
-    let outcomes: Vec<Result<()>> = std::thread::scope(|s| {
+/// The pod's interface, if the netns and the interface are still there.
+fn pod_link(ctx: &Context) -> Result<Option<PodLink>> {
+    let Some(path) = &ctx.env.netns else { return Ok(None) };
+    match NetNs::open(path) {
+        Ok(pod_ns) => find_pod_link(&pod_ns, &ctx.env.ifname),
+        // The pod is gone: so are its interface and, with it, the host veth.
+        Err(e) if netns_gone(&e) => Ok(None),
+        Err(e) => Err(Error::os(format!("failed to open netns {:?}", path.display().to_string()), e)),
+    }
+}
+
+/// Deletes the veth, the masquerade rules, the spoof check and the lease. The steps are independent and mostly
+/// wait (for the kernel to tear the veth down, for firewall and IPAM processes): they run at the same time.
+fn remove_concurrently(ctx: &Context, conf: &Config, pod_link: Option<PodLink>, ips: &[IpNet]) -> Vec<Result<()>> {
+    let ifname = ctx.env.ifname.as_str();
+    std::thread::scope(|s| {
         let mut workers = Vec::new();
         if let Some(link) = pod_link {
             workers.push(s.spawn(move || link.delete(ifname)));
         }
         if conf.layer3 && conf.ip_masq {
-            let m = Masq { network: &conf.network, container_id: &ctx.env.container_id, ips: &ips };
+            let m = conf.masq(&ctx.env.container_id, ips);
             workers.push(s.spawn(move || masq::teardown(&m)));
+            // The rule the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            let (network, container_id) = (&conf.network, &ctx.env.container_id);
+            workers.push(s.spawn(move || reference_ipmasq_teardown(network, ifname, container_id)));
         }
         if conf.mac_spoof_check {
             workers.push(s.spawn(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));
@@ -62,17 +74,7 @@ pub fn del(ctx: &Context) -> Result<()> {
             workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
         );
         outcomes
-    });
-    errors.extend(outcomes.into_iter().filter_map(Result::err));
-
-    let mut errors = errors.into_iter();
-    match errors.next() {
-        None => Ok(()),
-        Some(first) => {
-            let rest: Vec<String> = errors.map(|e| e.msg).collect();
-            Err(if rest.is_empty() { first } else { first.with_details(rest.join("; ")) })
-        }
-    }
+    })
 }
 
 /// A netns path that no longer exists, or a file that is no longer a namespace (left behind after the
@@ -91,14 +93,7 @@ fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
             return Vec::new();
         }
     };
-    prev.ips
-        .iter()
-        .filter(|ip| match ip.interface.and_then(|i| prev.interfaces.get(i)) {
-            Some(iface) => iface.name == ctx.env.ifname,
-            None => true,
-        })
-        .map(|ip| ip.address)
-        .collect()
+    crate::check::pod_ips(&prev, &ctx.env.ifname).collect()
 }
 
 /// The pod end of one of our veth pairs, with the global addresses it has.
@@ -122,16 +117,16 @@ impl PodLink {
 /// The pod's `ifname` if it is the pod end of one of our veth pairs (its peer is a veth in the node
 /// namespace); anything else under that name is not ours to delete.
 fn find_pod_link(pod_ns: &NetNs, ifname: &str) -> Result<Option<PodLink>> {
-    let mut pod = Netlink::in_netns(pod_ns).map_err(nl_err("failed to open netlink in the pod namespace"))?;
-    let Some(link) = pod.link_by_name(ifname).map_err(nl_err(format!("failed to look up {ifname:?}")))? else {
+    let mut pod = Netlink::in_netns(pod_ns).context("failed to open netlink in the pod namespace")?;
+    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
         return Ok(None);
     };
     if link.kind.as_deref() != Some("veth") || !peer_is_on_node(link.index, link.peer_index) {
-        eprintln!("bridge: {ifname:?} in the pod is not a veth connected to this node; leaving it alone");
+        cnicore::warn!("{ifname:?} in the pod is not a veth connected to this node; leaving it alone");
         return Ok(None);
     }
     let addresses =
-        pod.addresses(Some(link.index)).map_err(nl_err(format!("failed to get IP addresses of {ifname:?}")))?;
+        pod.addresses(Some(link.index)).with_context(|| format!("failed to get IP addresses of {ifname:?}"))?;
     let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global_unicast(a.addr())).collect();
     Ok(Some(PodLink { netlink: pod, index: link.index, addresses }))
 }

@@ -8,14 +8,15 @@ mod add;
 mod check;
 mod config;
 mod del;
-mod masq;
+
 mod mtu;
 mod node;
 mod pod;
 mod spoofchk;
 mod undo;
 
-use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, Plugin, Result};
+use cnicore::firewall::masq;
+use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Errors, Plugin, Result};
 
 struct Bridge;
 
@@ -35,17 +36,19 @@ impl Plugin for Bridge {
     /// GC goes to IPAM (stale leases) and to the masquerade rules of attachments that are not valid any more.
     fn gc(&self, ctx: &Context) -> Result<()> {
         let conf = config::Config::load(ctx)?;
-        let mut first_error = None;
+        let mut errors = Errors::new();
         if conf.layer3 {
-            first_error = ipam::exec(ctx, Command::Gc).err();
+            errors.record(ipam::exec(ctx, Command::Gc));
         }
         if conf.ip_masq {
             let valid = ctx.valid_attachments()?;
-            if let Err(e) = masq::gc(&conf.network, &valid) {
-                first_error.get_or_insert(e);
+            errors.record(masq::gc(&conf.network, &valid));
+            // Rules the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            if cnicore::firewall::Backend::Nftables.available() {
+                errors.record(cnicore::firewall::reference_nft::ipmasq_gc(&conf.network, &valid));
             }
         }
-        first_error.map_or(Ok(()), Err)
+        errors.into_result()
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
@@ -58,9 +61,6 @@ impl Plugin for Bridge {
 }
 
 /// Maps a netlink error to a CNI error saying what was being done.
-pub(crate) fn nl_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
-    move |e| Error::os(what, e)
-}
 
 fn main() {
     plugin_main("CNI bridge plugin (cni-plugins-rs)", &Bridge)

@@ -45,6 +45,8 @@ mod tests {
             loopback: false,
             pointopoint: false,
             promisc: false,
+            allmulti: false,
+            txqlen: 1000,
             kind: kind.map(str::to_string),
             master: None,
             peer_index: None,

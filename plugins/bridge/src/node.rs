@@ -3,7 +3,7 @@
 use std::io;
 
 use cnicore::netlink::{is_exists, is_not_found, InfoBridge, Link, Netlink, PortVlan};
-use cnicore::spec::{Error, Result};
+use cnicore::spec::{Error, ErrorContext, Result};
 use cnicore::sysctl;
 use ipnet::IpNet;
 
@@ -43,7 +43,7 @@ fn vlan_unsupported(e: &io::Error) -> Error {
 pub fn sysctl_best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write_if_different(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            eprintln!("bridge: sysctl {name}={value}: {e}");
+            cnicore::warn!("sysctl {name}={value}: {e}");
         }
     }
 }
@@ -52,7 +52,7 @@ pub fn sysctl_best_effort(name: &str, value: &str) {
 pub fn sysctl_required(name: &str, value: &str) -> Result<()> {
     sysctl::write_if_different(name, value)
         .map(|_| ())
-        .map_err(|e| Error::os(format!("failed to set {name}={value}"), e))
+        .with_context(|| format!("failed to set {name}={value}"))
 }
 
 /// Finds the bridge or creates it (with `mtu`), tolerating a concurrent ADD creating it at the same moment,
@@ -70,7 +70,7 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mt
                 }
                 Err(e) if is_exists(&e) => nl
                     .link_by_name(&conf.bridge)
-                    .map_err(|e| Error::os(format!("could not look up {:?}", conf.bridge), e))?
+                    .with_context(|| format!("could not look up {:?}", conf.bridge))?
                     .ok_or_else(|| {
                         Error::internal(format!("bridge {:?} vanished right after being created", conf.bridge))
                     })?,
@@ -86,10 +86,10 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mt
     }
     if conf.promisc && !bridge.promisc {
         nl.set_promisc(bridge.index, true)
-            .map_err(|e| Error::os(format!("could not set promiscuous mode on {:?}", conf.bridge), e))?;
+            .with_context(|| format!("could not set promiscuous mode on {:?}", conf.bridge))?;
     }
     if !bridge.up {
-        nl.set_up(bridge.index).map_err(|e| Error::os(format!("failed to set {:?} up", conf.bridge), e))?;
+        nl.set_up(bridge.index).with_context(|| format!("failed to set {:?} up", conf.bridge))?;
     }
     Ok(bridge)
 }
@@ -113,23 +113,34 @@ pub fn attach_port(
 ) -> Result<()> {
     let name = &port.name;
     nl.set_master(port.index, bridge.index)
-        .map_err(|e| Error::os(format!("failed to connect {name:?} to bridge {:?}", bridge.name), e))?;
+        .with_context(|| format!("failed to connect {name:?} to bridge {:?}", bridge.name))?;
     if conf.hairpin {
         nl.set_hairpin(port.index, true)
-            .map_err(|e| Error::os(format!("failed to set hairpin mode on {name:?}"), e))?;
+            .with_context(|| format!("failed to set hairpin mode on {name:?}"))?;
     }
     if conf.port_isolation {
         nl.set_port_isolated(port.index, true)
-            .map_err(|e| Error::os(format!("failed to set port isolation on {name:?}"), e))?;
+            .with_context(|| format!("failed to set port isolation on {name:?}"))?;
     }
     if vlan.is_some() || !trunk.is_empty() {
         set_port_vlans(nl, port, vlan, trunk, conf.preserve_default_vlan)?;
     }
     sysctl_best_effort(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
-    nl.set_up(port.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))
+    nl.set_up(port.index).with_context(|| format!("failed to set {name:?} up"))
 }
 
-/// Access port (`vlan`: untagged, PVID) or trunk port (`trunk`: tagged).
+/// The VLANs of a pod's port, as reference v1.8+ sets them: `vlan` untagged and PVID (the access VLAN, or the
+/// native VLAN of a trunk), then each `vlanTrunk` ID tagged. An ID in both stays the native one (adding it again
+/// as tagged would clear its PVID and untagged flags).
+pub fn port_vlans(vlan: Option<u16>, trunk: &[u16]) -> Vec<PortVlan> {
+    let native = vlan.map(|vid| PortVlan { vid, pvid: true, untagged: true });
+    let tagged = trunk.iter().filter(|&&vid| Some(vid) != vlan).map(|&vid| PortVlan { vid, pvid: false, untagged: false });
+    native.into_iter().chain(tagged).collect()
+}
+
+/// Access port (`vlan`), trunk port (`trunk`), or a trunk with a native VLAN (both); see [`port_vlans`].
+/// Unless `preserve_default` (reference v1.8+: false by default), the VLANs the kernel gave the new port (the
+/// bridge's default PVID) are removed first.
 fn set_port_vlans(
     nl: &mut Netlink,
     port: &Link,
@@ -149,11 +160,8 @@ fn set_port_vlans(
             nl.bridge_vlan_del(port.index, existing.vid).map_err(refused)?;
         }
     }
-    if let Some(vid) = vlan {
-        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: true, untagged: true }).map_err(refused)?;
-    }
-    for &vid in trunk {
-        nl.bridge_vlan_add(port.index, PortVlan { vid, pvid: false, untagged: false }).map_err(refused)?;
+    for port_vlan in port_vlans(vlan, trunk) {
+        nl.bridge_vlan_add(port.index, port_vlan).map_err(refused)?;
     }
     Ok(())
 }
@@ -162,22 +170,22 @@ fn set_port_vlans(
 /// access port of the bridge in that VLAN (as the reference plugin does). Created on first use.
 pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid: u16, mtu: u32) -> Result<Link> {
     let name = format!("{}.{vid}", bridge.name);
-    if let Some(link) = nl.link_by_name(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))? {
+    if let Some(link) = nl.link_by_name(&name).with_context(|| format!("failed to find {name:?}"))? {
         return Ok(link);
     }
-    let node_ns = nl.netns().try_clone().map_err(|e| Error::os("failed to open the node namespace", e))?;
+    let node_ns = nl.netns().try_clone().context("failed to open the node namespace")?;
     let peer_name = random_veth_name()?;
     let link = match nl.create_veth(&name, &peer_name, &node_ns, Some(mtu), None) {
         Ok(link) => link,
         Err(e) if is_exists(&e) => {
-            return nl.require_link(&name).map_err(|e| Error::os(format!("failed to find {name:?}"), e))
+            return nl.require_link(&name).with_context(|| format!("failed to find {name:?}"))
         }
         Err(e) => return Err(Error::os(format!("failed to create VLAN gateway {name:?}"), e)),
     };
-    let peer = nl.require_link(&peer_name).map_err(|e| Error::os(format!("failed to find {peer_name:?}"), e))?;
+    let peer = nl.require_link(&peer_name).with_context(|| format!("failed to find {peer_name:?}"))?;
     let port_conf = Config { hairpin: false, port_isolation: false, ..conf.clone() };
     attach_port(nl, &peer, bridge, &port_conf, Some(vid), &[])?;
-    nl.set_up(link.index).map_err(|e| Error::os(format!("failed to set {name:?} up"), e))?;
+    nl.set_up(link.index).with_context(|| format!("failed to set {name:?} up"))?;
     Ok(link)
 }
 
@@ -186,7 +194,7 @@ pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid
 pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: bool) -> Result<()> {
     let addresses = nl
         .addresses(Some(link.index))
-        .map_err(|e| Error::os(format!("could not get list of IP addresses of {:?}", link.name), e))?;
+        .with_context(|| format!("could not get list of IP addresses of {:?}", link.name))?;
     let present = addresses.iter().any(|a| a.addr == gw);
     if !present {
         for existing in addresses.iter().filter(|a| a.addr.addr().is_ipv4() == gw.addr().is_ipv4()) {
@@ -216,12 +224,12 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
             Some(mac) => Some(mac),
             None => nl
                 .link_by_index(link.index)
-                .map_err(|e| Error::os(format!("could not look up {:?}", link.name), e))?
+                .with_context(|| format!("could not look up {:?}", link.name))?
                 .and_then(|now| now.mac)
                 .filter(usable_mac),
         };
         if let Some(mac) = mac {
-            nl.set_mac(link.index, mac).map_err(|e| Error::os(format!("could not set {:?}'s MAC", link.name), e))?;
+            nl.set_mac(link.index, mac).with_context(|| format!("could not set {:?}'s MAC", link.name))?;
         }
         match nl.add_address(link.index, gw) {
             Ok(()) => {}
@@ -232,7 +240,7 @@ pub fn ensure_gateway_address(nl: &mut Netlink, link: &Link, gw: IpNet, force: b
     if gw.addr().is_ipv6() {
         // Until the address has left the tentative state, the bridge drops neighbour solicitations for it.
         nl.wait_address_settled(link.index, gw.addr(), GATEWAY_SETTLE_TIMEOUT)
-            .map_err(|e| Error::os(format!("gateway address {gw} on {:?}", link.name), e))?;
+            .with_context(|| format!("gateway address {gw} on {:?}", link.name))?;
     }
     Ok(())
 }
@@ -250,11 +258,11 @@ pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
         match sysctl::write_if_different(name, "1") {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                eprintln!(
-                    "bridge: {name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
+                cnicore::warn!(
+                    "{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
                 );
             }
-            Err(e) => eprintln!("bridge: failed to set {name}=1: {e}"),
+            Err(e) => cnicore::warn!("failed to set {name}=1: {e}"),
         }
     }
 }
@@ -270,3 +278,22 @@ pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
     Ok(())
 }
 
+
+#[cfg(test)]
+mod vlan_tests {
+    use super::*;
+
+    fn v(vid: u16, native: bool) -> PortVlan {
+        PortVlan { vid, pvid: native, untagged: native }
+    }
+
+    #[test]
+    fn port_vlans_as_reference_v1_8() {
+        assert_eq!(port_vlans(Some(100), &[]), [v(100, true)]);
+        assert_eq!(port_vlans(None, &[200, 300]), [v(200, false), v(300, false)]);
+        // v1.8: vlan and vlanTrunk together make a trunk whose native VLAN is `vlan`.
+        assert_eq!(port_vlans(Some(100), &[200, 300]), [v(100, true), v(200, false), v(300, false)]);
+        assert_eq!(port_vlans(Some(200), &[200, 300]), [v(200, true), v(300, false)]);
+        assert!(port_vlans(None, &[]).is_empty());
+    }
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cnicore::netlink::{is_exists, Netlink, Route as NlRoute, Scope};
 use cnicore::netns::NetNs;
-use cnicore::spec::{CniResult, Error, Result};
+use cnicore::spec::{CniResult, Error, ErrorContext, Result};
 use cnicore::sysctl;
 
 /// Bound on IPv6 addresses leaving the tentative state (duplicate address detection when `enabledad` is set).
@@ -27,16 +27,16 @@ pub fn configure(
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
     pod_ns
         .run(|| set_pod_sysctls(ifname, has_v4, has_v6, enable_dad))
-        .map_err(|e| Error::os("failed to enter the pod netns", e))??;
+        .context("failed to enter the pod netns")??;
 
     // IPv6 addresses are not added with IFA_F_NODAD but with accept_dad 0 (unless enabledad), so that they
     // are tentative until the kernel has joined their solicited-node groups, which is then waited for below:
     // a NODAD address is usable at once, but neighbour solicitations for it are dropped until that happens.
     for ip in &result.ips {
         nl.add_address(index, ip.address)
-            .map_err(|e| Error::os(format!("failed to add IP addr {} to {ifname:?}", ip.address), e))?;
+            .with_context(|| format!("failed to add IP addr {} to {ifname:?}", ip.address))?;
     }
-    nl.set_up(index).map_err(|e| Error::os(format!("failed to set {ifname:?} up"), e))?;
+    nl.set_up(index).with_context(|| format!("failed to set {ifname:?} up"))?;
 
     // Routes without a gateway go through the first gateway of their family, as the reference does.
     let first_gateway = |v4: bool| result.ips.iter().filter_map(|ip| ip.gateway).find(|gw| gw.is_ipv4() == v4);
@@ -63,7 +63,7 @@ pub fn configure(
         }
     }
     if has_v6 {
-        nl.wait_dad_settled(index, DAD_TIMEOUT).map_err(|e| Error::os(format!("IPv6 addresses of {ifname:?}"), e))?;
+        nl.wait_dad_settled(index, DAD_TIMEOUT).with_context(|| format!("IPv6 addresses of {ifname:?}"))?;
     }
     Ok(())
 }
@@ -77,8 +77,8 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
             match sysctl::read(&name) {
                 Ok(v) if v.trim() == "0" => {}
                 Ok(_) => sysctl::write(&name, "0")
-                    .map_err(|e| Error::os(format!("failed to enable IPv6 on {iface:?}"), e))?,
-                Err(e) => eprintln!("bridge: failed to read {name}: {e}"),
+                    .with_context(|| format!("failed to enable IPv6 on {iface:?}"))?,
+                Err(e) => cnicore::warn!("failed to read {name}: {e}"),
             }
         }
         if enable_dad {
@@ -97,7 +97,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
 fn best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            eprintln!("bridge: sysctl {name}={value}: {e}");
+            cnicore::warn!("sysctl {name}={value}: {e}");
         }
     }
 }

@@ -7,10 +7,8 @@
 //! The rules go to `nft -j -f -` as JSON, so no name needs quoting and nothing from the input is parsed as
 //! nft syntax. Setup is one transaction; teardown lists the table once and deletes what exists in one more.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
-use cnicore::spec::{Error, Result};
+use cnicore::firewall::nftables;
+use cnicore::spec::Result;
 use serde_json::{json, Value};
 
 const FAMILY: &str = "bridge";
@@ -69,13 +67,15 @@ impl SpoofCheck {
             ),
             self.rule(&mac_chain, json!([{"drop": null}])),
         ];
-        apply(&commands).map_err(|e| Error::internal(format!("failed to setup spoof-check: {e}")))
+        nftables::apply_json(&commands).map_err(|e| e.to_error("failed to setup spoof-check"))
     }
 
     /// Removes the attachment's rule and chains; what is already gone is not an error.
     pub fn teardown(&self) -> Result<()> {
-        let fail = |e: String| Error::internal(format!("failed to teardown spoof-check: {e}"));
-        let Some(table) = list_table().map_err(fail)? else { return Ok(()) };
+        const WHAT: &str = "failed to teardown spoof-check";
+        let Some(table) = nftables::list(&["table", FAMILY, TABLE]).map_err(|e| e.to_error(WHAT))? else {
+            return Ok(());
+        };
         let items = table.get("nftables").and_then(Value::as_array).cloned().unwrap_or_default();
         let (iface, mac_chain) = (self.iface_chain(), self.mac_chain());
         let comment = self.comment();
@@ -98,49 +98,6 @@ impl SpoofCheck {
         if commands.is_empty() {
             return Ok(());
         }
-        apply(&commands).map_err(fail)
+        nftables::apply_json(&commands).map_err(|e| e.to_error(WHAT))
     }
-}
-
-/// `nft` from PATH, else the usual sbin directories (runtimes often give plugins an empty PATH).
-fn nft() -> PathBuf {
-    cnicore::firewall::find_binary("nft").unwrap_or_else(|| PathBuf::from("nft"))
-}
-
-/// One `nft -j -f -` transaction.
-fn apply(commands: &[Value]) -> std::result::Result<(), String> {
-    let input = json!({"nftables": commands}).to_string();
-    let out = run_nft(&["-j", "-f", "-"], input.as_bytes())?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    Ok(())
-}
-
-/// The `bridge nat` table as JSON, or None when it does not exist.
-fn list_table() -> std::result::Result<Option<Value>, String> {
-    let out = run_nft(&["-j", "list", "table", FAMILY, TABLE], b"")?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if stderr.contains("No such file or directory") {
-            return Ok(None);
-        }
-        return Err(stderr.trim().to_string());
-    }
-    serde_json::from_slice(&out.stdout).map(Some).map_err(|e| format!("cannot parse nft output: {e}"))
-}
-
-fn run_nft(args: &[&str], stdin: &[u8]) -> std::result::Result<std::process::Output, String> {
-    use std::io::Write;
-    let mut child = Command::new(nft())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run nft: {e}"))?;
-    if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin).map_err(|e| format!("writing to nft: {e}"))?;
-    }
-    child.wait_with_output().map_err(|e| format!("waiting for nft: {e}"))
 }

@@ -20,9 +20,7 @@ impl<'a> Undo<'a> {
     /// the error the caller returns is the one that caused the rollback.
     pub fn rollback(mut self) {
         while let Some((what, undo)) = self.steps.pop() {
-            if let Err(e) = undo() {
-                eprintln!("bridge: rollback: {what}: {e}");
-            }
+            cnicore::spec::report_rollback(what, undo());
         }
     }
 }

@@ -119,14 +119,16 @@ pub struct Config {
 
 impl Config {
     /// Parses and checks everything; nothing is applied before this succeeds.
-    pub fn parse(ctx: &Context) -> Result<Config> {
+    pub fn load(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
         // STATUS (and GC) have no container; the entry point has validated the ID of the other verbs.
         if ctx.env.command.is_attachment_verb() {
             validate_owner(&ctx.conf.name, &ctx.env.container_id)?;
         }
 
-        let backend = Backend::resolve(raw.backend.as_deref())?;
+        let conditions_v4 = Conditions::parse_any("conditionsV4", Family::V4, raw.conditions_v4.as_deref().unwrap_or_default())?;
+        let conditions_v6 = Conditions::parse_any("conditionsV6", Family::V6, raw.conditions_v6.as_deref().unwrap_or_default())?;
+        let backend = resolve_backend(raw.backend.as_deref(), [&conditions_v4, &conditions_v6])?;
         if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
             return Err(Error::config("cannot specify externalSetMarkChain and markMasqBit together"));
         }
@@ -143,8 +145,6 @@ impl Config {
                 ));
             }
         }
-        let conditions_v4 = Conditions::parse("conditionsV4", Family::V4, raw.conditions_v4.as_deref().unwrap_or_default())?;
-        let conditions_v6 = Conditions::parse("conditionsV6", Family::V6, raw.conditions_v6.as_deref().unwrap_or_default())?;
         let raw_mappings = raw.runtime_config.and_then(|r| r.port_mappings).unwrap_or_default();
         let mappings = raw_mappings.iter().map(parse_mapping).collect::<Result<Vec<_>>>()?;
         check_duplicates(&mappings)?;
@@ -174,6 +174,33 @@ impl Config {
     pub fn mark(&self) -> u32 {
         1u32 << self.mark_bit
     }
+}
+
+/// The backend: the configured one, else nftables when conditions are in nft syntax, else the machine's
+/// default. Conditions that only one backend can use are refused with the other, as the reference refuses
+/// backend-specific options for the wrong backend (iptables conditions with the nftables backend are translated
+/// where they can be: addresses, interfaces, addrtype, mark).
+fn resolve_backend(configured: Option<&str>, conditions: [&Conditions; 2]) -> Result<Backend> {
+    let nft_syntax = conditions.iter().any(|c| c.is_nft());
+    let backend = match configured {
+        None if nft_syntax => Backend::Nftables,
+        other => Backend::resolve(other)?,
+    };
+    let names = ["conditionsV4", "conditionsV6"];
+    let wrong: Vec<&str> = match backend {
+        Backend::Iptables => names.iter().zip(conditions).filter(|(_, c)| c.is_nft()).map(|(n, _)| *n).collect(),
+        Backend::Nftables => names.iter().zip(conditions).filter(|(_, c)| c.has_passthrough()).map(|(n, _)| *n).collect(),
+    };
+    if !wrong.is_empty() {
+        let other = match backend {
+            Backend::Iptables => "nftables",
+            Backend::Nftables => "iptables",
+        };
+        return Err(Error::config(format!(
+            "{backend} backend was requested but configuration contains {other}-specific options {wrong:?}"
+        )));
+    }
+    Ok(backend)
 }
 
 fn port(what: &str, value: Option<i64>) -> Result<u16> {
@@ -291,14 +318,38 @@ mod tests {
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables","runtimeConfig":{
             "portMappings":[{"HostPort":8082,"ContainerPort":80,"Protocol":"tcp","HostIP":""},
                             {"HostPort":5353,"ContainerPort":53,"Protocol":"UDP","HostIP":"10.0.0.1"}]}}"#;
-        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
         assert_eq!(c.mappings, vec![
             mapping(Protocol::Tcp, 8082, None),
             PortMapping { host_port: 5353, container_port: 53, protocol: Protocol::Udp, host_ip: Some("10.0.0.1".parse().unwrap()) },
         ]);
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","SNAT":false,"MarkMasqBit":5,"Backend":"iptables"}"#;
-        let c = Config::parse(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
+        let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
         assert_eq!((c.snat, c.mark_bit), (false, 5));
+    }
+
+    #[test]
+    fn conditions_choose_and_bind_the_backend() {
+        let load = |extra: &str| {
+            let conf = format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"portmap"{extra}}}"#);
+            Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, ""))
+        };
+        // nft syntax (reference v1.6+): the nftables backend, the text kept for its DNAT chain.
+        let c = load(r#","conditionsV4":["ip","saddr","!=","192.0.2.0/24"]"#).unwrap();
+        assert_eq!(c.backend, Backend::Nftables);
+        assert_eq!(c.conditions_v4.nft().unwrap(), " ip saddr != 192.0.2.0/24");
+        let e = load(r#","backend":"iptables","conditionsV6":["ip6","saddr","fd00::/8"]"#).unwrap_err();
+        assert!(e.msg.contains("nftables-specific options [\"conditionsV6\"]"), "{}", e.msg);
+        // Any iptables match: with the iptables backend passed through, with nftables refused.
+        let c = load(r#","backend":"iptables","conditionsV4":["-m","conntrack","--ctstate","NEW"]"#).unwrap();
+        assert!(c.conditions_v4.has_passthrough());
+        let e = load(r#","backend":"nftables","conditionsV4":["-m","conntrack","--ctstate","NEW"]"#).unwrap_err();
+        assert!(e.msg.contains("iptables-specific options"), "{}", e.msg);
+        // Translated ones still work with nftables.
+        assert_eq!(load(r#","backend":"nftables","conditionsV4":["!","-d","192.0.2.0/24"]"#).unwrap().backend, Backend::Nftables);
+        // Hostile ones stay errors, in both forms.
+        assert!(load(r#","conditionsV4":["ip","saddr","1.2.3.4","accept"]"#).is_err());
+        assert!(load(r#","backend":"iptables","conditionsV4":["-j","ACCEPT"]"#).is_err());
     }
 
     #[test]
@@ -306,8 +357,8 @@ mod tests {
         let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","backend":"iptables",
             "runtimeConfig":{"portMappings":[{"containerPort":80}]}}"#;
         let add = Context::for_test(cnicore::spec::Command::Add, conf, "");
-        assert!(Config::parse(&add).unwrap_err().msg.contains("without host port"));
+        assert!(Config::load(&add).unwrap_err().msg.contains("without host port"));
         let del = Context::for_test(cnicore::spec::Command::Del, conf, "");
-        assert!(del.load_for_teardown(Config::parse).unwrap().mappings.is_empty());
+        assert!(del.load_for_teardown(Config::load).unwrap().mappings.is_empty());
     }
 }

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use cnicore::firewall::iptables::{self, AddrType, Rule, Script, Snapshot};
-use cnicore::firewall::{chain_name, owner_comment, parse_owner_comment, trim_comment, Family};
+use cnicore::firewall::{chain_name, owner_comment, trim_comment, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
 
@@ -265,20 +265,8 @@ pub fn gc(network: &str, valid: &std::collections::BTreeSet<&str>, family: Famil
     if !iptables::available(family) {
         return Ok(());
     }
-    iptables::cleanup(family, TABLE, "port mapping garbage collection", |snapshot, script| {
-        let mut stale = std::collections::BTreeSet::new();
-        for spec in snapshot.rules(DNAT_CHAIN) {
-            let Some(comment) = iptables::saved_comment(spec) else { continue };
-            let Some((net, id)) = parse_owner_comment(&comment, "dnat ") else { continue };
-            let chain = dnat_chain(net, id);
-            if net == network && !valid.contains(id) && iptables::targets_chain(spec, &chain) {
-                stale.insert(chain);
-            }
-        }
-        for chain in stale {
-            iptables::remove_chain(script, snapshot, &chain);
-        }
-    })
+    let owned = iptables::OwnedChains { table: TABLE, jumps_from: DNAT_CHAIN, comment_prefix: "dnat ", chain_of: dnat_chain };
+    iptables::remove_stale_owners(family, &owned, network, valid, "port mapping garbage collection")
 }
 
 #[cfg(test)]

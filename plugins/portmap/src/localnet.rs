@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use cnicore::netlink::Netlink;
-use cnicore::spec::{Error, Result};
+use cnicore::spec::{ErrorContext, Result};
 
 /// The interface the node routes `container` through (`ip route get`), if any.
 fn routing_interface(netlink: &mut Netlink, container: IpAddr) -> Option<String> {
@@ -16,11 +16,11 @@ fn routing_interface(netlink: &mut Netlink, container: IpAddr) -> Option<String>
 /// Sets `net.ipv4.conf.<if>.route_localnet=1` on the interface routing to `container`. Like the reference, a
 /// container address without a route is skipped.
 pub fn enable(container: IpAddr) -> Result<()> {
-    let mut netlink = Netlink::new().map_err(|e| Error::os("opening a netlink socket", e))?;
+    let mut netlink = Netlink::new().context("opening a netlink socket")?;
     let Some(interface) = routing_interface(&mut netlink, container) else {
         return Ok(());
     };
     cnicore::sysctl::write_if_different(&format!("net/ipv4/conf/{interface}/route_localnet"), "1")
         .map(|_| ())
-        .map_err(|e| Error::os(format!("unable to enable route_localnet on {interface}"), e))
+        .with_context(|| format!("unable to enable route_localnet on {interface}"))
 }

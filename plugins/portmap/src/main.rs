@@ -15,8 +15,8 @@ use std::net::IpAddr;
 
 use cnicore::failpoint;
 use cnicore::firewall::conntrack::{self, PROTO_UDP};
-use cnicore::firewall::{families_of, Backend, Family};
-use cnicore::spec::{codes, plugin_main, CniResult, Context, Error, Plugin, Result};
+use cnicore::firewall::{families_of, reference_nft, Backend, Family};
+use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Error, Plugin, Result};
 use ipnet::IpNet;
 
 use config::{container_ips, Config, Protocol};
@@ -27,7 +27,7 @@ struct PortMap;
 
 impl Plugin for PortMap {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         let prev = ctx.require_prev_result()?;
         if config.mappings.is_empty() {
             return Ok(prev);
@@ -44,7 +44,7 @@ impl Plugin for PortMap {
         }
         if let Err(e) = forward(&config, &containers) {
             // Leave nothing half-applied (e.g. IPv4 rules when IPv6 failed).
-            let _ = unforward(&config, Some(&containers));
+            report_rollback("removing the port mappings", unforward(&config, Some(&containers)));
             return Err(e);
         }
         flush_udp_conntrack(&config, &containers);
@@ -53,7 +53,7 @@ impl Plugin for PortMap {
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
-        let config = match ctx.load_for_teardown(Config::parse) {
+        let config = match ctx.load_for_teardown(Config::load) {
             // No firewall binary at all: nothing can have been set up.
             Err(e) if e.code == codes::NOT_AVAILABLE => return Ok(()),
             other => other?,
@@ -67,11 +67,17 @@ impl Plugin for PortMap {
             None
         });
         let containers = prev.map(|prev| container_ips(&prev, &ctx.env.ifname));
-        unforward(&config, containers.as_deref().filter(|c| !c.is_empty()))
+        let ours = unforward(&config, containers.as_deref().filter(|c| !c.is_empty()));
+        // The rules the reference portmap v1.6+ wrote with backend nftables (a node moved to ours).
+        let theirs = match config.backend {
+            Backend::Nftables => reference_nft::portmap_teardown(&config.container_id),
+            Backend::Iptables => Ok(()),
+        };
+        ours.and(theirs)
     }
 
     fn check(&self, ctx: &Context) -> Result<()> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
         if config.mappings.is_empty() {
             return Ok(());
@@ -80,7 +86,14 @@ impl Plugin for PortMap {
         match config.backend {
             Backend::Iptables => containers.iter().try_for_each(|c| iptables::check(&config, c)),
             Backend::Nftables if containers.is_empty() => Ok(()),
-            Backend::Nftables => nftables::check(&config, &containers),
+            Backend::Nftables => nftables::check(&config, &containers).or_else(|ours| {
+                // A pod set up by the reference portmap v1.6+ before the node moved to ours.
+                if reference_rules_present(&config, &containers)? {
+                    Ok(())
+                } else {
+                    Err(ours)
+                }
+            }),
         }
     }
 
@@ -95,17 +108,39 @@ impl Plugin for PortMap {
         }
         if Backend::Nftables.available() {
             nftables::gc(network, &valid)?;
+            reference_nft::portmap_gc(&valid)?;
         }
         Ok(())
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
-        let config = Config::parse(ctx)?;
+        let config = Config::load(ctx)?;
         if !config.backend.available() {
             return Err(Error::new(codes::NOT_AVAILABLE, format!("the {} backend is not installed", config.backend)));
         }
         Ok(())
     }
+}
+
+/// True when the reference portmap's nftables rules (v1.6+) of the container are all there: per address family,
+/// a DNAT rule per mapping in `hostports` or `hostip_hostports`, and with snat the hairpin rule and (IPv4) the
+/// localhost rule in `masquerading`, all commented with the container ID. (These are the rules their ADD
+/// writes; their own CHECK expects other masquerade counts and fails on their IPv6 pods.)
+fn reference_rules_present(config: &Config, containers: &[IpNet]) -> Result<bool> {
+    for container in containers {
+        let family = Family::of_net(container);
+        let applicable = config.mappings.iter().filter(|m| m.applies_to(family));
+        let (hostip, wildcard): (Vec<_>, Vec<_>) = applicable.partition(|m| m.host_destination().is_some());
+        let masquerades = match (config.snat, family) {
+            (false, _) => 0,
+            (true, Family::V4) => 2,
+            (true, Family::V6) => 1,
+        };
+        if !reference_nft::portmap_has_rules(family, &config.container_id, [wildcard.len(), hostip.len(), masquerades])? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Installs the mappings for the container addresses.
@@ -146,7 +181,7 @@ fn flush_udp_conntrack(config: &Config, containers: &[IpNet]) {
             .collect();
         if let Err(e) = conntrack::delete_by_dst_port(family, PROTO_UDP, &ports) {
             let what = containers.iter().map(|c| c.addr()).find(|ip: &IpAddr| Family::of(*ip) == family);
-            eprintln!("failed to delete stale UDP conntrack entries for {what:?}: {e}");
+            cnicore::warn!("failed to delete stale UDP conntrack entries for {what:?}: {e}");
         }
     }
 }

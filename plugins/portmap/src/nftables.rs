@@ -51,25 +51,11 @@ fn tag(config: &Config) -> String {
     nft_tag(TAG_KIND, &config.network, &config.container_id)
 }
 
-fn version(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "4",
-        Family::V6 => "6",
-    }
-}
-
-fn addr_type(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "ipv4_addr",
-        Family::V6 => "ipv6_addr",
-    }
-}
-
 /// The DNAT chains of the config's conditions for `family`: (wildcard chain, hostIP chain).
 fn dnat_chains(config: &Config, family: Family) -> Result<(String, String)> {
     let conditions = config.conditions(family).nft()?;
     let profile = if conditions.is_empty() { "any".to_string() } else { hex_sha512(&conditions)[..12].to_string() };
-    let v = version(family);
+    let v = family.digit();
     Ok((format!("dnat{v}-{profile}"), format!("hostip-dnat{v}-{profile}")))
 }
 
@@ -97,7 +83,7 @@ fn elements(config: &Config, containers: &[IpNet]) -> Result<Vec<Element>> {
     let mut out = Vec::new();
     for container in containers {
         let family = Family::of_net(container);
-        let v = version(family);
+        let v = family.digit();
         let (wildcard_chain, hostip_chain) = dnat_chains(config, family)?;
         for mapping in config.mappings.iter().filter(|m| m.applies_to(family)) {
             out.extend(mapping_elements(config, container, mapping, v, &wildcard_chain, &hostip_chain));
@@ -152,14 +138,14 @@ fn hairpin_clients(config: &Config, container: &IpNet) -> IpNet {
 /// client address masked (`ip saddr & 255.255.255.0 . ip daddr . ...`): interval sets would also do, but
 /// deleting from them costs time proportional to their size.
 fn hairpin_set(clients: &IpNet) -> String {
-    format!("masq_hairpin{}_{}", version(Family::of_net(clients)), clients.prefix_len())
+    format!("masq_hairpin{}_{}", Family::of_net(clients).digit(), clients.prefix_len())
 }
 
 /// The set and the postrouting chain masquerading one client prefix length (created or refreshed).
 fn hairpin_objects(script: &mut Script, clients: &IpNet) {
     let t = format!("inet {TABLE}");
     let family = Family::of_net(clients);
-    let (addr, ip, proto) = (addr_type(family), family.nft_keyword(), family.nfproto());
+    let (addr, ip, proto) = (family.nft_addr_type(), family.nft_keyword(), family.nfproto());
     let set = hairpin_set(clients);
     let chain = set.replace('_', "-");
     script.push(format!("add set {t} {set} {{ type {addr} . {addr} . inet_proto . inet_service ; }}"));
@@ -177,7 +163,7 @@ fn base(script: &mut Script, config: &Config, containers: &[IpNet]) -> Result<()
     let t = format!("inet {TABLE}");
     script.push(format!("add table {t}"));
     for family in [Family::V4, Family::V6] {
-        let (v, addr) = (version(family), addr_type(family));
+        let (v, addr) = (family.digit(), family.nft_addr_type());
         script.push(format!("add map {t} hostports{v} {{ type inet_proto . inet_service : verdict ; }}"));
         script.push(format!("add map {t} hostip_ports{v} {{ type {addr} . inet_proto . inet_service : verdict ; }}"));
         script.push(format!("add map {t} dnat{v} {{ type inet_proto . inet_service : {addr} . inet_service ; }}"));
@@ -190,11 +176,11 @@ fn base(script: &mut Script, config: &Config, containers: &[IpNet]) -> Result<()
     script.push(format!("add chain {t} hostports"));
     script.push(format!("flush chain {t} hostports"));
     for family in [Family::V4, Family::V6] {
-        let (v, ip, proto) = (version(family), family.nft_keyword(), family.nfproto());
+        let (v, ip, proto) = (family.digit(), family.nft_keyword(), family.nfproto());
         script.push(format!("add rule {t} hostports meta nfproto {proto} {ip} daddr . meta l4proto . th dport vmap @hostip_ports{v}"));
     }
     for family in [Family::V4, Family::V6] {
-        let (v, proto) = (version(family), family.nfproto());
+        let (v, proto) = (family.digit(), family.nfproto());
         script.push(format!("add rule {t} hostports meta nfproto {proto} meta l4proto . th dport vmap @hostports{v}"));
     }
     for hook in ["prerouting", "output"] {
@@ -209,7 +195,7 @@ fn base(script: &mut Script, config: &Config, containers: &[IpNet]) -> Result<()
     ));
 
     for family in [Family::V4, Family::V6] {
-        let (v, ip, proto) = (version(family), family.nft_keyword(), family.nfproto());
+        let (v, ip, proto) = (family.digit(), family.nft_keyword(), family.nfproto());
         let conditions = config.conditions(family).nft()?;
         let (wildcard_chain, hostip_chain) = dnat_chains(config, family)?;
         for (chain, rule) in [

@@ -1,15 +1,13 @@
 //! What the runtime tests (`containerd.rs`, `podman.rs`) share: the plugins under test, a node with an
 //! uplink to a "wan" netns, and small helpers.
 
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
-use netns_tests::recorder::Call;
-use netns_tests::upstream::REFERENCE_DIR;
-use netns_tests::{bin_dir, veth_between, Node, TestNetns};
+use crate::recorder::Call;
+use crate::upstream::REFERENCE_DIR;
+use crate::{bin_dir, veth_between, Node, TestNetns};
 
 /// The plugins under test: each runtime test runs once with each, so a failure of ours alone is ours to fix.
 #[derive(Clone, Copy, Debug)]

@@ -1,5 +1,5 @@
 //! The kubenet chain of `conf/` (bridge + host-local, portmap, bandwidth) run by our cnitool on a test node,
-//! and what "nothing of the pods is left on the node" means. Shared by `crash.rs` and `churn.rs`.
+//! and what "nothing of the pods is left on the node" means. Shared by `crash.rs`, `churn.rs` and `kubenet.rs`.
 //!
 //! # What may stay on the node after every pod was deleted
 //!
@@ -25,8 +25,6 @@
 //!   and anything else are residue.
 //! - **The result cache's `results/` directory**, without any entry (an entry or a `.tmp-*` file is residue).
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::fs;
 use std::net::IpAddr;
@@ -34,9 +32,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
+use crate::snapshot::NodeSnapshot;
+use crate::upstream::{clean_command, output};
+use crate::{bin, json, Node, PluginOutput, TestNetns, Value};
 
 /// The bridge of the conflists.
 pub const BRIDGE: &str = "cbr0";
@@ -45,6 +43,19 @@ pub const SUBNET_V4: &str = "10.244.1.0/24";
 pub const GATEWAY_V4: &str = "10.244.1.1";
 pub const SUBNET_V6: &str = "fd00:10:244:1::/64";
 pub const GATEWAY_V6: &str = "fd00:10:244:1::1";
+/// The pod subnet and gateway of a second node (the conflists with their subnets changed, see
+/// [`second_node`]).
+pub const SUBNET_V4_B: &str = "10.244.2.0/24";
+pub const GATEWAY_V4_B: &str = "10.244.2.1";
+pub const SUBNET_V6_B: &str = "fd00:10:244:2::/64";
+pub const GATEWAY_V6_B: &str = "fd00:10:244:2::1";
+
+/// Turns a conflist of `conf/` into the second node's: its pod subnets are the `_B` ones (the cluster CIDR
+/// in `nonMasqueradeCIDRs` stays).
+pub fn second_node(conf: &mut Value) {
+    let text = conf.to_string().replace(SUBNET_V4, SUBNET_V4_B).replace(SUBNET_V6, SUBNET_V6_B);
+    *conf = serde_json::from_str(&text).expect("json");
+}
 
 /// A test node with a conflist of `conf/` installed, the host-local dataDir and the result cache in the
 /// node's temporary directory.
@@ -98,12 +109,42 @@ impl Kubenet {
         command
             .args([verb, &self.net, netns])
             .env("NETCONFPATH", &self.conf_dir)
-            .env("CNI_PATH", netns_tests::bin_dir())
+            .env("CNI_PATH", crate::bin_dir())
             .env("CNI_CACHE_DIR", &self.cache_dir)
             .env("CAP_ARGS", cap_args.to_string());
         if let Some(name) = failpoint {
             command.env("CNI_FAILPOINT", name);
         }
+        output(&mut command, b"")
+    }
+
+    fn conflist_path(&self) -> PathBuf {
+        fs::read_dir(&self.conf_dir).expect("conf dir").flatten().next().expect("a conflist").path()
+    }
+
+    /// The installed conflist.
+    pub fn conflist(&self) -> Value {
+        serde_json::from_slice(&fs::read(self.conflist_path()).expect("read conf")).expect("json")
+    }
+
+    /// Changes the installed conflist with `tweak`.
+    pub fn rewrite(&self, tweak: impl FnOnce(&mut Value)) {
+        let mut conf = self.conflist();
+        tweak(&mut conf);
+        fs::write(self.conflist_path(), serde_json::to_vec_pretty(&conf).expect("json")).expect("write conf");
+    }
+
+    /// Our cnitool GC of the network, with the attachments (`containerID:ifname`) that stay valid.
+    pub fn gc(&self, valid: &[&str]) -> PluginOutput {
+        let mut command = clean_command(&self.node, bin("cnitool"));
+        command.args(["gc", &self.net]);
+        for attachment in valid {
+            command.args(["--valid", attachment]);
+        }
+        command
+            .env("NETCONFPATH", &self.conf_dir)
+            .env("CNI_PATH", crate::bin_dir())
+            .env("CNI_CACHE_DIR", &self.cache_dir);
         output(&mut command, b"")
     }
 
@@ -215,7 +256,8 @@ pub fn names_a_pod(line: &str) -> bool {
 fn is_pod_address(word: &str) -> bool {
     let addr = word.split('/').next().unwrap_or(word);
     let Ok(ip) = addr.parse::<IpAddr>() else { return false };
-    [(SUBNET_V4, GATEWAY_V4), (SUBNET_V6, GATEWAY_V6)].iter().any(|(subnet, gateway)| {
+    let nodes = [(SUBNET_V4, GATEWAY_V4), (SUBNET_V6, GATEWAY_V6), (SUBNET_V4_B, GATEWAY_V4_B), (SUBNET_V6_B, GATEWAY_V6_B)];
+    nodes.iter().any(|(subnet, gateway)| {
         let subnet: IpNet = subnet.parse().expect("constant");
         subnet.contains(&ip) && ip != subnet.network() && ip.to_string() != *gateway && ip != subnet.broadcast()
     })

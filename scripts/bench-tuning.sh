@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Benchmark of the tuning plugin, ours against the reference (/usr/lib/cni/tuning, Debian's
+# containernetworking-plugins v1.1.1): ADD and DEL medians of a config that changes the pod interface's MAC, MTU,
+# promiscuous and all-multicast mode and two sysctls. Each call is one exec of the plugin inside a "node"
+# namespace, config on stdin, timed by bash around the exec, ours and the reference alternating in the same
+# loop; the harness's own cost (exec of /bin/true the same way) is measured and shown.
+#
+# Needs root and jq. Touches only the namespaces it makes and a temporary dataDir (removed on exit).
+#   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 100)
+#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   REFERENCE=path    the reference plugin (default /usr/lib/cni/tuning)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${BENCH_RUNS:-100}
+OURS_DIR=${OURS_DIR:-target/release}
+REFERENCE=${REFERENCE:-/usr/lib/cni/tuning}
+
+die() { echo "bench-tuning: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+command -v jq >/dev/null || die "needs jq"
+[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
+[[ -x $OURS_DIR/tuning ]] || cargo build --release --quiet -p tuning
+OURS=$(realpath "$OURS_DIR/tuning")
+
+NODE=tunbench-node-$$ POD=tunbench-pod-$$
+WORK=$(mktemp -d /tmp/bench-tuning.XXXXXX)
+cleanup() {
+    for ns in "$POD" "$NODE"; do ip netns delete "$ns" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for ns in "$NODE" "$POD"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+ip -n "$NODE" link add tbh$$ type veth peer name eth0 netns "$POD"
+before=$(ip -n "$POD" -d link show eth0)
+
+jq -n --arg pod "/run/netns/$POD" --arg dir "$WORK/data" '{
+    cniVersion: "1.0.0", name: "tunbench", type: "tuning", dataDir: $dir,
+    mac: "c2:11:22:33:44:55", mtu: 1400, promisc: true, allmulti: true,
+    sysctl: {"net.core.somaxconn": "512", "net.ipv4.conf.IFNAME.arp_filter": "1"},
+    prevResult: {cniVersion: "1.0.0", interfaces: [{name: "eth0", sandbox: $pod}],
+        ips: [{address: "10.1.0.2/24", interface: 0}]}}' >"$WORK/conf.json"
+
+ip netns exec "$NODE" scripts/lib/adddel-medians.sh "$OURS" "$REFERENCE" "$WORK/conf.json" "$RUNS" "$POD" >"$WORK/medians" || die "ADD/DEL loop failed"
+read -r ours_add ours_del ref_add ref_del harness <"$WORK/medians"
+
+# Every DEL must have put the interface back (the sysctls too, but the reference's DEL, which runs last,
+# leaves them as ADD set them).
+after=$(ip -n "$POD" -d link show eth0)
+[[ $before == "$after" ]] || die "the pod differs after the DELs:"$'\n'"$(diff <(echo "$before") <(echo "$after"))"
+[[ -z $(ls -A "$WORK/data" 2>/dev/null) ]] || die "saved settings left in $WORK/data"
+
+ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
+net() { echo $(( $1 > harness ? $1 - harness : 0 )); }
+
+echo "tuning ADD/DEL (MAC, MTU, promisc, allmulti, 2 sysctls), $RUNS pairs each, medians"
+printf "%-34s %12s %12s %12s\n" "" "ADD" "DEL" "ADD+DEL"
+printf "%-34s %12s %12s %12s\n" "ours ($OURS_DIR/tuning)" "$(ms "$ours_add")" "$(ms "$ours_del")" "$(ms $((ours_add + ours_del)))"
+printf "%-34s %12s %12s %12s\n" "reference ($REFERENCE)" "$(ms "$ref_add")" "$(ms "$ref_del")" "$(ms $((ref_add + ref_del)))"
+printf "%-34s %12s\n" "harness (exec of /bin/true)" "$(ms "$harness")"
+printf "%-34s %12s %12s %12s\n" "speed-up, net of harness" "$(ratio "$(net "$ref_add")" "$(net "$ours_add")")" \
+    "$(ratio "$(net "$ref_del")" "$(net "$ours_del")")" \
+    "$(ratio "$(net $((ref_add + ref_del)))" "$(net $((ours_add + ours_del)))")"
