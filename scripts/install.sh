@@ -16,7 +16,7 @@ while (($#)); do
 done
 cargo build --release --quiet
 install -d -m 0755 "$prefix"
-for b in bridge host-local portmap bandwidth loopback tuning cnitool; do
+for b in bridge host-local portmap bandwidth loopback tuning firewall cnitool; do
   # Install through a temporary name and rename, so a running kubelet never executes a half-written binary.
   install -m 0755 "target/release/$b" "$prefix/.$b.new"
   mv -f "$prefix/.$b.new" "$prefix/$b"

@@ -386,10 +386,11 @@ fn our_del_restores_what_the_reference_saved() {
 
 /// The plugins of a podman network (4.3, CNI backend) after bridge + host-local, one line each. The tuning
 /// entry sets something, so that the chain shows it ran; podman itself writes `{"type": "tuning"}`.
-fn podman_chain_plugins() -> Vec<Value> {
+/// The firewall entry keeps its records in the test's directory (podman writes no `dataDir`).
+fn podman_chain_plugins(dir: &Path) -> Vec<Value> {
     vec![
         json!({"type": "portmap", "capabilities": {"portMappings": true}}),
-        // Add {"type": "firewall", "backend": ""} here when the firewall plugin lands.
+        json!({"type": "firewall", "backend": "", "dataDir": dir.join("firewall")}),
         json!({"type": "tuning", "capabilities": {"mac": true}, "mtu": 1400, "txQLen": 500,
             "sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1"}}),
     ]
@@ -405,7 +406,7 @@ fn podman_chain(tool: Option<&Path>) {
         "ipam": {"type": "host-local", "dataDir": dir.join("ipam"), "routes": [{"dst": "0.0.0.0/0"}],
             "ranges": [[{"subnet": "10.89.0.0/24", "gateway": "10.89.0.1"}]]}
     })];
-    plugins.extend(podman_chain_plugins());
+    plugins.extend(podman_chain_plugins(&dir));
     let types: Vec<String> = plugins.iter().map(|p| p["type"].as_str().expect("type").to_string()).collect();
     let conflist = json!({"cniVersion": "0.4.0", "name": "podnet", "plugins": plugins});
     fs::write(conf_dir.join("podnet.conflist"), conflist.to_string()).expect("conflist");
@@ -433,6 +434,8 @@ fn podman_chain(tool: Option<&Path>) {
             .args([verb, "podnet", pod.path.to_str().expect("utf-8")])
             .env("NETCONFPATH", &conf_dir)
             .env("CNI_PATH", &cni_path)
+            // firewall's "backend": "" asks the system bus whether firewalld runs: never the machine's.
+            .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", dir.join("no-bus").display()))
             .env("CAP_ARGS", json!({"mac": "c2:11:22:33:44:55",
                 "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}).to_string());
         output(&mut command, b"")

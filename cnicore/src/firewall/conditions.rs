@@ -97,7 +97,7 @@ impl Conditions {
         if let Some(c) = text.chars().find(|c| c.is_control() || matches!(c, ';' | '#' | '@' | '$' | '\\')) {
             return Err(error(format!("{c:?} cannot appear in nft conditions")));
         }
-        if text.matches('"').count() % 2 != 0 {
+        if !text.matches('"').count().is_multiple_of(2) {
             return Err(error("unbalanced quote".into()));
         }
         let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));

@@ -55,6 +55,24 @@ impl AddrType {
     }
 }
 
+/// Connection tracking states of `-m conntrack --ctstate`, in the order iptables-save prints them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CtState {
+    New,
+    Related,
+    Established,
+}
+
+impl CtState {
+    fn as_str(self) -> &'static str {
+        match self {
+            CtState::New => "NEW",
+            CtState::Related => "RELATED",
+            CtState::Established => "ESTABLISHED",
+        }
+    }
+}
+
 /// One rule, built in the order iptables-save prints its parts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rule {
@@ -139,6 +157,15 @@ impl Rule {
     /// `-m mark --mark <value>/<mask>`.
     pub fn mark(self, value: u32, mask: u32) -> Rule {
         self.raw_match(format!("-m mark --mark {value:#x}/{mask:#x}"))
+    }
+
+    /// `-m conntrack --ctstate <state>,...` (iptables keeps a bit mask and prints it in a fixed order).
+    pub fn ctstate(self, states: &[CtState]) -> Rule {
+        let mut states = states.to_vec();
+        states.sort();
+        states.dedup();
+        let list = states.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",");
+        self.raw_match(format!("-m conntrack --ctstate {list}"))
     }
 
     /// `-m addrtype --dst-type <type>` (e.g. `LOCAL`).
@@ -546,6 +573,16 @@ COMMIT
         assert_eq!(save_string("a b"), "\"a b\"");
         assert_eq!(save_string(r#"x "y" \ 'z'"#), r#""x \"y\" \\ \'z\'""#);
         assert_eq!(save_string(""), "\"\"");
+    }
+
+    #[test]
+    fn conntrack_states_in_saved_order() {
+        let rule = Rule::new()
+            .destination("10.88.0.2/32".parse().unwrap(), false)
+            .unwrap()
+            .ctstate(&[CtState::Established, CtState::Related, CtState::Established])
+            .jump("ACCEPT");
+        assert_eq!(rule.render(), "-d 10.88.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT");
     }
 
     #[test]

@@ -60,8 +60,6 @@ impl Plugin for Bridge {
     }
 }
 
-/// Maps a netlink error to a CNI error saying what was being done.
-
 fn main() {
     plugin_main("CNI bridge plugin (cni-plugins-rs)", &Bridge)
 }

@@ -1,0 +1,284 @@
+//! firewall: a chained plugin that lets forwarded traffic to and from the container's addresses (from
+//! `prevResult`) through the node's firewall, and with `ingressPolicy: "same-bridge"` isolates bridges from
+//! each other. Backends: iptables (the reference's `CNI-FORWARD` / `CNI-ADMIN` layout), nftables (ours, one
+//! table) and firewalld (the container addresses as sources of a zone, over D-Bus). With `"backend": ""` the
+//! choice is the reference's: firewalld when it runs on the system bus, else iptables (else nftables where
+//! iptables is not installed).
+
+mod config;
+mod dbus;
+mod firewalld;
+mod iptables;
+mod nftables;
+mod record;
+
+use std::collections::BTreeSet;
+
+use cnicore::firewall::{families_of, Backend, Family};
+use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Error, Errors, Plugin, Result};
+use ipnet::IpNet;
+
+use config::{host_addresses, validate_bridge_name, Config, IngressPolicy, Requested};
+use firewalld::Firewalld;
+use record::Record;
+
+const ABOUT: &str = "CNI firewall plugin (Rust) v0.1.0";
+
+/// The backend a call works with.
+enum Active {
+    Kernel(Backend),
+    Firewalld(Firewalld),
+}
+
+impl Active {
+    fn name(&self) -> &'static str {
+        match self {
+            Active::Kernel(backend) => backend.as_str(),
+            Active::Firewalld(_) => "firewalld",
+        }
+    }
+}
+
+/// The backend of the config: an explicit one, else firewalld when it runs, else the machine's default.
+fn resolve(config: &Config) -> Result<Active> {
+    match config.requested {
+        Requested::Kernel(backend) => Ok(Active::Kernel(backend)),
+        Requested::Firewalld => Firewalld::require().map(Active::Firewalld),
+        Requested::Auto => match Firewalld::if_running() {
+            Some(firewalld) => Ok(Active::Firewalld(firewalld)),
+            None => Backend::detect().map(Active::Kernel),
+        },
+    }
+}
+
+/// The bridge of `ingressPolicy: "same-bridge"`: the first interface of prevResult, as in the reference.
+fn isolated_bridge(config: &Config, prev: &CniResult) -> Result<Option<String>> {
+    if config.ingress_policy != IngressPolicy::SameBridge {
+        return Ok(None);
+    }
+    let name = prev.interfaces.first().map(|i| i.name.as_str()).unwrap_or("");
+    if name.is_empty() {
+        return Err(Error::config(
+            "interface needs to be set for ingress policy \"same-bridge\", make sure to chain \"firewall\" plugin with \"bridge\"",
+        ));
+    }
+    validate_bridge_name(name)?;
+    Ok(Some(name.to_string()))
+}
+
+/// The kernel backend of the isolation rules when firewalld holds the addresses: iptables as in the
+/// reference, nftables where iptables is not installed.
+fn isolation_backend() -> Result<Backend> {
+    Backend::detect()
+}
+
+struct Firewall;
+
+impl Plugin for Firewall {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        let config = Config::parse(ctx)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("missing prevResult from earlier plugin"))?;
+        let bridge = isolated_bridge(&config, &prev)?;
+        let ips = host_addresses(prev.ips.iter().map(|ip| ip.address));
+        if ips.is_empty() {
+            return Ok(prev);
+        }
+        let mut active = resolve(&config)?;
+        open(&config, &mut active, &ips, bridge.as_deref())?;
+        let record = Record {
+            container_id: config.container_id.clone(),
+            ifname: config.ifname.clone(),
+            backend: active.name().into(),
+            zone: if matches!(active, Active::Firewalld(_)) { config.zone.clone() } else { String::new() },
+            ips: ips.clone(),
+        };
+        if let Err(e) = record::save(&config, &record) {
+            report_rollback("removing the firewall rules just added", close(&config, &mut active, &ips, &[]));
+            return Err(e);
+        }
+        Ok(prev)
+    }
+
+    fn del(&self, ctx: &Context) -> Result<()> {
+        let config = ctx.load_for_teardown(Config::parse)?;
+        let prev = ctx.prev_result().unwrap_or_else(|e| {
+            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
+            None
+        });
+        let record = record::load(&config);
+        let mut ips = prev.map(|p| host_addresses(p.ips.iter().map(|ip| ip.address))).unwrap_or_default();
+        if ips.is_empty() {
+            ips = record.as_ref().map(|r| r.ips.clone()).unwrap_or_default();
+        }
+        let mut errors = Errors::new();
+        // The backend of this config, and the one of the ADD when it was another (a config changed meanwhile).
+        let mut done = Vec::new();
+        match resolve(&config) {
+            Ok(mut active) => {
+                errors.record(close(&config, &mut active, &ips, &[]));
+                done.push(active.name());
+            }
+            // firewalld gone: its runtime sources went with it. No firewall binary: nothing was set up.
+            Err(e) if e.code == codes::NOT_AVAILABLE => {}
+            Err(e) => errors.push(e),
+        }
+        if let Some(record) = record.as_ref().filter(|r| !done.contains(&r.backend.as_str())) {
+            errors.record(close_recorded(&config, record, &[]));
+        }
+        if errors.is_empty() {
+            errors.record(record::remove(&config));
+        }
+        errors.into_result()
+    }
+
+    fn check(&self, ctx: &Context) -> Result<()> {
+        let config = Config::parse(ctx)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("missing prevResult from earlier plugin"))?;
+        let bridge = isolated_bridge(&config, &prev)?;
+        let ips = host_addresses(prev.ips.iter().map(|ip| ip.address));
+        if ips.is_empty() {
+            return Ok(());
+        }
+        match resolve(&config)? {
+            Active::Kernel(Backend::Iptables) => {
+                for family in families_of(&ips) {
+                    iptables::check(&iptables::Plan::new(&config, family, &ips, bridge.as_deref())?, &config.container_id)?;
+                }
+                Ok(())
+            }
+            Active::Kernel(Backend::Nftables) => nftables::check(&config.container_id, &ips, bridge.as_deref()),
+            Active::Firewalld(mut firewalld) => {
+                firewalld.check(&config.zone, &ips)?;
+                check_isolation(&config, &ips, bridge.as_deref())
+            }
+        }
+    }
+
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let config = Config::parse(ctx)?;
+        let valid = ctx.valid_attachments()?;
+        let records = record::list(&config);
+        let (stale, kept): (Vec<_>, Vec<_>) = records
+            .into_iter()
+            .partition(|(_, r)| !valid.iter().any(|(id, ifname)| *id == r.container_id && *ifname == r.ifname));
+        // An address a valid attachment holds now keeps its rules (the reference's rules name no owner).
+        let in_use: Vec<IpNet> = kept.iter().flat_map(|(_, r)| r.ips.iter().copied()).collect();
+        let mut errors = Errors::new();
+        for (path, record) in stale {
+            if errors.record(close_recorded(&config, &record, &in_use)).is_some() {
+                errors.record(record::remove_listed(path));
+            }
+        }
+        if Backend::Nftables.available() {
+            let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
+            errors.record(nftables::gc(&config.network, &valid));
+        }
+        errors.into_result()
+    }
+
+    fn status(&self, ctx: &Context) -> Result<()> {
+        let config = Config::parse(ctx)?;
+        match resolve(&config)? {
+            Active::Kernel(backend) if !backend.available() => {
+                Err(Error::new(codes::NOT_AVAILABLE, format!("the {backend} backend is not installed")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Opens the firewall for `ips`; on failure, what was done is undone.
+fn open(config: &Config, active: &mut Active, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+    match active {
+        Active::Kernel(Backend::Iptables) => {
+            let mut done: Vec<Family> = Vec::new();
+            for family in families_of(ips) {
+                let outcome = iptables::Plan::new(config, family, ips, bridge).and_then(|plan| iptables::add(&plan));
+                if let Err(e) = outcome {
+                    for family in done {
+                        report_rollback("removing firewall rules", iptables::del(family, ips));
+                    }
+                    return Err(e);
+                }
+                done.push(family);
+            }
+            Ok(())
+        }
+        Active::Kernel(Backend::Nftables) => nftables::add(&config.network, &config.container_id, ips, bridge),
+        Active::Firewalld(firewalld) => {
+            firewalld.add(&config.zone, ips)?;
+            if let Err(e) = isolate(ips, bridge, config) {
+                report_rollback("removing the addresses from firewalld", firewalld.del(&config.zone, ips));
+                return Err(e);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The isolation rules of the firewalld backend, which firewalld does not make (the reference runs iptables).
+fn isolate(ips: &[IpNet], bridge: Option<&str>, config: &Config) -> Result<()> {
+    if bridge.is_none() {
+        return Ok(());
+    }
+    match isolation_backend()? {
+        Backend::Iptables => families_of(ips)
+            .into_iter()
+            .try_for_each(|family| iptables::add(&iptables::Plan::new(config, family, &[], bridge)?)),
+        Backend::Nftables => nftables::add(&config.network, &config.container_id, &[], bridge),
+    }
+}
+
+fn check_isolation(config: &Config, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+    if bridge.is_none() {
+        return Ok(());
+    }
+    match isolation_backend()? {
+        Backend::Iptables => families_of(ips).into_iter().try_for_each(|family| {
+            iptables::check(&iptables::Plan::new(config, family, &[], bridge)?, &config.container_id)
+        }),
+        Backend::Nftables => nftables::check(&config.container_id, &[], bridge),
+    }
+}
+
+/// Closes the firewall for `ips` except the addresses in `keep`. The isolation rules stay: they are the
+/// bridge's, shared by its containers (as in the reference).
+fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet]) -> Result<()> {
+    let ips: Vec<IpNet> = ips.iter().filter(|ip| !keep.contains(ip)).copied().collect();
+    match active {
+        Active::Kernel(Backend::Iptables) => {
+            let mut errors = Errors::new();
+            for family in [Family::V4, Family::V6] {
+                errors.record(iptables::del(family, &ips));
+            }
+            errors.into_result()
+        }
+        Active::Kernel(Backend::Nftables) if !Backend::Nftables.available() => Ok(()),
+        Active::Kernel(Backend::Nftables) if ips.is_empty() && !keep.is_empty() => Ok(()),
+        Active::Kernel(Backend::Nftables) => nftables::del(&config.network, &config.container_id, &ips),
+        Active::Firewalld(firewalld) => firewalld.del(&config.zone, &ips),
+    }
+}
+
+/// Closes what a record says an ADD opened, with the record's backend.
+fn close_recorded(config: &Config, record: &Record, keep: &[IpNet]) -> Result<()> {
+    let config = Config {
+        container_id: record.container_id.clone(),
+        ifname: record.ifname.clone(),
+        zone: if record.zone.is_empty() { config.zone.clone() } else { record.zone.clone() },
+        ..config.clone()
+    };
+    let mut active = match record.backend.as_str() {
+        "iptables" => Active::Kernel(Backend::Iptables),
+        "nftables" => Active::Kernel(Backend::Nftables),
+        _ => match Firewalld::if_running() {
+            Some(firewalld) => Active::Firewalld(firewalld),
+            None => return Ok(()),
+        },
+    };
+    close(&config, &mut active, &record.ips, keep)
+}
+
+fn main() {
+    plugin_main(ABOUT, &Firewall)
+}

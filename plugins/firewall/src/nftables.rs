@@ -1,0 +1,168 @@
+//! The nftables backend (ours: the reference plugins have none, up to v1.9). One table, fixed rules, and the
+//! containers as set elements, so that an ADD is one `nft -f -` that only adds elements:
+//!
+//! ```text
+//! table inet cni_firewall {
+//!   set containers4 { type ipv4_addr }          # container addresses, each commented with its owner tag
+//!   set containers6 { type ipv6_addr }
+//!   set isolated    { type ifname }             # bridges of ingressPolicy same-bridge
+//!   set same_bridge { type ifname . ifname }    # "<br>" . "<br>" for each of them
+//!   chain forward { type filter hook forward priority filter; policy accept;
+//!     jump isolation
+//!     jump admin
+//!     ip daddr @containers4 ct state established,related accept
+//!     ip saddr @containers4 accept
+//!     ip6 daddr @containers6 ct state established,related accept
+//!     ip6 saddr @containers6 accept }
+//!   chain isolation {                           # the reference's CNI-ISOLATION-STAGE-1/2 in two rules
+//!     iifname . oifname @same_bridge return
+//!     iifname @isolated oifname @isolated drop }
+//!   chain admin { }                             # the administrator's (CNI-ADMIN): created, never changed
+//! }
+//! ```
+//!
+//! nftables evaluates every base chain of a hook: `accept` ends this table's verdict only, while a `drop`
+//! anywhere is final. So the accept rules open nothing that another table (iptables' FORWARD with policy
+//! DROP, a firewall of the administrator's own) drops; on such a node use the iptables or firewalld
+//! backend. Isolation and the admin chain's drops work whatever else is there.
+//!
+//! Element comments are owner tags (`fw-<net hash>-<attachment hash>`, [`cnicore::firewall::nft_tag`]): DEL
+//! without prevResult and GC find a container's addresses by them.
+
+use std::collections::BTreeSet;
+
+use cnicore::firewall::nftables::{self, Script};
+use cnicore::firewall::{nft_tag, Family};
+use cnicore::spec::{Error, Result};
+use ipnet::IpNet;
+
+pub const TABLE: &str = "cni_firewall";
+const TAG_KIND: &str = "fw";
+
+fn set_of(ip: &IpNet) -> &'static str {
+    match Family::of_net(ip) {
+        Family::V4 => "containers4",
+        Family::V6 => "containers6",
+    }
+}
+
+/// The table, its sets and its fixed rules (refreshed: the chains with rules are flushed and refilled).
+fn base(script: &mut Script) {
+    let t = format!("inet {TABLE}");
+    script.push(format!("add table {t}"));
+    script.push(format!("add set {t} containers4 {{ type ipv4_addr ; }}"));
+    script.push(format!("add set {t} containers6 {{ type ipv6_addr ; }}"));
+    script.push(format!("add set {t} isolated {{ type ifname ; }}"));
+    script.push(format!("add set {t} same_bridge {{ type ifname . ifname ; }}"));
+    script.push(format!("add chain {t} admin"));
+    script.push(format!("add chain {t} isolation"));
+    script.push(format!("flush chain {t} isolation"));
+    script.push(format!("add rule {t} isolation iifname . oifname @same_bridge return"));
+    script.push(format!("add rule {t} isolation iifname @isolated oifname @isolated drop"));
+    script.push(format!("add chain {t} forward {{ type filter hook forward priority filter ; policy accept ; }}"));
+    script.push(format!("flush chain {t} forward"));
+    script.push(format!("add rule {t} forward jump isolation"));
+    script.push(format!("add rule {t} forward jump admin"));
+    for (kw, set) in [("ip", "containers4"), ("ip6", "containers6")] {
+        script.push(format!("add rule {t} forward {kw} daddr @{set} ct state established,related accept"));
+        script.push(format!("add rule {t} forward {kw} saddr @{set} accept"));
+    }
+}
+
+/// The elements of one attachment: (set, element as written in `add element`, without the comment).
+fn elements(ips: &[IpNet], bridge: Option<&str>) -> Result<Vec<(&'static str, String)>> {
+    let mut out: Vec<(&'static str, String)> = ips.iter().map(|ip| (set_of(ip), ip.addr().to_string())).collect();
+    if let Some(bridge) = bridge {
+        let name = nftables::string(bridge)?;
+        out.push(("isolated", name.clone()));
+        out.push(("same_bridge", format!("{name} . {name}")));
+    }
+    Ok(out)
+}
+
+/// ADD: one transaction adding the elements (container addresses tagged with their owner); the table is set
+/// up in the same transaction only when that fails (first container, or the table was removed).
+pub fn add(network: &str, container_id: &str, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+    let t = format!("inet {TABLE}");
+    let tag = nft_tag(TAG_KIND, network, container_id);
+    let mut adds = Script::new();
+    for (set, element) in elements(ips, bridge)? {
+        match set {
+            "containers4" | "containers6" => adds.push(format!("add element {t} {set} {{ {element} comment \"{tag}\" }}")),
+            _ => adds.push(format!("add element {t} {set} {{ {element} }}")),
+        };
+    }
+    if adds.apply().is_ok() {
+        return Ok(());
+    }
+    let mut script = Script::new();
+    base(&mut script);
+    for line in adds.render().lines() {
+        script.push(line);
+    }
+    script.apply().map_err(|f| f.to_error(&format!("adding firewall rules for {container_id}")))
+}
+
+/// CHECK: the table holds every element of the attachment.
+pub fn check(container_id: &str, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+    let present = nftables::table_elements(TABLE)?
+        .ok_or_else(|| Error::internal(format!("nftables table inet {TABLE} is missing")))?;
+    for (set, element) in elements(ips, bridge)? {
+        // Keys come back without the quotes of interface names.
+        let key = element.replace('"', "");
+        if !present.iter().any(|e| e.set == set && e.key == key) {
+            return Err(Error::internal(format!("firewall element {element} of container {container_id} is missing from set {set}")));
+        }
+    }
+    Ok(())
+}
+
+/// DEL: with the addresses, one transaction deleting exactly them ("add" first, so that ones already gone
+/// are fine); without, or when the table is missing, the elements tagged for the attachment.
+pub fn del(network: &str, container_id: &str, ips: &[IpNet]) -> Result<()> {
+    let t = format!("inet {TABLE}");
+    if !ips.is_empty() {
+        let mut script = Script::new();
+        for ip in ips {
+            let (set, addr) = (set_of(ip), ip.addr());
+            script.push(format!("add element {t} {set} {{ {addr} }}"));
+            script.push(format!("delete element {t} {set} {{ {addr} }}"));
+        }
+        if script.apply().is_ok() {
+            return Ok(());
+        }
+    }
+    let tag = nft_tag(TAG_KIND, network, container_id);
+    nftables::delete_tagged(TABLE, |comment| comment == tag)
+}
+
+/// GC: the addresses of attachments of `network` whose container is not in `valid`.
+pub fn gc(network: &str, valid: &BTreeSet<&str>) -> Result<()> {
+    nftables::gc_tagged(TABLE, TAG_KIND, network, valid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_of_an_attachment() {
+        let ips: Vec<IpNet> = vec!["10.88.0.2/32".parse().unwrap(), "fd00::2/128".parse().unwrap()];
+        let e = elements(&ips, Some("cni-podman0")).unwrap();
+        assert_eq!(
+            e,
+            vec![
+                ("containers4", "10.88.0.2".to_string()),
+                ("containers6", "fd00::2".to_string()),
+                ("isolated", "\"cni-podman0\"".to_string()),
+                ("same_bridge", "\"cni-podman0\" . \"cni-podman0\"".to_string()),
+            ]
+        );
+        assert!(elements(&ips, Some("a\"b")).is_err());
+        let mut script = Script::new();
+        base(&mut script);
+        let text = script.render();
+        assert!(text.contains("add rule inet cni_firewall forward ip daddr @containers4 ct state established,related accept"));
+        assert!(!text.contains("flush chain inet cni_firewall admin"), "the admin chain is the administrator's");
+    }
+}
