@@ -5,6 +5,9 @@
 # layout (a node netns with an uplink to a wan netns, pods in their own netns). Medians of RUNS runs (default 20).
 # Prints a table and writes it to docs/benchmarks.md (OUT=path to write elsewhere, OUT= to skip).
 #   scripts/bench.sh            RUNS=30 scripts/bench.sh
+# The containerd path (netns-tests/examples/cri-bench.rs): pods through containerd's CRI API, ours against the
+# reference, CNI ADD/DEL as containerd measures them and RunPodSandbox/StopPodSandbox wall time (skipped with a
+# note when containerd is not installed; CRI_BENCH=0 skips it).
 # Nothing touches the root network namespace. The result cache of upstream cnitool (which always uses
 # /var/lib/cni) is kept in a temporary directory mounted over /var/lib/cni in a private mount namespace.
 set -euo pipefail
@@ -17,7 +20,12 @@ if [[ -z ${CNI_BENCH_INNER:-} ]]; then
   [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }
   scripts/setup.sh
   echo "bench: building release binaries" >&2
-  cargo build --release --quiet
+  # The plugins and cnitool; not the test crates (the CRI client's tonic would add minutes of release build).
+  cargo build --release --quiet --workspace --exclude netns-tests --exclude cri-client
+  if [[ ${CRI_BENCH:-1} != 0 ]]; then
+    # The CRI client's own speed is not measured (containerd's metrics and ~100 ms calls are): a dev build.
+    cargo build --quiet -p netns-tests --example cri-bench
+  fi
   mkdir -p /var/lib/cni # a mount point only: the private mount namespace puts a temp dir over it
   exec unshare --mount --propagation private env CNI_BENCH_INNER=1 "$0" "$@"
 fi
@@ -63,6 +71,8 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2)
 ms() { awk -v us="$1" 'BEGIN {printf "%.1f ms", us / 1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.1fx", a / b; else print "-"}'; }
 
+# Other work on the machine skews every figure: recorded with them.
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 node=cbn$id wan=cbw$id
 make_node "$node" "$wan"
 mkdir -p "$tmp/net.d"
@@ -191,11 +201,22 @@ for side in ref ours; do
   done
 done
 
+# Through containerd: two daemons (ours, reference) in node netns of their own, pods alternating.
+cri_table=""
+if [[ ${CRI_BENCH:-1} != 0 ]]; then
+  echo "bench: through containerd's CRI, $RUNS pods each side" >&2
+  if ! command -v containerd >/dev/null; then
+    cri_table="(skipped: containerd not installed; scripts/setup.sh installs it)"
+  elif ! cri_table=$("$root/target/debug/examples/cri-bench" "$RUNS" "$ours" "$ref" 2>>"$tmp/errors"); then
+    echo "bench: cri-bench failed:" >&2; tail -n 20 "$tmp/errors" >&2; exit 1
+  fi
+fi
+
 size() { stat -c %s "$1" | awk '{printf "%.2f MB", $1 / 1048576}'; }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
 {
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)),"
-  echo "with \`scripts/bench.sh\` (RUNS=$RUNS). Runner: $runner inside a node netns via nsenter."
+  echo "with \`scripts/bench.sh\` (RUNS=$RUNS; load average at the start $load_start). Runner: $runner inside a node netns via nsenter."
   echo "Reference: Debian containernetworking-plugins $(dpkg-query -W -f '${Version}' containernetworking-plugins 2>/dev/null) in /usr/lib/cni."
   echo
   row "figure (median)" "reference" "ours" "speed-up"
@@ -221,6 +242,9 @@ row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
   row "binary size, cnitool" "$(size "$cnitool")" "$(size "$ours/cnitool")" ""
 } >"$tmp/table.md"
 cat "$tmp/table.md"
+if [[ -n $cri_table ]]; then
+  { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
+fi
 if [[ -n $OUT ]]; then
   {
     echo "# Benchmarks"
@@ -230,6 +254,11 @@ if [[ -n $OUT ]]; then
     echo
     cat "$tmp/table.md"
     cat <<'NOTES'
+
+Through containerd, the figures are those of `netns-tests/examples/cri-bench.rs`: containerd 1.6's CRI plugin runs
+its own loopback attachment besides the conflist; its `set_up_pod`/`tear_down_pod` metrics
+time both (go-cni's Setup/Remove), and RunPodSandbox/StopPodSandbox add the sandbox container's start and stop.
+A failed side shows containerd's error instead of a figure.
 
 ## Where the time goes
 

@@ -2,8 +2,10 @@
 # Installs what the demo, the tests and the benchmarks need on a fresh Debian/Ubuntu machine (run as root):
 # the firewall tools the plugins drive, iproute2 and ping for inspection, iperf3 for shaping tests, the reference
 # plugins (Debian's containernetworking-plugins, in /usr/lib/cni) for interop tests, firewalld for the firewall
-# plugin's tests (never started on the machine itself), and upstream cnitool when the
-# team's ../shared/tools/build-cnitool.sh is present. Does nothing that is already done.
+# plugin's tests (never started on the machine itself), upstream cnitool when the team's
+# ../shared/tools/build-cnitool.sh is present; the runtimes the runtime tests drive (containerd, podman, runc,
+# and busybox-static for their offline images) and protoc (the CRI client's bindings are generated from the
+# CRI's .proto at build time). Does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,21 +24,34 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# firewalld and dbus-daemon for the firewall plugin's firewalld tests, which run their own private bus and
-# firewalld inside a test namespace. The package must never start or enable firewalld on this machine: service
-# starts are refused during the install, and the boot-time units it enables are disabled again.
-if ! dpkg -s firewalld >/dev/null 2>&1; then
-  echo "setup: installing firewalld dbus-daemon (not started, not enabled)"
+# Packages with services that must never run on this machine itself: the tests start their own instances in
+# test namespaces (firewalld on a private D-Bus bus; containerd and podman with private state). Service starts are
+# refused during the install (policy-rc.d), and the boot-time units the packages enable are disabled again (what
+# `systemctl disable` removes; systemctl may not work where systemd does not run).
+install_without_starting() { # WHAT PACKAGE...
+  local what=$1 missing=() p
+  shift
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  ((${#missing[@]})) || return 0
+  echo "setup: installing ${missing[*]} for $what (not started, not enabled)"
   export DEBIAN_FRONTEND=noninteractive
-  policy=/usr/sbin/policy-rc.d own_policy=0
+  local policy=/usr/sbin/policy-rc.d own_policy=0
   if [[ ! -e $policy ]]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy" && own_policy=1
   fi
-  apt-get install -y -qq firewalld dbus-daemon >/dev/null || { ((own_policy)) && rm -f "$policy"; exit 1; }
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null || { ((own_policy)) && rm -f "$policy"; exit 1; }
   ((own_policy)) && rm -f "$policy"
-  # What `systemctl disable firewalld` removes (systemctl may not work where systemd does not run).
-  rm -f /etc/systemd/system/multi-user.target.wants/firewalld.service /etc/systemd/system/dbus-org.fedoraproject.FirewallD1.service
-fi
+  rm -f /etc/systemd/system/multi-user.target.wants/firewalld.service \
+    /etc/systemd/system/dbus-org.fedoraproject.FirewallD1.service \
+    /etc/systemd/system/multi-user.target.wants/containerd.service \
+    /etc/systemd/system/sockets.target.wants/podman.socket \
+    /etc/systemd/system/default.target.wants/podman-auto-update.service
+}
+install_without_starting "the firewall plugin's firewalld tests" firewalld dbus-daemon
+# The runtime tests: containerd and podman (with runc) run pods in test namespaces, busybox-static makes their
+# images offline, protoc builds the CRI client's bindings.
+install_without_starting "the runtime tests" containerd runc podman busybox-static protobuf-compiler
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2; exit 1; }
 

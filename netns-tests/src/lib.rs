@@ -29,6 +29,12 @@ pub mod upstream;
 pub mod snapshot;
 pub mod fabric;
 pub mod traffic;
+pub mod daemon;
+pub mod images;
+pub mod containerd;
+pub mod podman;
+pub mod recorder;
+pub mod runtimes;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.

@@ -1,0 +1,225 @@
+//! containerd (Debian's 1.6) started by a test, as a node runs it for the kubelet: the CRI plugin with CNI,
+//! inside the test's node netns (see [`crate::daemon`] for its private mount namespace), with its root, state,
+//! socket, CNI `conf_dir`, the plugins' `bin_dir` and the result cache all in the test's directory. The guard
+//! kills it, its shims and the containers by PID when dropped, also when the test panics.
+//!
+//! The sandbox image is the busybox image of [`crate::images`], imported before any pod runs, so containerd
+//! never tries to pull (and could not: the node netns has no route out, the registry name cannot resolve).
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::daemon::{self, http_get, toml_str};
+use crate::images::{self, BUSYBOX_IMAGE};
+use crate::upstream::VarLibCni;
+use crate::{Node, Value};
+
+/// The metrics address, on the node netns' own loopback.
+pub const METRICS_ADDR: &str = "127.0.0.1:1338";
+
+/// True if containerd, ctr and runc are installed (else skipped, or failed under CI=true).
+pub fn available() -> bool {
+    let tools = ["containerd", "ctr", "runc", "containerd-shim-runc-v2"];
+    daemon::require(
+        "containerd/ctr/runc/busybox-static",
+        tools.iter().all(|t| daemon::on_path(t)) && images::have_busybox(),
+        "run scripts/setup.sh (installs containerd, runc, busybox-static)",
+    )
+}
+
+/// How to run containerd's CRI plugin.
+pub struct ContainerdConfig {
+    /// CNI `bin_dir`: where containerd finds the plugins.
+    pub cni_bin_dir: PathBuf,
+    /// A conflist written into the CNI `conf_dir` before containerd starts, as `10-test.conflist`.
+    pub conflist: Option<Value>,
+    /// containerd's `conf_template` (a Go template): rendered into the conf_dir on UpdateRuntimeConfig.
+    pub conf_template: Option<String>,
+}
+
+/// A running containerd.
+pub struct Containerd {
+    /// Everything of this daemon: config, root, state, socket, logs.
+    pub dir: PathBuf,
+    /// The CRI (and containerd) gRPC socket.
+    pub socket: PathBuf,
+    /// The CNI conf_dir.
+    pub conf_dir: PathBuf,
+    /// The directory mounted over `/var/lib/cni` in containerd's mount namespace (libcni's result cache).
+    pub var_lib_cni: PathBuf,
+    log: PathBuf,
+    child: Child,
+}
+
+impl Containerd {
+    /// Starts containerd in `node`, waits for its socket and imports the busybox image.
+    pub fn start(node: &Node, config: ContainerdConfig) -> Containerd {
+        daemon::sweep_stale_daemons();
+        let dir = node.dir().join("containerd");
+        let conf_dir = dir.join("net.d");
+        for d in [&dir, &conf_dir] {
+            fs::create_dir_all(d).unwrap_or_else(|e| panic!("create {}: {e}", d.display()));
+        }
+        let socket = dir.join("containerd.sock");
+        if let Some(conflist) = &config.conflist {
+            let text = serde_json::to_vec_pretty(conflist).expect("conflist json");
+            fs::write(conf_dir.join("10-test.conflist"), text).expect("write conflist");
+        }
+        let template = config.conf_template.as_ref().map(|text| {
+            let path = dir.join("cni-conf-template");
+            fs::write(&path, text).expect("write conf_template");
+            path
+        });
+        let toml = config_toml(&dir, &socket, &config.cni_bin_dir, &conf_dir, template.as_deref());
+        let config_path = dir.join("config.toml");
+        fs::write(&config_path, toml).expect("write containerd config");
+
+        let var_lib_cni = VarLibCni::new(&dir);
+        let log = dir.join("containerd.log");
+        let log_file = fs::File::create(&log).expect("containerd log");
+        let mut command = node.command("containerd");
+        command
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log fd"))
+            .stderr(log_file);
+        daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run"]);
+        let child = command.spawn().unwrap_or_else(|e| panic!("start containerd: {e}"));
+        let containerd = Containerd {
+            var_lib_cni: var_lib_cni.path(),
+            dir,
+            socket,
+            conf_dir,
+            log,
+            child,
+        };
+        containerd.wait_for_socket(Duration::from_secs(20));
+        let archive = images::busybox_archive(&containerd.dir);
+        containerd.ctr(&["images", "import", &archive.display().to_string()]);
+        containerd
+    }
+
+    /// containerd's PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_for_socket(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.socket.exists() {
+            assert!(
+                Instant::now() < deadline && Path::new(&format!("/proc/{}", self.pid())).exists(),
+                "containerd did not start:\n{}",
+                self.log_tail(30)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs `ctr -n k8s.io <args>` against this daemon; panics if it fails. Returns stdout.
+    pub fn ctr(&self, args: &[&str]) -> String {
+        let output = Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run ctr: {e}"));
+        assert!(
+            output.status.success(),
+            "ctr {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// The last `lines` lines of containerd's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The last `lines` warnings and errors of containerd's log (what explains a failed CRI call).
+    pub fn log_problems(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().filter(|l| l.contains("level=error") || l.contains("level=warn")).collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// containerd's whole log.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// A path as containerd sees it (in its mount namespace), e.g. a pod netns `/var/run/netns/cni-...`.
+    pub fn path_in_daemon(&self, path: &str) -> PathBuf {
+        daemon::path_in_mount_ns(self.pid(), path)
+    }
+
+    /// The network namespaces containerd has mounted (`/run/netns` in its mount namespace).
+    pub fn netns_names(&self) -> Vec<String> {
+        daemon::netns_names(self.pid())
+    }
+
+    /// The text of containerd's Prometheus metrics endpoint (read from inside the node netns).
+    pub fn metrics(&self, node: &Node) -> String {
+        let addr: SocketAddr = METRICS_ADDR.parse().expect("constant");
+        http_get(node, addr, "/v1/metrics").unwrap_or_else(|e| panic!("containerd metrics: {e}"))
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        daemon::kill_mount_ns_tree(self.child.id());
+        let _ = self.child.wait();
+    }
+}
+
+fn config_toml(dir: &Path, socket: &Path, bin_dir: &Path, conf_dir: &Path, template: Option<&Path>) -> String {
+    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
+    format!(
+        r#"version = 2
+root = {root}
+state = {state}
+# Snapshotters this node cannot use, and tracing: fewer plugins, faster start, quieter log.
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = {socket}
+[ttrpc]
+  address = {ttrpc}
+[metrics]
+  address = "{METRICS_ADDR}"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{BUSYBOX_IMAGE}"
+  # This sandbox may not lower oom_score_adj.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = {bin_dir}
+    conf_dir = {conf_dir}
+{template}"#,
+        root = toml_str(&dir.join("root")),
+        state = toml_str(&dir.join("state")),
+        socket = toml_str(socket),
+        ttrpc = toml_str(&dir.join("containerd.sock.ttrpc")),
+        opt = toml_str(&dir.join("opt")),
+        bin_dir = toml_str(bin_dir),
+        conf_dir = toml_str(conf_dir),
+    )
+}

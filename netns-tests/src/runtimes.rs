@@ -1,0 +1,71 @@
+//! What the runtime tests (`containerd.rs`, `podman.rs`) share: the plugins under test, a node with an
+//! uplink to a "wan" netns, and small helpers.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ipnet::IpNet;
+use crate::recorder::Call;
+use crate::upstream::REFERENCE_DIR;
+use crate::{bin_dir, veth_between, Node, TestNetns};
+
+/// The plugins under test: each runtime test runs once with each, so a failure of ours alone is ours to fix.
+#[derive(Clone, Copy, Debug)]
+pub enum Plugins {
+    Ours,
+    /// Debian's reference plugins in /usr/lib/cni.
+    Reference,
+}
+
+impl Plugins {
+    pub fn dir(self) -> PathBuf {
+        match self {
+            Plugins::Ours => bin_dir(),
+            Plugins::Reference => PathBuf::from(REFERENCE_DIR),
+        }
+    }
+}
+
+/// The node's address on its uplink, where wan reaches hostPorts.
+pub const NODE_IP: &str = "192.0.2.1";
+pub const WAN_IP: &str = "192.0.2.2";
+
+/// A node netns with an uplink `eth0` to a wan netns, and a default route through it.
+pub fn node_with_wan() -> (Node, TestNetns) {
+    let node = Node::new();
+    let wan = TestNetns::new("wan");
+    veth_between(&node, &wan, "eth0", "eth0", &[net(&format!("{NODE_IP}/24"))], &[net(&format!("{WAN_IP}/24"))]);
+    node.ip(&["route", "add", "default", "via", WAN_IP]);
+    (node, wan)
+}
+
+pub fn net(text: &str) -> IpNet {
+    text.parse().expect("prefix")
+}
+
+/// Polls `f` until it returns Ok or `timeout` passes; the last error otherwise.
+pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// The links of the node that belong to a pod: host veths and the bandwidth ifbs.
+pub fn pod_links(node: &Node) -> Vec<String> {
+    node.links().into_iter().filter(|l| l.starts_with("veth") || l.starts_with("bwp")).collect()
+}
+
+/// The calls of `command` by `plugin`.
+pub fn calls_of<'a>(calls: &'a [Call], command: &str, plugin: &str) -> Vec<&'a Call> {
+    calls.iter().filter(|c| c.command() == command && c.plugin == plugin).collect()
+}
+
+/// The calls, one a line, for messages.
+pub fn summaries(calls: &[Call]) -> String {
+    calls.iter().map(Call::summary).collect::<Vec<_>>().join("\n  ")
+}
