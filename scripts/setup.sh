@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# etcd-server (etcd 3.4) and openssl: the fabric tests; protobuf-compiler: etcd-client generates its gRPC code at build time;
+# etcd-client and openssl: the fabric tests (etcd-server below); protobuf-compiler: etcd-client generates its gRPC code at build time;
 # curl: fabricd's metrics in the tests and the fabric benchmark.
 packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine
-  etcd-server etcd-client protobuf-compiler openssl curl)
+  etcd-client protobuf-compiler openssl curl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -46,12 +46,15 @@ install_without_starting() { # WHAT PACKAGE...
     /etc/systemd/system/dbus-org.fedoraproject.FirewallD1.service \
     /etc/systemd/system/multi-user.target.wants/containerd.service \
     /etc/systemd/system/sockets.target.wants/podman.socket \
-    /etc/systemd/system/default.target.wants/podman-auto-update.service
+    /etc/systemd/system/default.target.wants/podman-auto-update.service \
+    /etc/systemd/system/multi-user.target.wants/etcd.service
 }
 install_without_starting "the firewall plugin's firewalld tests" firewalld dbus-daemon
 # The runtime tests: containerd and podman (with runc) run pods in test namespaces, busybox-static makes their
 # images offline, protoc builds the CRI client's bindings.
 install_without_starting "the runtime tests" containerd runc podman busybox-static protobuf-compiler
+# The fabric tests: etcd 3.4, started by each test in its own namespace on a temporary data dir.
+install_without_starting "the fabric tests" etcd-server
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2; exit 1; }
 
