@@ -105,6 +105,33 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
 }
 
 #[test]
+fn masquerade_with_the_nftables_backend() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
+    for _ in 0..2 {
+        cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables"]);
+    }
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    let pods = pods(&mut cluster);
+    // Pod to pod keeps the source; leaving the cluster is masqueraded to the node's address.
+    mesh(&cluster, &pods);
+    for (index, pod, _) in &pods {
+        assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(cluster.nodes[*index].ip.into()));
+    }
+    let node = &mut cluster.nodes[0];
+    let table = node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("ip saddr 10.244.0.0/16 ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"), "{table}");
+    let iptables = node.node.exec("iptables-save", &["-t", "nat"], &[], b"");
+    assert!(!String::from_utf8_lossy(&iptables.stdout).contains("FLANNEL-POSTRTG"), "one backend only");
+    node.stop(Signal::SIGTERM);
+    let cleanup = node.run(&["cleanup"]);
+    assert!(cleanup.success(), "{}", cleanup.stderr);
+    assert!(!node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"").status.success(), "table removed");
+}
+
+#[test]
 fn host_gw_refuses_a_peer_beyond_the_l2_segment() {
     let mut cluster = Cluster::new(2);
     cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);

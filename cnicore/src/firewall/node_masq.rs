@@ -12,15 +12,18 @@
 //! ! -s <cluster> -d <cluster> -j MASQUERADE            from outside to other nodes' pods (replies come back)
 //! ```
 //!
-//! nftables: table `ip fabricd`, chain `postrouting` (nat hook, srcnat) with the same four rules. Both are one
-//! transaction; applying them again leaves one copy; [`teardown`] removes them from both backends.
+//! nftables: table `inet fabricd`, chain `postrouting` (nat hook, srcnat): pods leaving the cluster are
+//! masqueraded by the rule the bridge's ipMasq decision renders ([`masq::plan`] with the cluster as source and
+//! exception: `ip saddr { <cluster> } ip daddr != { <cluster>, 224.0.0.0/4 } masquerade`), then the two rules
+//! for traffic from outside. Both backends are one transaction; applying them again leaves one copy;
+//! [`teardown`] removes them from both.
 
 use ipnet::{IpNet, Ipv4Net};
 
 use super::iptables::{self, Rule, Script};
-use super::nftables;
+use super::{masq, nftables};
 use super::{Backend, Family};
-use crate::spec::{Error, Result};
+use crate::spec::{Errors, Result};
 
 /// The iptables chain (flannel's name).
 pub const CHAIN: &str = "FLANNEL-POSTRTG";
@@ -64,16 +67,17 @@ fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Ru
 
 /// The nftables transaction (replaces the table whole, atomically).
 fn nft_script(cluster: Ipv4Net, node_subnet: Ipv4Net) -> nftables::Script {
+    let t = format!("inet {NFT_TABLE}");
+    let pods_leaving = masq::plan(&[IpNet::V4(cluster)], &[IpNet::V4(cluster)]).remove(0).nft_masquerade_rule();
     let mut script = nftables::Script::new();
     script
-        .push(format!("add table ip {NFT_TABLE}"))
-        .push(format!("delete table ip {NFT_TABLE}"))
-        .push(format!("add table ip {NFT_TABLE}"))
-        .push(format!("add chain ip {NFT_TABLE} postrouting {{ type nat hook postrouting priority srcnat; }}"))
-        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr {cluster} ip daddr {cluster} return"))
-        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr {cluster} ip daddr != 224.0.0.0/4 masquerade"))
-        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr != {cluster} ip daddr {node_subnet} return"))
-        .push(format!("add rule ip {NFT_TABLE} postrouting ip saddr != {cluster} ip daddr {cluster} masquerade"));
+        .push(format!("add table {t}"))
+        .push(format!("delete table {t}"))
+        .push(format!("add table {t}"))
+        .push(format!("add chain {t} postrouting {{ type nat hook postrouting priority srcnat; }}"))
+        .push(format!("add rule {t} postrouting {pods_leaving}"))
+        .push(format!("add rule {t} postrouting ip saddr != {cluster} ip daddr {node_subnet} return"))
+        .push(format!("add rule {t} postrouting ip saddr != {cluster} ip daddr {cluster} masquerade"));
     script
 }
 
@@ -102,35 +106,26 @@ pub fn is_set_up(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Re
             Ok(snapshot.has_rule("POSTROUTING", &jump()) && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
         }
         Backend::Nftables => {
-            let listing = nftables::list(&["table", "ip", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
-            Ok(listing.is_some_and(|listing| nftables::objects(&listing, "rule", "ip", NFT_TABLE).count() == 4))
+            let listing = nftables::list(&["table", "inet", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
+            Ok(listing.is_some_and(|listing| nftables::objects(&listing, "rule", "inet", NFT_TABLE).count() == 3))
         }
     }
 }
 
 /// Removes the rules of [`setup`] from both backends (whichever is installed); nothing there is fine.
 pub fn teardown() -> Result<()> {
-    let mut errors = Vec::new();
+    let mut errors = Errors::new();
     if iptables::available(Family::V4) {
-        let removed = iptables::cleanup(Family::V4, "nat", "removing the node masquerade rules", |snapshot, script| {
+        errors.record(iptables::cleanup(Family::V4, "nat", "removing the node masquerade rules", |snapshot, script| {
             iptables::remove_chain(script, snapshot, CHAIN)
-        });
-        if let Err(e) = removed {
-            errors.push(e.msg);
-        }
+        }));
     }
     if Backend::Nftables.available() {
         let mut script = nftables::Script::new();
-        script.push(format!("add table ip {NFT_TABLE}")).push(format!("delete table ip {NFT_TABLE}"));
-        if let Err(failure) = script.apply() {
-            errors.push(failure.describe());
-        }
+        script.push(format!("add table inet {NFT_TABLE}")).push(format!("delete table inet {NFT_TABLE}"));
+        errors.record(script.apply().map_err(|failure| failure.to_error("removing the node masquerade table")));
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::internal(format!("failed to remove the node masquerade rules: {}", errors.join("; "))))
-    }
+    errors.into_result().map_err(|e| e.within("failed to remove the node masquerade rules"))
 }
 
 #[cfg(test)]
@@ -166,7 +161,10 @@ mod tests {
     fn nft_is_one_replacing_transaction() {
         let (cluster, subnet) = nets();
         let text = nft_script(cluster, subnet).render();
-        assert!(text.starts_with("add table ip fabricd\ndelete table ip fabricd\nadd table ip fabricd\n"));
-        assert!(text.contains("ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade"));
+        assert!(text.starts_with("add table inet fabricd\ndelete table inet fabricd\nadd table inet fabricd\n"), "{text}");
+        assert!(
+            text.contains("meta nfproto ipv4 ip saddr { 10.244.0.0/16 } ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"),
+            "{text}"
+        );
     }
 }
