@@ -71,7 +71,6 @@
 //! number of pods.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
 use ipnet::IpNet;
 
@@ -148,7 +147,8 @@ impl Plan {
     }
 
     /// True when traffic from one of the sources to `destination` is masqueraded.
-    pub fn masquerades(&self, destination: IpAddr) -> bool {
+    #[cfg(test)]
+    pub fn masquerades(&self, destination: std::net::IpAddr) -> bool {
         Family::of(destination) == self.family
             && !self.own_subnets.iter().chain(&self.exceptions).any(|net| net.contains(&destination))
             && !self.multicast().contains(&destination)

@@ -6,7 +6,6 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
-use netlink_packet_route::link::LinkMessage;
 
 use super::wire::{self, attributes, Request, NLA_F_NESTED};
 use super::Netlink;
@@ -268,29 +267,6 @@ impl Netlink {
         self.link_by_name(name)?.ok_or_else(|| not_found(name))
     }
 
-    /// Sends an `RTM_NEWLINK` that must create a new link (`NLM_F_CREATE | NLM_F_EXCL`: an existing name
-    /// is EEXIST, see [`super::is_exists`]) and returns the created link. This links netlink-packet-route's
-    /// link message emitter into the binary; the `create_*` helpers do not.
-    pub fn create_link(&mut self, message: LinkMessage) -> io::Result<Link> {
-        use netlink_packet_route::link::LinkAttribute;
-        let name = message
-            .attributes
-            .iter()
-            .find_map(|attribute| match attribute {
-                LinkAttribute::IfName(name) => Some(name.clone()),
-                _ => None,
-            });
-        let Some(name) = name else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a new link needs a name",
-            ));
-        };
-        let mut request = Request::new(libc::RTM_NEWLINK, &[]);
-        request.emit(&message);
-        self.create(request, &name)
-    }
-
     /// Sends a request that creates the link `name` and returns the link.
     pub(crate) fn create(&mut self, mut request: Request, name: &str) -> io::Result<Link> {
         self.request_raw(&mut request, NLM_F_CREATE | NLM_F_EXCL)?;
@@ -459,6 +435,7 @@ mod tests {
     use netlink_packet_route::AddressFamily;
 
     use super::*;
+    use netlink_packet_route::link::LinkMessage;
     use crate::netlink::wire::emitted;
 
     fn message(attributes: Vec<LinkAttribute>) -> LinkMessage {

@@ -166,27 +166,6 @@ impl Netlink {
             .filter_map(|(_, index, state, flags, dst, mac)| Some(FdbEntry { index, mac: mac?, dst, state, flags }))
             .collect())
     }
-
-    pub fn replace_neighbour(&mut self, neighbour: &Neighbour) -> io::Result<()> {
-        self.request_raw(&mut neighbour.replace_request(), Neighbour::REPLACE)?;
-        Ok(())
-    }
-
-    /// Deletes a neighbour entry (ENOENT if there is none, see [`super::is_not_found`]).
-    pub fn del_neighbour(&mut self, neighbour: &Neighbour) -> io::Result<()> {
-        self.request_raw(&mut neighbour.delete_request(), 0)?;
-        Ok(())
-    }
-
-    pub fn replace_fdb(&mut self, entry: &FdbEntry) -> io::Result<()> {
-        self.request_raw(&mut entry.replace_request(), FdbEntry::REPLACE)?;
-        Ok(())
-    }
-
-    pub fn del_fdb(&mut self, entry: &FdbEntry) -> io::Result<()> {
-        self.request_raw(&mut entry.delete_request(), 0)?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
