@@ -6,8 +6,8 @@
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 //! - [`mac`]: Ethernet addresses as configs and results spell them.
 
-pub mod firewall;
 pub mod failpoint;
+pub mod firewall;
 pub mod mac;
 pub mod netlink;
 pub mod netns;

@@ -7,7 +7,10 @@ use crate::spec::{codes, Error, Result};
 /// kernel would refuse them as an interface's address.
 pub fn parse(text: &str) -> Result<[u8; 6]> {
     let bad = |why: &str| {
-        Error::new(codes::INVALID_CONFIG, format!("invalid MAC address {:?}: {why}", crate::spec::truncate_for_msg(text)))
+        Error::new(
+            codes::INVALID_CONFIG,
+            format!("invalid MAC address {:?}: {why}", crate::spec::truncate_for_msg(text)),
+        )
     };
     let shape = || bad("expected six hexadecimal octets such as 0a:58:0a:f4:00:05");
     let octets: Vec<&str> = if text.contains('.') {
@@ -55,9 +58,17 @@ mod tests {
             assert_eq!(parse(text).unwrap(), mac, "{text}");
         }
         assert_eq!(format(&mac), "c2:11:22:33:44:55");
-        for bad in ["", "c2:11:22:33:44", "c2:11:22:33:44:55:66", "c2:11-22:33:44:55", "g2:11:22:33:44:55", "+2:11:22:33:44:55",
-            "c21.12233.4455", "01:00:5e:00:00:01", "00:00:00:00:00:00"]
-        {
+        for bad in [
+            "",
+            "c2:11:22:33:44",
+            "c2:11:22:33:44:55:66",
+            "c2:11-22:33:44:55",
+            "g2:11:22:33:44:55",
+            "+2:11:22:33:44:55",
+            "c21.12233.4455",
+            "01:00:5e:00:00:01",
+            "00:00:00:00:00:00",
+        ] {
             assert!(parse(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -35,10 +35,7 @@ impl NetNs {
                 format!("{} is not a network namespace", path.display()),
             ));
         }
-        Ok(NetNs {
-            file,
-            path: path.to_path_buf(),
-        })
+        Ok(NetNs { file, path: path.to_path_buf() })
     }
 
     /// The network namespace of the calling thread.
@@ -58,10 +55,7 @@ impl NetNs {
 
     /// A second handle on the same namespace.
     pub fn try_clone(&self) -> io::Result<NetNs> {
-        Ok(NetNs {
-            file: self.file.try_clone()?,
-            path: self.path.clone(),
-        })
+        Ok(NetNs { file: self.file.try_clone()?, path: self.path.clone() })
     }
 
     /// Runs `f` with the calling thread inside this namespace and switches the thread back afterwards,
@@ -72,10 +66,7 @@ impl NetNs {
         setns(self.fd(), CloneFlags::CLONE_NEWNET).map_err(|errno| {
             io::Error::new(
                 io::Error::from(errno).kind(),
-                format!(
-                    "failed to enter network namespace {}: {errno}",
-                    self.path.display()
-                ),
+                format!("failed to enter network namespace {}: {errno}", self.path.display()),
             )
         })?;
         let _back = SwitchBack(original);
@@ -96,10 +87,7 @@ impl Drop for SwitchBack {
     fn drop(&mut self) {
         // A thread left in the wrong namespace would silently configure the wrong network: stop instead.
         if let Err(errno) = setns(self.0.fd(), CloneFlags::CLONE_NEWNET) {
-            panic!(
-                "failed to switch back to network namespace {}: {errno}",
-                self.0.path.display()
-            );
+            panic!("failed to switch back to network namespace {}: {errno}", self.0.path.display());
         }
     }
 }

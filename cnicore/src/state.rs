@@ -8,8 +8,17 @@ use std::path::{Path, PathBuf};
 
 /// A name that becomes one path component: no separators, no `.`/`..`, no control characters.
 pub fn validate_path_component(what: &str, name: &str) -> Result<()> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.chars().any(char::is_control) || name.len() > 255 {
-        return Err(Error::config(format!("invalid {what} {:?}: not usable as a file name", crate::spec::truncate_for_msg(name))));
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+        || name.len() > 255
+    {
+        return Err(Error::config(format!(
+            "invalid {what} {:?}: not usable as a file name",
+            crate::spec::truncate_for_msg(name)
+        )));
     }
     Ok(())
 }
@@ -26,7 +35,12 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".tmp-{}-{}", name, std::process::id()));
     let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         crate::failpoint::hit("state/before-rename");
@@ -45,7 +59,8 @@ pub fn create_exclusive(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".tmp-{}-{}", name, std::process::id()));
     let _ = fs::remove_file(&tmp);
-    let mut f = OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
+    let mut f =
+        OpenOptions::new().write(true).create_new(true).mode(mode).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
     let result = f.write_all(data).and_then(|_| f.sync_all()).and_then(|_| fs::hard_link(&tmp, path));
     let _ = fs::remove_file(&tmp);
     result

@@ -19,7 +19,12 @@ pub struct SubnetEnv {
 }
 
 fn nets(value: &str) -> Result<Vec<IpNet>, String> {
-    value.split(',').map(str::trim).filter(|v| !v.is_empty()).map(|v| v.parse().map_err(|e| format!("{v:?}: {e}"))).collect()
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(|v| v.parse().map_err(|e| format!("{v:?}: {e}")))
+        .collect()
 }
 
 impl SubnetEnv {
@@ -73,7 +78,9 @@ impl SubnetEnv {
                 "FLANNEL_NETWORK" => env.networks = nets(value).map_err(bad)?,
                 "FLANNEL_SUBNET" => env.subnet = Some(value.parse().map_err(|e| bad(format!("{value:?}: {e}")))?),
                 "FLANNEL_IPV6_NETWORK" => env.ipv6_networks = nets(value).map_err(bad)?,
-                "FLANNEL_IPV6_SUBNET" => env.ipv6_subnet = Some(value.parse().map_err(|e| bad(format!("{value:?}: {e}")))?),
+                "FLANNEL_IPV6_SUBNET" => {
+                    env.ipv6_subnet = Some(value.parse().map_err(|e| bad(format!("{value:?}: {e}")))?)
+                }
                 "FLANNEL_MTU" => env.mtu = Some(value.parse().map_err(|e| bad(format!("{value:?}: {e}")))?),
                 // As flannel: anything but "true" is false.
                 "FLANNEL_IPMASQ" => env.ipmasq = Some(value == "true"),
@@ -109,12 +116,16 @@ mod tests {
 
     #[test]
     fn round_trip_and_flannel_reading() {
-        let env = SubnetEnv::v4("10.244.0.0/16".parse().unwrap(), "10.244.3.0/24".parse().unwrap(), 1450, true, Some(0x1234));
+        let env =
+            SubnetEnv::v4("10.244.0.0/16".parse().unwrap(), "10.244.3.0/24".parse().unwrap(), 1450, true, Some(0x1234));
         let text = env.render();
         assert_eq!(text, "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\nFABRIC_LEASE=1234\n");
         assert_eq!(SubnetEnv::parse(&text).unwrap(), env);
         assert!(env.missing().is_empty());
-        let dual = SubnetEnv::parse("FLANNEL_NETWORK=10.1.0.0/16,10.2.0.0/16\nFLANNEL_IPV6_SUBNET=fd00:1::1/64\nFLANNEL_IPMASQ=yes\nOTHER=1\n").unwrap();
+        let dual = SubnetEnv::parse(
+            "FLANNEL_NETWORK=10.1.0.0/16,10.2.0.0/16\nFLANNEL_IPV6_SUBNET=fd00:1::1/64\nFLANNEL_IPMASQ=yes\nOTHER=1\n",
+        )
+        .unwrap();
         assert_eq!(dual.networks.len(), 2);
         assert_eq!(dual.ipmasq, Some(false));
         assert_eq!(dual.missing(), vec!["FLANNEL_MTU"]);

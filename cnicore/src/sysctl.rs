@@ -13,15 +13,9 @@ const SYSCTL_ROOT: &str = "/proc/sys";
 /// /proc/sys (e.g. an interface name "..").
 fn sysctl_path(name: &str) -> io::Result<PathBuf> {
     let relative = Path::new(name);
-    let plain = !name.is_empty()
-        && relative
-            .components()
-            .all(|component| matches!(component, Component::Normal(_)));
+    let plain = !name.is_empty() && relative.components().all(|component| matches!(component, Component::Normal(_)));
     if !plain {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("invalid sysctl name {name:?}"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("invalid sysctl name {name:?}")));
     }
     Ok(Path::new(SYSCTL_ROOT).join(relative))
 }
@@ -31,13 +25,14 @@ fn sysctl_path(name: &str) -> io::Result<PathBuf> {
 /// with a dot is written with a slash (`net.ipv4.conf.eth0/100.rp_filter` is `net/ipv4/conf/eth0.100/rp_filter`).
 pub fn slash_form(name: &str) -> String {
     match name.find(['.', '/']) {
-        Some(at) if name.as_bytes()[at] == b'.' => {
-            name.chars().map(|c| match c {
+        Some(at) if name.as_bytes()[at] == b'.' => name
+            .chars()
+            .map(|c| match c {
                 '.' => '/',
                 '/' => '.',
                 c => c,
-            }).collect()
-        }
+            })
+            .collect(),
         _ => name.to_string(),
     }
 }
@@ -75,14 +70,7 @@ mod tests {
 
     #[test]
     fn names_that_leave_proc_sys_are_refused() {
-        for name in [
-            "",
-            "/etc/passwd",
-            "net/../../etc/passwd",
-            "net/ipv4/conf/../x",
-            "./net",
-            "net//",
-        ] {
+        for name in ["", "/etc/passwd", "net/../../etc/passwd", "net/ipv4/conf/../x", "./net", "net//"] {
             let result = sysctl_path(name);
             if name == "net//" {
                 // Repeated slashes collapse to plain components: harmless.
@@ -91,10 +79,7 @@ mod tests {
             }
             assert!(result.is_err(), "{name:?} accepted");
         }
-        assert_eq!(
-            sysctl_path("net/ipv4/ip_forward").ok(),
-            Some(PathBuf::from("/proc/sys/net/ipv4/ip_forward"))
-        );
+        assert_eq!(sysctl_path("net/ipv4/ip_forward").ok(), Some(PathBuf::from("/proc/sys/net/ipv4/ip_forward")));
     }
 
     #[test]

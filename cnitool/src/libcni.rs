@@ -6,7 +6,8 @@
 
 use cnicore::spec::ipam::{find_plugin, run_with_stdin};
 use cnicore::spec::{
-    gojson, shorten_json_error, validate_container_id, validate_ifname, validate_network_name, CniResult, Error as CniError, Version,
+    gojson, shorten_json_error, validate_container_id, validate_ifname, validate_network_name, CniResult,
+    Error as CniError, Version,
 };
 use cnicore::state;
 use serde_json::{json, Map, Value};
@@ -95,8 +96,8 @@ impl ConfList {
     /// from a map, so they match exactly; each plugin's config is a struct to libcni, so its `type` matches as
     /// encoding/json matches fields ([`gojson`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<ConfList> {
-        let raw: Map<String, Value> =
-            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
+        let raw: Map<String, Value> = serde_json::from_slice(bytes)
+            .map_err(|e| RunError::new(format!("error parsing configuration list: {}", shorten_json_error(&e))))?;
         let name = match raw.get("name") {
             Some(Value::String(n)) => n.clone(),
             Some(_) => return Err(RunError::new("error parsing configuration list: invalid name type")),
@@ -117,7 +118,10 @@ impl ConfList {
             Some(Value::Array(list)) if !list.is_empty() => list
                 .iter()
                 .enumerate()
-                .map(|(i, p)| plugin_conf(p).map_err(|e| RunError::new(format!("error parsing configuration list: plugin {i}: {e}"))))
+                .map(|(i, p)| {
+                    plugin_conf(p)
+                        .map_err(|e| RunError::new(format!("error parsing configuration list: plugin {i}: {e}")))
+                })
                 .collect::<Result<Vec<_>>>()?,
             _ => return Err(RunError::new(format!("error parsing configuration list: no plugins in list {name:?}"))),
         };
@@ -134,8 +138,8 @@ impl ConfList {
 
     /// A single plugin config (`.conf`/`.json`) as a list of one, as libcni's `ConfListFromConf` does.
     pub fn from_single_conf(bytes: &[u8]) -> Result<ConfList> {
-        let conf: Map<String, Value> =
-            serde_json::from_slice(bytes).map_err(|e| RunError::new(format!("error parsing configuration: {}", shorten_json_error(&e))))?;
+        let conf: Map<String, Value> = serde_json::from_slice(bytes)
+            .map_err(|e| RunError::new(format!("error parsing configuration: {}", shorten_json_error(&e))))?;
         let list = json!({
             "cniVersion": gojson::member(&conf, "cniVersion").cloned().unwrap_or_else(|| "".into()),
             "name": gojson::member(&conf, "name").cloned().unwrap_or(Value::Null),
@@ -153,7 +157,9 @@ impl ConfList {
 /// A plugin config object: it must have a `type`.
 fn plugin_conf(value: &Value) -> std::result::Result<Map<String, Value>, String> {
     match value {
-        Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => Ok(o.clone()),
+        Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => {
+            Ok(o.clone())
+        }
         Value::Object(_) => Err("missing 'type'".into()),
         _ => Err("not an object".into()),
     }
@@ -189,11 +195,14 @@ fn pick_version(raw: &Map<String, Value>) -> Result<String> {
     };
     let mut candidates = Vec::new();
     for (i, entry) in list.iter().enumerate() {
-        let text = entry
-            .as_str()
-            .ok_or_else(|| RunError::new(format!("error parsing configuration list: invalid type for cniVersions index {i}")))?;
+        let text = entry.as_str().ok_or_else(|| {
+            RunError::new(format!("error parsing configuration list: invalid type for cniVersions index {i}"))
+        })?;
         let v = Version::parse(text).map_err(|e| {
-            RunError::new(format!("error parsing configuration list: invalid cniVersions entry at index {i}: {}", e.msg))
+            RunError::new(format!(
+                "error parsing configuration list: invalid cniVersions entry at index {i}: {}",
+                e.msg
+            ))
         })?;
         if v <= Version::LATEST {
             candidates.push(v);
@@ -216,7 +225,9 @@ fn plugins_from_dir(dir: &Path, network: &str) -> Result<Vec<Map<String, Value>>
     let entries = match std::fs::read_dir(&plugin_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(RunError::new(format!("failed to read plugin config files in {}: {e}", plugin_dir.display()))),
+        Err(e) => {
+            return Err(RunError::new(format!("failed to read plugin config files in {}: {e}", plugin_dir.display())))
+        }
     };
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
@@ -227,10 +238,13 @@ fn plugins_from_dir(dir: &Path, network: &str) -> Result<Vec<Map<String, Value>>
     files
         .iter()
         .map(|file| {
-            let bytes = std::fs::read(file).map_err(|e| RunError::new(format!("error reading {}: {e}", file.display())))?;
-            let value: Value = serde_json::from_slice(&bytes)
-                .map_err(|e| RunError::new(format!("error parsing configuration {}: {}", file.display(), shorten_json_error(&e))))?;
-            plugin_conf(&value).map_err(|e| RunError::new(format!("error parsing configuration {}: {e}", file.display())))
+            let bytes =
+                std::fs::read(file).map_err(|e| RunError::new(format!("error reading {}: {e}", file.display())))?;
+            let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+                RunError::new(format!("error parsing configuration {}: {}", file.display(), shorten_json_error(&e)))
+            })?;
+            plugin_conf(&value)
+                .map_err(|e| RunError::new(format!("error parsing configuration {}: {e}", file.display())))
         })
         .collect()
 }
@@ -253,7 +267,8 @@ pub fn load_conf_list(dir: &Path, name: &str) -> Result<ConfList> {
     };
     let read = |p: &Path| std::fs::read(p).map_err(|e| RunError::new(format!("reading {}: {e}", p.display())));
     for file in files(&["conflist"])? {
-        let mut list = ConfList::from_bytes(&read(&file)?).map_err(|e| RunError::new(format!("{}: {e}", file.display())))?;
+        let mut list =
+            ConfList::from_bytes(&read(&file)?).map_err(|e| RunError::new(format!("{}: {e}", file.display())))?;
         if !list.load_only_inlined_plugins {
             list.plugins.extend(plugins_from_dir(dir, &list.name)?);
         }
@@ -266,7 +281,8 @@ pub fn load_conf_list(dir: &Path, name: &str) -> Result<ConfList> {
     }
     for file in files(&["conf", "json"])? {
         let bytes = read(&file)?;
-        let is_it = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| gojson::field(&v, "name").cloned()) == Some(name.into());
+        let is_it = serde_json::from_slice::<Value>(&bytes).ok().and_then(|v| gojson::field(&v, "name").cloned())
+            == Some(name.into());
         if is_it {
             return ConfList::from_single_conf(&bytes);
         }
@@ -292,7 +308,13 @@ fn describe(plugin: &Map<String, Value>) -> String {
 impl CniConfig {
     /// The stdin of one plugin: its config with the list's name and version, `prevResult`, and the capability
     /// arguments it declares under `runtimeConfig` (libcni's `buildOneConfig`).
-    fn build_config(&self, list: &ConfList, plugin: &Map<String, Value>, prev: Option<&Value>, rt: &RuntimeConf) -> Map<String, Value> {
+    fn build_config(
+        &self,
+        list: &ConfList,
+        plugin: &Map<String, Value>,
+        prev: Option<&Value>,
+        rt: &RuntimeConf,
+    ) -> Map<String, Value> {
         let mut conf = plugin.clone();
         conf.insert("name".into(), list.name.clone().into());
         conf.insert("cniVersion".into(), list.cni_version.clone().into());
@@ -315,7 +337,13 @@ impl CniConfig {
         conf
     }
 
-    fn exec(&self, command: &str, plugin: &Map<String, Value>, stdin: &Map<String, Value>, rt: &RuntimeConf) -> Result<Option<Value>> {
+    fn exec(
+        &self,
+        command: &str,
+        plugin: &Map<String, Value>,
+        stdin: &Map<String, Value>,
+        rt: &RuntimeConf,
+    ) -> Result<Option<Value>> {
         let plugin_type = gojson::member(plugin, "type").and_then(Value::as_str).unwrap_or("");
         let binary = find_plugin(plugin_type, &self.path)?;
         let mut p = Command::new(&binary);
@@ -330,7 +358,8 @@ impl CniConfig {
             .stderr(Stdio::inherit());
         let bytes = serde_json::to_vec(stdin).map_err(|e| RunError::new(e.to_string()))?;
         let verb = command.to_ascii_lowercase();
-        run_with_stdin(p, &binary, &bytes).map_err(|e| RunError::plugin(format!("plugin {} failed ({verb})", describe(plugin)), e))
+        run_with_stdin(p, &binary, &bytes)
+            .map_err(|e| RunError::plugin(format!("plugin {} failed ({verb})", describe(plugin)), e))
     }
 
     /// ADD every plugin in order, chaining results; caches and returns the final result in the list's version.
@@ -392,7 +421,10 @@ impl CniConfig {
     pub fn check_network_list(&self, list: &ConfList, rt: &RuntimeConf) -> Result<()> {
         rt.validate()?;
         if !list.version()?.allows_check() {
-            return Err(RunError::new(format!("configuration version {:?} does not support the CHECK command", list.cni_version)));
+            return Err(RunError::new(format!(
+                "configuration version {:?} does not support the CHECK command",
+                list.cni_version
+            )));
         }
         if list.disable_check {
             return Ok(());
@@ -421,7 +453,8 @@ impl CniConfig {
                 continue;
             }
             // Delete with the config the attachment was added with, when the cache holds it.
-            let conf = cached.config.as_deref().and_then(|b| ConfList::from_bytes(b).ok()).unwrap_or_else(|| list.clone());
+            let conf =
+                cached.config.as_deref().and_then(|b| ConfList::from_bytes(b).ok()).unwrap_or_else(|| list.clone());
             if let Err(e) = self.del_network_list(&conf, &cached.rt) {
                 first_error.get_or_insert(e);
             }
@@ -539,7 +572,10 @@ impl CachedAttachment {
                         .collect()
                 })
                 .unwrap_or_default(),
-            capability_args: gojson::field(&v, "capabilityArgs").and_then(Value::as_object).cloned().unwrap_or_default(),
+            capability_args: gojson::field(&v, "capabilityArgs")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
         };
         if rt.container_id.is_empty() || rt.ifname.is_empty() || s("networkName").is_empty() {
             return None;
@@ -571,7 +607,10 @@ mod tests {
     fn conflist_parsing() {
         let l = ConfList::from_bytes(br#"{"cniVersion":"1.0.0","name":"n","plugins":[{"type":"bridge"}]}"#).unwrap();
         assert_eq!(l.cni_version, "1.0.0");
-        let l = ConfList::from_bytes(br#"{"cniVersions":["0.4.0","1.1.0","9.0.0"],"cniVersion":"0.3.1","name":"n","plugins":[{"type":"a"}]}"#).unwrap();
+        let l = ConfList::from_bytes(
+            br#"{"cniVersions":["0.4.0","1.1.0","9.0.0"],"cniVersion":"0.3.1","name":"n","plugins":[{"type":"a"}]}"#,
+        )
+        .unwrap();
         assert_eq!(l.cni_version, "1.1.0");
         for bad in [
             r#"{"name":"n","plugins":[]}"#,
@@ -598,13 +637,19 @@ mod tests {
     #[test]
     fn libcni_1_3_list_fields() {
         // Booleans also as strings, any case; anything else is an error naming the key.
-        let l = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","disableCheck":"TRUE","disableGC":"false","plugins":[{"type":"a"}]}"#).unwrap();
+        let l = ConfList::from_bytes(
+            br#"{"cniVersion":"1.1.0","name":"n","disableCheck":"TRUE","disableGC":"false","plugins":[{"type":"a"}]}"#,
+        )
+        .unwrap();
         assert!(l.disable_check && !l.disable_gc && !l.load_only_inlined_plugins);
         let e = ConfList::from_bytes(br#"{"name":"n","disableGC":"yes","plugins":[{"type":"a"}]}"#).unwrap_err();
         assert!(e.to_string().contains("invalid value \"yes\" for disableGC"), "{e}");
         assert!(ConfList::from_bytes(br#"{"name":"n","disableCheck":1,"plugins":[{"type":"a"}]}"#).is_err());
         // cniVersions: the highest of the list and cniVersion not above 1.1.0; a malformed entry is an error.
-        let pick = |extra: &str| ConfList::from_bytes(format!(r#"{{"name":"n"{extra},"plugins":[{{"type":"a"}}]}}"#).as_bytes()).map(|l| l.cni_version);
+        let pick = |extra: &str| {
+            ConfList::from_bytes(format!(r#"{{"name":"n"{extra},"plugins":[{{"type":"a"}}]}}"#).as_bytes())
+                .map(|l| l.cni_version)
+        };
         assert_eq!(pick(r#","cniVersion":"1.0.0","cniVersions":["0.4.0"]"#).unwrap(), "1.0.0");
         assert_eq!(pick(r#","cniVersion":"0.3.1","cniVersions":["0.4.0","1.1.0","9.0.0"]"#).unwrap(), "1.1.0");
         assert_eq!(pick(r#","cniVersion":"2.0.0","cniVersions":["3.0.0"]"#).unwrap(), "2.0.0");
@@ -617,14 +662,23 @@ mod tests {
     #[test]
     fn plugins_from_the_network_directory() {
         let dir = scratch("netdir");
-        std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"bridge"}]}"#).unwrap();
+        std::fs::write(
+            dir.join("10-n.conflist"),
+            br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"bridge"}]}"#,
+        )
+        .unwrap();
         std::fs::create_dir_all(dir.join("n")).unwrap();
         std::fs::write(dir.join("n/20-b.conf"), br#"{"type":"tuning"}"#).unwrap();
         std::fs::write(dir.join("n/10-a.conf"), br#"{"type":"portmap"}"#).unwrap();
         std::fs::write(dir.join("n/ignored.json"), br#"{"type":"x"}"#).unwrap();
-        let types = |l: &ConfList| l.plugins.iter().map(|p| p["type"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+        let types =
+            |l: &ConfList| l.plugins.iter().map(|p| p["type"].as_str().unwrap().to_string()).collect::<Vec<_>>();
         assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["bridge", "portmap", "tuning"]);
-        std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}"#).unwrap();
+        std::fs::write(
+            dir.join("10-n.conflist"),
+            br#"{"cniVersion":"1.1.0","name":"n","loadOnlyInlinedPlugins":true,"plugins":[{"type":"bridge"}]}"#,
+        )
+        .unwrap();
         assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["bridge"]);
         std::fs::write(dir.join("10-n.conflist"), br#"{"cniVersion":"1.1.0","name":"n"}"#).unwrap();
         assert_eq!(types(&load_conf_list(&dir, "n").unwrap()), ["portmap", "tuning"]);
@@ -641,13 +695,17 @@ mod tests {
         std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
         let cfg = CniConfig { path: vec![dir.clone()], cache_dir: dir.join("cache") };
         let valid = [("c1".to_string(), "eth0".to_string())];
-        let list = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"recorder"}]}"#).unwrap();
+        let list =
+            ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","plugins":[{"type":"recorder"}]}"#).unwrap();
         cfg.gc_network_list(&list, &valid).unwrap();
         let sent: Value = serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
         let want = json!([{"containerID": "c1", "ifname": "eth0"}]);
         assert_eq!((&sent["cni.dev/valid-attachments"], &sent["cni.dev/attachments"]), (&want, &want));
         std::fs::remove_file(&seen).unwrap();
-        let disabled = ConfList::from_bytes(br#"{"cniVersion":"1.1.0","name":"n","disableGC":"true","plugins":[{"type":"recorder"}]}"#).unwrap();
+        let disabled = ConfList::from_bytes(
+            br#"{"cniVersion":"1.1.0","name":"n","disableGC":"true","plugins":[{"type":"recorder"}]}"#,
+        )
+        .unwrap();
         cfg.gc_network_list(&disabled, &valid).unwrap();
         assert!(!seen.exists(), "GC ran with disableGC");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -662,10 +720,18 @@ mod tests {
             br#"{"cniVersion":"0.4.0","name":"n","disableCheck":true,"DisableCheck":false,"plugins":[{"Type":"bridge"},{"type":"portmap"}]}"#,
         )
         .unwrap();
-        assert_eq!((l.cni_version.as_str(), l.name.as_str(), l.disable_check, l.plugins.len()), ("0.4.0", "n", true, 2));
+        assert_eq!(
+            (l.cni_version.as_str(), l.name.as_str(), l.disable_check, l.plugins.len()),
+            ("0.4.0", "n", true, 2)
+        );
         let cfg = CniConfig { path: vec![], cache_dir: "/tmp".into() };
-        let plugin = serde_json::from_str(r#"{"type":"portmap","Capabilities":{"portMappings":true,"PortMappings":false}}"#).unwrap();
-        let rt = RuntimeConf { capability_args: json!({"portMappings":[1]}).as_object().unwrap().clone(), ..Default::default() };
+        let plugin =
+            serde_json::from_str(r#"{"type":"portmap","Capabilities":{"portMappings":true,"PortMappings":false}}"#)
+                .unwrap();
+        let rt = RuntimeConf {
+            capability_args: json!({"portMappings":[1]}).as_object().unwrap().clone(),
+            ..Default::default()
+        };
         let built = cfg.build_config(&l, &plugin, None, &rt);
         assert_eq!(built["runtimeConfig"]["portMappings"], json!([1]));
     }
@@ -677,7 +743,9 @@ mod tests {
         let mut rt = RuntimeConf::default();
         rt.capability_args.insert("portMappings".into(), json!([{"hostPort": 80}]));
         rt.capability_args.insert("bandwidth".into(), json!({}));
-        let plugin = serde_json::from_str(r#"{"type":"portmap","capabilities":{"portMappings":true,"bandwidth":false}}"#).unwrap();
+        let plugin =
+            serde_json::from_str(r#"{"type":"portmap","capabilities":{"portMappings":true,"bandwidth":false}}"#)
+                .unwrap();
         let c = cfg.build_config(&list, &plugin, Some(&json!({"cniVersion":"1.0.0"})), &rt);
         assert_eq!(c["runtimeConfig"], json!({"portMappings": [{"hostPort": 80}]}));
         assert_eq!(c["name"], "n");

@@ -60,7 +60,9 @@ fn run(cli: Cli) -> Result<(), RunError> {
         let digest = Sha512::digest(netns.as_os_str().as_encoded_bytes());
         let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
         let capability_args = match std::env::var("CAP_ARGS") {
-            Ok(v) if !v.is_empty() => serde_json::from_str(&v).map_err(|e| RunError { msg: format!("CAP_ARGS: {e}"), plugin_error: None })?,
+            Ok(v) if !v.is_empty() => {
+                serde_json::from_str(&v).map_err(|e| RunError { msg: format!("CAP_ARGS: {e}"), plugin_error: None })?
+            }
             _ => Default::default(),
         };
         let args = match std::env::var("CNI_ARGS") {
@@ -88,7 +90,9 @@ fn run(cli: Cli) -> Result<(), RunError> {
                 .iter()
                 .map(|v| match v.split_once(':') {
                     Some((c, i)) if !c.is_empty() && !i.is_empty() => Ok((c.to_string(), i.to_string())),
-                    _ => Err(RunError { msg: format!("--valid {v:?}: expected CONTAINERID:IFNAME"), plugin_error: None }),
+                    _ => {
+                        Err(RunError { msg: format!("--valid {v:?}: expected CONTAINERID:IFNAME"), plugin_error: None })
+                    }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             cni.gc_network_list(&load_conf_list(&netdir, &net)?, &valid)
@@ -103,7 +107,9 @@ fn absolute(p: &Path) -> Result<PathBuf, RunError> {
     let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
-        std::env::current_dir().map_err(|e| RunError { msg: format!("working directory: {e}"), plugin_error: None })?.join(p)
+        std::env::current_dir()
+            .map_err(|e| RunError { msg: format!("working directory: {e}"), plugin_error: None })?
+            .join(p)
     };
     let mut out = PathBuf::from("/");
     for c in joined.components() {

@@ -58,7 +58,10 @@ impl Underlay {
             }
         }
         if !iface.is_empty() && chosen.is_none() {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("--iface {}: no such interface or address", iface.join(","))));
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("--iface {}: no such interface or address", iface.join(",")),
+            ));
         }
         if chosen.is_none() {
             let default = nl.routes(IpFamily::V4, RT_TABLE_MAIN)?.into_iter().find(|r| r.dst.prefix_len() == 0);
@@ -73,7 +76,13 @@ impl Underlay {
             Some(ip) => ip,
             None => return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} has no IPv4 address", link.name))),
         };
-        Ok(Underlay { index, name: link.name.clone(), mtu: link.mtu, public_ip, prefixes: prefixes.iter().map(|p| p.trunc()).collect() })
+        Ok(Underlay {
+            index,
+            name: link.name.clone(),
+            mtu: link.mtu,
+            public_ip,
+            prefixes: prefixes.iter().map(|p| p.trunc()).collect(),
+        })
     }
 
     fn same_l2(&self, ip: Ipv4Addr) -> bool {
@@ -190,16 +199,34 @@ impl Dataplane {
             let dst = IpNet::V4(*subnet);
             match path {
                 PeerPath::Direct { gateway } => {
-                    let route = Route { dst, gateway: Some((*gateway).into()), oif: Some(underlay.index), protocol: proto, table: Some(RT_TABLE_MAIN), ..Route::default() };
+                    let route = Route {
+                        dst,
+                        gateway: Some((*gateway).into()),
+                        oif: Some(underlay.index),
+                        protocol: proto,
+                        table: Some(RT_TABLE_MAIN),
+                        ..Route::default()
+                    };
                     routes.insert(dst, route);
                 }
                 PeerPath::Overlay { vtep_mac, endpoint } => {
                     let tunnel = IpAddr::V4(subnet.network());
                     let Some(vxlan_index) = vxlan_index else {
-                        report.changes.push(format!("route {subnet} via {tunnel} dev {} onlink (with its device)", cluster.config.vxlan_device()));
+                        report.changes.push(format!(
+                            "route {subnet} via {tunnel} dev {} onlink (with its device)",
+                            cluster.config.vxlan_device()
+                        ));
                         continue;
                     };
-                    let route = Route { dst, gateway: Some(tunnel), oif: Some(vxlan_index), onlink: true, protocol: proto, table: Some(RT_TABLE_MAIN), ..Route::default() };
+                    let route = Route {
+                        dst,
+                        gateway: Some(tunnel),
+                        oif: Some(vxlan_index),
+                        onlink: true,
+                        protocol: proto,
+                        table: Some(RT_TABLE_MAIN),
+                        ..Route::default()
+                    };
                     routes.insert(dst, route);
                     neighbours.insert(tunnel, *vtep_mac);
                     fdb.insert(*vtep_mac, IpAddr::V4(*endpoint));
@@ -213,13 +240,8 @@ impl Dataplane {
         let mut what_adds = Vec::new();
         let mut what_removes = Vec::new();
         if let Some(index) = vxlan_index {
-            let observed: BTreeMap<[u8; 6], FdbEntry> = self
-                .nl
-                .fdb(index)?
-                .into_iter()
-                .filter(|e| e.dst.is_some())
-                .map(|e| (e.mac, e))
-                .collect();
+            let observed: BTreeMap<[u8; 6], FdbEntry> =
+                self.nl.fdb(index)?.into_iter().filter(|e| e.dst.is_some()).map(|e| (e.mac, e)).collect();
             for (mac, dst) in &fdb {
                 if observed.get(mac).map(|e| e.dst) != Some(Some(*dst)) {
                     let entry = FdbEntry::vxlan(index, *mac, *dst);
@@ -303,7 +325,13 @@ impl Dataplane {
         report: &mut Report,
     ) -> io::Result<Option<u32>> {
         let name = config.vxlan_device();
-        let settings = Vxlan { vni: config.vni, local: Some(underlay.public_ip), link: Some(underlay.index), port: config.port, learning: false };
+        let settings = Vxlan {
+            vni: config.vni,
+            local: Some(underlay.public_ip),
+            link: Some(underlay.index),
+            port: config.port,
+            learning: false,
+        };
         let mtu = underlay.mtu - VXLAN_OVERHEAD;
         let existing = self.nl.vxlan_by_name(&name)?;
         let link = match existing {
@@ -384,13 +412,18 @@ impl Dataplane {
 /// Watches the kernel's notifications on a thread of its own and signals `tx` when something that fabricd
 /// maintains may have been removed or changed (a route, neighbour or FDB entry deleted, a link changed or
 /// deleted, an address removed, notifications lost), so that drift is repaired within milliseconds.
-pub fn watch_events(tx: tokio::sync::mpsc::UnboundedSender<()>, stop: Arc<std::sync::atomic::AtomicBool>) -> io::Result<()> {
+pub fn watch_events(
+    tx: tokio::sync::mpsc::UnboundedSender<()>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> io::Result<()> {
     let nl = Netlink::new()?;
     let groups = [libc::RTNLGRP_LINK, libc::RTNLGRP_IPV4_ROUTE, libc::RTNLGRP_NEIGH, libc::RTNLGRP_IPV4_IFADDR];
     let events = nl.events(&groups)?;
     std::thread::Builder::new().name("netlink-events".into()).spawn(move || {
         let interesting: BTreeSet<u16> =
-            [libc::RTM_DELROUTE, libc::RTM_DELNEIGH, libc::RTM_DELLINK, libc::RTM_NEWLINK, libc::RTM_DELADDR].into_iter().collect();
+            [libc::RTM_DELROUTE, libc::RTM_DELNEIGH, libc::RTM_DELLINK, libc::RTM_NEWLINK, libc::RTM_DELADDR]
+                .into_iter()
+                .collect();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             match events.recv_timeout(Duration::from_secs(1)) {
                 Ok(batch) => {

@@ -72,10 +72,7 @@ struct RawBackend {
 fn go_keys(value: Value) -> Value {
     match value {
         Value::Object(map) => Value::Object(
-            map.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.to_ascii_lowercase(), go_keys(v)))
-                .collect(),
+            map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.to_ascii_lowercase(), go_keys(v))).collect(),
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(go_keys).collect()),
         other => other,
@@ -125,7 +122,9 @@ impl NetworkConfig {
 
     /// True when `subnet` may be leased under this config (right length, within SubnetMin..SubnetMax).
     pub fn allows(&self, subnet: &Ipv4Net) -> bool {
-        subnet.prefix_len() == self.subnet_len && subnet.network() >= self.subnet_min && subnet.network() <= self.subnet_max
+        subnet.prefix_len() == self.subnet_len
+            && subnet.network() >= self.subnet_min
+            && subnet.network() <= self.subnet_max
     }
 
     /// The vxlan device's name.
@@ -246,22 +245,30 @@ mod tests {
 
     #[test]
     fn flannel_config() {
-        let config = NetworkConfig::parse(br#"{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap();
+        let config =
+            NetworkConfig::parse(br#"{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap();
         assert_eq!(config.network, "10.244.0.0/16".parse().unwrap());
-        assert_eq!((config.subnet_min, config.subnet_max), ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap()));
+        assert_eq!(
+            (config.subnet_min, config.subnet_max),
+            ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap())
+        );
         assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: false });
         assert_eq!((config.vni, config.port, config.vxlan_device()), (1, 8472, "flannel.1".to_string()));
         // Go's key matching, nulls as absent, the defaults.
         let config = NetworkConfig::parse(br#"{"network":"10.1.0.0/16","subnetmin":null,"backend":{"type":"vxlan","VNI":4,"Port":4789,"directRouting":true}}"#).unwrap();
         assert_eq!((config.subnet_len, config.vni, config.port), (24, 4, 4789));
         assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: true });
-        assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#).unwrap_err().contains("udp"));
+        assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)
+            .unwrap_err()
+            .contains("udp"));
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","SubnetLen":8}"#).is_err());
     }
 
     #[test]
     fn free_subnets_skip_leased_ones() {
-        let config = NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"host-gw"}}"#).unwrap();
+        let config =
+            NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"host-gw"}}"#)
+                .unwrap();
         let taken = ["10.244.1.0/24".parse().unwrap()];
         let free = config.free_subnets(&taken, 100);
         let expected: Vec<Ipv4Net> = ["10.244.2.0/24".parse().unwrap(), "10.244.3.0/24".parse().unwrap()].into();
@@ -286,7 +293,10 @@ mod tests {
         assert_eq!(LeaseAttrs::parse(json.as_bytes()).unwrap(), attrs);
         let host_gw = LeaseAttrs::parse(br#"{"PublicIP":"192.168.0.4","BackendType":"host-gw"}"#).unwrap();
         assert_eq!((host_gw.vtep_mac, host_gw.backend_type.as_str()), (None, "host-gw"));
-        assert_eq!(parse_subnet_key("/coreos.com/network/subnets/10.244.3.0-24"), Some("10.244.3.0/24".parse().unwrap()));
+        assert_eq!(
+            parse_subnet_key("/coreos.com/network/subnets/10.244.3.0-24"),
+            Some("10.244.3.0/24".parse().unwrap())
+        );
         assert_eq!(parse_subnet_key("/coreos.com/network/subnets/10.244.3.1-24"), None);
         assert_eq!(subnet_key(&"10.244.3.0/24".parse().unwrap()), "10.244.3.0-24");
     }

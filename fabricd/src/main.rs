@@ -112,7 +112,13 @@ fn go_style_args() -> Vec<String> {
             let bytes = arg.as_bytes();
             if arg == "--ip-masq" || arg == "-ip-masq" {
                 "--ip-masq=true".to_string()
-            } else if i > 0 && bytes.len() > 2 && bytes[0] == b'-' && bytes[1].is_ascii_alphabetic() && arg.contains(|c| c == '-' || c == '=') && bytes[1] != b'h' {
+            } else if i > 0
+                && bytes.len() > 2
+                && bytes[0] == b'-'
+                && bytes[1].is_ascii_alphabetic()
+                && arg.contains(|c| c == '-' || c == '=')
+                && bytes[1] != b'h'
+            {
                 format!("-{arg}")
             } else {
                 arg
@@ -130,12 +136,17 @@ impl Cli {
             certfile: self.etcd_certfile.clone(),
             keyfile: self.etcd_keyfile.clone(),
             lease_ttl: Duration::from_secs(self.subnet_lease_ttl),
-            renew_margin: Duration::from_secs(self.subnet_lease_renew_margin * 60).min(Duration::from_secs(self.subnet_lease_ttl / 2)),
+            renew_margin: Duration::from_secs(self.subnet_lease_renew_margin * 60)
+                .min(Duration::from_secs(self.subnet_lease_ttl / 2)),
         }
     }
 
     fn files(&self) -> node::Files {
-        node::Files { cni_conf_dir: self.cni_conf_dir.clone(), subnet_file: self.subnet_file.clone(), ipam_data_dir: self.cni_ipam_data_dir.clone() }
+        node::Files {
+            cni_conf_dir: self.cni_conf_dir.clone(),
+            subnet_file: self.subnet_file.clone(),
+            ipam_data_dir: self.cni_ipam_data_dir.clone(),
+        }
     }
 
     fn previous(&self) -> Previous {
@@ -173,10 +184,12 @@ fn main() {
 
 /// The node's identity and its data plane handle.
 fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity), String> {
-    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, [0; 6]).map_err(|e| format!("netlink: {e}"))?;
+    let mut dataplane =
+        Dataplane::new(cli.iface.clone(), cli.public_ip, [0; 6]).map_err(|e| format!("netlink: {e}"))?;
     let underlay = dataplane.underlay().map_err(|e| e.to_string())?;
     let identity = NodeIdentity { public_ip: underlay.public_ip, vtep_mac: derived_vtep_mac(underlay.public_ip) };
-    let dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, identity.vtep_mac).map_err(|e| format!("netlink: {e}"))?;
+    let dataplane =
+        Dataplane::new(cli.iface.clone(), cli.public_ip, identity.vtep_mac).map_err(|e| format!("netlink: {e}"))?;
     Ok((dataplane, identity))
 }
 
@@ -185,7 +198,8 @@ async fn agent(cli: Cli) -> Result<i32, String> {
     let (mut dataplane, identity) = open_dataplane(&cli)?;
     let underlay = dataplane.underlay().map_err(|e| e.to_string())?;
     log!(info, "node {} on {} (MTU {})", identity.public_ip, underlay.name, underlay.mtu);
-    let firewall = if cli.ip_masq { Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| e.msg)?) } else { None };
+    let firewall =
+        if cli.ip_masq { Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| e.msg)?) } else { None };
 
     let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
     match &cli.static_config {
@@ -207,7 +221,8 @@ async fn agent(cli: Cli) -> Result<i32, String> {
     node::sysctls().map_err(|e| format!("sysctls: {e}"))?;
 
     let files = cli.files();
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut dataplane = Some(dataplane);
     let resync = Duration::from_secs(10);
     let mut next_resync = Instant::now() + resync;
@@ -270,7 +285,9 @@ async fn agent(cli: Cli) -> Result<i32, String> {
         let underlay = dataplane.as_mut().expect("present").underlay().map_err(|e| e.to_string())?;
         let mtu = dataplane::pod_mtu(&cluster.config, &underlay);
         if let Some(backend) = firewall {
-            let due = last_masq.as_ref().is_none_or(|(at, last)| at.elapsed() > Duration::from_secs(30) || last.subnet != cluster.subnet || last.config != cluster.config);
+            let due = last_masq.as_ref().is_none_or(|(at, last)| {
+                at.elapsed() > Duration::from_secs(30) || last.subnet != cluster.subnet || last.config != cluster.config
+            });
             if due {
                 match node::masquerade(backend, &cluster.config, cluster.subnet) {
                     Ok(()) => last_masq = Some((Instant::now(), cluster.clone())),
@@ -285,7 +302,9 @@ async fn agent(cli: Cli) -> Result<i32, String> {
         if ok {
             let conflist = node::conflist(cluster.subnet, mtu, files.ipam_data_dir.as_deref());
             match node::write_if_changed(&files.conflist_path(), &conflist) {
-                Ok(true) => log!(info, "wrote {} (subnet {}, MTU {mtu})", files.conflist_path().display(), cluster.subnet),
+                Ok(true) => {
+                    log!(info, "wrote {} (subnet {}, MTU {mtu})", files.conflist_path().display(), cluster.subnet)
+                }
                 Ok(false) => {}
                 Err(e) => log!(error, "{}: {e}", files.conflist_path().display()),
             }
@@ -312,7 +331,11 @@ fn summary(changes: &[String]) -> String {
 
 /// The cluster as the store says now, for status and cleanup (etcd: this node's lease found by its public
 /// IP, else by the subnet file).
-async fn current_cluster(cli: &Cli, identity: &NodeIdentity, metrics: Arc<Metrics>) -> Result<(Cluster, Option<Store>), String> {
+async fn current_cluster(
+    cli: &Cli,
+    identity: &NodeIdentity,
+    metrics: Arc<Metrics>,
+) -> Result<(Cluster, Option<Store>), String> {
     if let Some(path) = &cli.static_config {
         return Ok((source::static_file::load(path)?, None));
     }
@@ -323,7 +346,11 @@ async fn current_cluster(cli: &Cli, identity: &NodeIdentity, metrics: Arc<Metric
     let own = leases
         .iter()
         .find(|(_, (attrs, _, _))| attrs.public_ip == identity.public_ip)
-        .or_else(|| leases.iter().find(|(subnet, (_, id, _))| Some(**subnet) == previous.subnet && Some(*id) == previous.lease_id))
+        .or_else(|| {
+            leases
+                .iter()
+                .find(|(subnet, (_, id, _))| Some(**subnet) == previous.subnet && Some(*id) == previous.lease_id)
+        })
         .map(|(subnet, (_, id, _))| (*subnet, *id));
     let Some((subnet, lease_id)) = own else {
         return Err(format!("no lease in etcd for this node ({})", identity.public_ip));
@@ -337,13 +364,22 @@ async fn status(cli: &Cli) -> Result<i32, String> {
     let (cluster, _) = current_cluster(cli, &identity, Arc::new(Metrics::default())).await?;
     let underlay = dataplane.underlay().map_err(|e| e.to_string())?;
     let lease = cluster.lease_id.map(|id| format!("etcd lease {id:x}")).unwrap_or_else(|| "static".into());
-    println!("node {} on {}: subnet {} ({lease}), backend {}, network {}", identity.public_ip, underlay.name, cluster.subnet, cluster.config.backend.type_name(), cluster.config.network);
+    println!(
+        "node {} on {}: subnet {} ({lease}), backend {}, network {}",
+        identity.public_ip,
+        underlay.name,
+        cluster.subnet,
+        cluster.config.backend.type_name(),
+        cluster.config.network
+    );
     let paths = dataplane::plan(&cluster, &underlay);
     println!("peers: {}", cluster.peers.len());
     for (subnet, attrs) in &cluster.peers {
         let how = match &paths[subnet] {
             dataplane::PeerPath::Direct { gateway } => format!("route via {gateway}"),
-            dataplane::PeerPath::Overlay { vtep_mac, endpoint } => format!("vxlan to {endpoint} (VTEP {})", flannel::format_mac(vtep_mac)),
+            dataplane::PeerPath::Overlay { vtep_mac, endpoint } => {
+                format!("vxlan to {endpoint} (VTEP {})", flannel::format_mac(vtep_mac))
+            }
             dataplane::PeerPath::Refused(reason) => format!("REFUSED: {reason}"),
         };
         println!("  {subnet} node {}: {how}", attrs.public_ip);
@@ -373,7 +409,9 @@ async fn acquire(cli: &Cli) -> Result<i32, String> {
     let public_ip = cli.public_ip.ok_or("acquire needs --public-ip")?;
     let identity = NodeIdentity { public_ip, vtep_mac: derived_vtep_mac(public_ip) };
     let options = cli.etcd_options();
-    let mut store = Store::connect(&options, Arc::new(Metrics::default())).await.map_err(|e| format!("etcd {}: {e}", options.endpoints.join(",")))?;
+    let mut store = Store::connect(&options, Arc::new(Metrics::default()))
+        .await
+        .map_err(|e| format!("etcd {}: {e}", options.endpoints.join(",")))?;
     let config = store.config().await?;
     let (subnet, lease) = store.acquire(&config, &identity.attrs(&config), cli.previous(), options.lease_ttl).await?;
     println!("{subnet} {lease:x}");

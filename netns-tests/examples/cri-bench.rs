@@ -41,7 +41,8 @@ impl Side {
     fn new(name: &'static str, plugins: &Path) -> Side {
         let node = Node::new();
         let conflist = kubenet_conflist(&node.dir().join("ipam"));
-        let config = ContainerdConfig { cni_bin_dir: plugins.to_path_buf(), conflist: Some(conflist), conf_template: None };
+        let config =
+            ContainerdConfig { cni_bin_dir: plugins.to_path_buf(), conflist: Some(conflist), conf_template: None };
         let containerd = Containerd::start(&node, config);
         let cri = Cri::connect(&containerd.socket, Duration::from_secs(20)).expect("connect to containerd");
         Side { name, cri, containerd, node, run: vec![], stop: vec![], add: vec![], del: vec![], error: None }
@@ -53,7 +54,9 @@ impl Side {
         let label = format!("operation_type=\"{operation}\"");
         text.lines()
             // containerd_cri_network_plugin_operations_duration_seconds_seconds_sum{operation_type="..."} S
-            .find(|l| l.contains("network_plugin_operations_duration_seconds") && l.contains("_sum{") && l.contains(&label))
+            .find(|l| {
+                l.contains("network_plugin_operations_duration_seconds") && l.contains("_sum{") && l.contains(&label)
+            })
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             // A series appears with its first observation.
             .unwrap_or(0.0)
@@ -153,8 +156,14 @@ fn main() {
             eprintln!("cri-bench: {} plugins: {e}\n{}", side.name, side.containerd.log_problems(5));
         }
     }
-    let version = String::from_utf8_lossy(&std::process::Command::new("containerd").arg("--version").output().map(|o| o.stdout).unwrap_or_default()).trim().to_string();
-    println!("containerd: {version}; {runs} pods per side, alternating; hostPort + ingress/egress bandwidth annotations.");
+    let version = String::from_utf8_lossy(
+        &std::process::Command::new("containerd").arg("--version").output().map(|o| o.stdout).unwrap_or_default(),
+    )
+    .trim()
+    .to_string();
+    println!(
+        "containerd: {version}; {runs} pods per side, alternating; hostPort + ingress/egress bandwidth annotations."
+    );
     println!();
     println!("| figure (median) | reference | ours | speed-up |");
     println!("| --- | --- | --- | --- |");
@@ -165,6 +174,11 @@ fn main() {
         ("StopPodSandbox (wall, CRI client)", |s| &s.stop),
     ];
     for (name, pick) in rows {
-        println!("| {name} | {} | {} | {} |", cell(&reference, pick(&reference)), cell(&ours, pick(&ours)), ratio(&reference, &ours, pick));
+        println!(
+            "| {name} | {} | {} | {} |",
+            cell(&reference, pick(&reference)),
+            cell(&ours, pick(&ours)),
+            ratio(&reference, &ours, pick)
+        );
     }
 }

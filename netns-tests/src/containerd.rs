@@ -89,14 +89,7 @@ impl Containerd {
             .stderr(log_file);
         daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run"]);
         let child = command.spawn().unwrap_or_else(|e| panic!("start containerd: {e}"));
-        let containerd = Containerd {
-            var_lib_cni: var_lib_cni.path(),
-            dir,
-            socket,
-            conf_dir,
-            log,
-            child,
-        };
+        let containerd = Containerd { var_lib_cni: var_lib_cni.path(), dir, socket, conf_dir, log, child };
         containerd.wait_for_socket(Duration::from_secs(20));
         let archive = images::busybox_archive(&containerd.dir);
         containerd.ctr(&["images", "import", &archive.display().to_string()]);

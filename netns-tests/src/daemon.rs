@@ -137,11 +137,8 @@ fn processes() -> Vec<(u32, u32)> {
 pub fn mount_ns_tree(root: u32) -> BTreeSet<u32> {
     let Some(ns) = mount_ns(root) else { return BTreeSet::new() };
     let all = processes();
-    let mut tree: BTreeSet<u32> = all
-        .iter()
-        .filter(|(pid, _)| mount_ns(*pid).as_ref() == Some(&ns))
-        .map(|(pid, _)| *pid)
-        .collect();
+    let mut tree: BTreeSet<u32> =
+        all.iter().filter(|(pid, _)| mount_ns(*pid).as_ref() == Some(&ns)).map(|(pid, _)| *pid).collect();
     tree.insert(root);
     loop {
         let before = tree.len();
@@ -175,9 +172,9 @@ pub fn kill_mount_ns_tree(root: u32) {
     for pid in &tree {
         while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
             // A zombie child of ours is reaped by its owner (the guard's Child::wait).
-            if fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-            }) {
+            if fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+            {
                 break;
             }
             std::thread::sleep(Duration::from_millis(20));

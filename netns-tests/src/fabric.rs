@@ -96,19 +96,65 @@ impl TlsFiles {
             assert!(out.status.success(), "openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
         };
         let ca = |name: &str| {
-            run(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
-                "-subj", &format!("/CN={name}"), "-keyout", &format!("{name}.key"), "-out", &format!("{name}.crt")]);
+            run(&[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.crt"),
+            ]);
         };
         let leaf = |name: &str, ca: &str, ext: &str| {
-            run(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", &format!("/CN={name}"),
-                "-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr")]);
+            run(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-subj",
+                &format!("/CN={name}"),
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+            ]);
             fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-            run(&["x509", "-req", "-in", &format!("{name}.csr"), "-CA", &format!("{ca}.crt"), "-CAkey", &format!("{ca}.key"),
-                "-CAcreateserial", "-days", "2", "-extfile", &format!("{name}.ext"), "-out", &format!("{name}.crt")]);
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                &format!("{ca}.crt"),
+                "-CAkey",
+                &format!("{ca}.key"),
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}.crt"),
+            ]);
         };
         ca("ca");
         ca("rogue-ca");
-        leaf("server", "ca", &format!("subjectAltName=IP:{server_ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"));
+        leaf(
+            "server",
+            "ca",
+            &format!("subjectAltName=IP:{server_ip},IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"),
+        );
         leaf("client", "ca", "extendedKeyUsage=clientAuth\n");
         leaf("rogue", "rogue-ca", "extendedKeyUsage=clientAuth\n");
         let p = |name: &str| dir.join(name);
@@ -154,9 +200,12 @@ impl Etcd {
         if let Some(tls) = tls {
             args.extend(
                 [
-                    "--cert-file", tls.server_cert.to_str().unwrap(),
-                    "--key-file", tls.server_key.to_str().unwrap(),
-                    "--trusted-ca-file", tls.ca.to_str().unwrap(),
+                    "--cert-file",
+                    tls.server_cert.to_str().unwrap(),
+                    "--key-file",
+                    tls.server_key.to_str().unwrap(),
+                    "--trusted-ca-file",
+                    tls.ca.to_str().unwrap(),
                     "--client-cert-auth",
                 ]
                 .map(String::from),
@@ -178,14 +227,23 @@ impl Etcd {
             .args(["--data-dir", self.data_dir.to_str().unwrap()])
             .args(["--name", "infra"])
             .args(["--listen-client-urls", &self.endpoint, "--advertise-client-urls", &self.endpoint])
-            .args(["--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+            .args([
+                "--listen-peer-urls",
+                "http://127.0.0.1:2380",
+                "--initial-advertise-peer-urls",
+                "http://127.0.0.1:2380",
+            ])
             .args(["--initial-cluster", "infra=http://127.0.0.1:2380"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log);
         self.daemon = Daemon::spawn(&mut command);
         let ready = wait_for(Duration::from_secs(15), || self.ctl_in(infra, &["get", "/ready-probe"]).status.success());
-        assert!(ready.is_some(), "etcd did not start: {}", fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default());
+        assert!(
+            ready.is_some(),
+            "etcd did not start: {}",
+            fs::read_to_string(self.data_dir.with_extension("log")).unwrap_or_default()
+        );
     }
 
     /// etcdctl against this etcd.
@@ -355,7 +413,14 @@ impl Cluster {
             let router = TestNetns::new("rtr");
             for segment in 0..segments {
                 let name = format!("r{segment}");
-                veth_between(&router, &infra, &name, &format!("rs{segment}"), &[format!("{}/24", segment_ip(segment, 1)).parse().unwrap()], &[]);
+                veth_between(
+                    &router,
+                    &infra,
+                    &name,
+                    &format!("rs{segment}"),
+                    &[format!("{}/24", segment_ip(segment, 1)).parse().unwrap()],
+                    &[],
+                );
                 infra.ip(&["link", "set", &format!("rs{segment}"), "master", &format!("seg{segment}")]);
             }
             crate::TestNetns::run(&router, || cnicore::sysctl::write("net/ipv4/ip_forward", "1")).unwrap();
@@ -411,7 +476,11 @@ impl Cluster {
                     continue;
                 }
                 let seen = tcp_source(from, to, *to_ip);
-                assert_eq!(seen, Some(*from_ip), "pod {from_ip} on node {from_node} -> pod {to_ip} on node {to_node}: source seen {seen:?}");
+                assert_eq!(
+                    seen,
+                    Some(*from_ip),
+                    "pod {from_ip} on node {from_node} -> pod {to_ip} on node {to_node}: source seen {seen:?}"
+                );
             }
         }
     }

@@ -31,10 +31,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnet::IpNet;
 use crate::snapshot::NodeSnapshot;
 use crate::upstream::{clean_command, output};
 use crate::{bin, json, Node, PluginOutput, TestNetns, Value};
+use ipnet::IpNet;
 
 /// The bridge of the conflists.
 pub const BRIDGE: &str = "cbr0";
@@ -256,7 +256,8 @@ pub fn names_a_pod(line: &str) -> bool {
 fn is_pod_address(word: &str) -> bool {
     let addr = word.split('/').next().unwrap_or(word);
     let Ok(ip) = addr.parse::<IpAddr>() else { return false };
-    let nodes = [(SUBNET_V4, GATEWAY_V4), (SUBNET_V6, GATEWAY_V6), (SUBNET_V4_B, GATEWAY_V4_B), (SUBNET_V6_B, GATEWAY_V6_B)];
+    let nodes =
+        [(SUBNET_V4, GATEWAY_V4), (SUBNET_V6, GATEWAY_V6), (SUBNET_V4_B, GATEWAY_V4_B), (SUBNET_V6_B, GATEWAY_V6_B)];
     nodes.iter().any(|(subnet, gateway)| {
         let subnet: IpNet = subnet.parse().expect("constant");
         subnet.contains(&ip) && ip != subnet.network() && ip.to_string() != *gateway && ip != subnet.broadcast()

@@ -24,17 +24,17 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
-pub mod kubenet;
-pub mod upstream;
-pub mod snapshot;
-pub mod fabric;
-pub mod traffic;
-pub mod daemon;
-pub mod images;
 pub mod containerd;
+pub mod daemon;
+pub mod fabric;
+pub mod images;
+pub mod kubenet;
 pub mod podman;
 pub mod recorder;
 pub mod runtimes;
+pub mod snapshot;
+pub mod traffic;
+pub mod upstream;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.
@@ -56,9 +56,7 @@ pub fn unique_name(prefix: &str) -> String {
 
 /// Runs a command to completion and panics (naming it) if it fails to start.
 fn output_of(command: &mut Command) -> Output {
-    command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
+    command.output().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"))
 }
 
 /// A network namespace made for one test (`ip netns add`), deleted on drop. `lo` is up in it.
@@ -75,21 +73,10 @@ impl TestNetns {
         static SWEEP: Once = Once::new();
         SWEEP.call_once(sweep_stale_namespaces);
 
-        let name = format!(
-            "{NETNS_MARK}{prefix}-{}-{}",
-            std::process::id(),
-            next_number()
-        );
+        let name = format!("{NETNS_MARK}{prefix}-{}-{}", std::process::id(), next_number());
         let output = output_of(Command::new("ip").args(["netns", "add", &name]));
-        assert!(
-            output.status.success(),
-            "ip netns add {name}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let netns = TestNetns {
-            path: Path::new(NETNS_DIR).join(&name),
-            name,
-        };
+        assert!(output.status.success(), "ip netns add {name}: {}", String::from_utf8_lossy(&output.stderr));
+        let netns = TestNetns { path: Path::new(NETNS_DIR).join(&name), name };
         let mut netlink = netns.netlink();
         let lo = netlink.require_link("lo").expect("lo in a new namespace");
         netlink.set_up(lo.index).expect("set lo up");
@@ -108,9 +95,7 @@ impl TestNetns {
 
     /// Runs `f` with the calling thread inside the namespace.
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        self.netns()
-            .run(f)
-            .unwrap_or_else(|e| panic!("enter {}: {e}", self.name))
+        self.netns().run(f).unwrap_or_else(|e| panic!("enter {}: {e}", self.name))
     }
 
     /// A command that runs inside the namespace (the child enters it before exec).
@@ -119,21 +104,13 @@ impl TestNetns {
         let mut command = Command::new(program);
         // SAFETY: setns is a plain system call, safe between fork and exec.
         unsafe {
-            command.pre_exec(move || {
-                setns(netns.fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from)
-            });
+            command.pre_exec(move || setns(netns.fd(), CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
         }
         command
     }
 
     /// Runs `program args` inside the namespace with extra `env` and `stdin`, waiting for it to finish.
-    pub fn exec(
-        &self,
-        program: impl AsRef<OsStr>,
-        args: &[&str],
-        env: &[(&str, &str)],
-        stdin: &[u8],
-    ) -> Output {
+    pub fn exec(&self, program: impl AsRef<OsStr>, args: &[&str], env: &[(&str, &str)], stdin: &[u8]) -> Output {
         let mut command = self.command(program);
         command.args(args).envs(env.iter().copied());
         run_with_stdin(&mut command, stdin)
@@ -157,30 +134,23 @@ impl TestNetns {
         let mut all = vec!["-j"];
         all.extend_from_slice(args);
         let text = self.ip(&all);
-        serde_json::from_str(&text)
-            .unwrap_or_else(|e| panic!("ip {} output {text:?}: {e}", all.join(" ")))
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("ip {} output {text:?}: {e}", all.join(" ")))
     }
 
     /// The names of the links in the namespace.
     pub fn links(&self) -> Vec<String> {
-        let links = self
-            .netlink()
-            .links()
-            .unwrap_or_else(|e| panic!("links of {}: {e}", self.name));
+        let links = self.netlink().links().unwrap_or_else(|e| panic!("links of {}: {e}", self.name));
         links.into_iter().map(|link| link.name).collect()
     }
 
     /// True if one ping from this namespace to `addr` is answered within a second.
     pub fn ping(&self, addr: IpAddr) -> bool {
-        self.exec("ping", &["-c1", "-W1", &addr.to_string()], &[], b"")
-            .status
-            .success()
+        self.exec("ping", &["-c1", "-W1", &addr.to_string()], &[], b"").status.success()
     }
 
     /// Reads sysctl `name` (e.g. "net/ipv4/ip_forward") of the namespace.
     pub fn sysctl(&self, name: &str) -> String {
-        self.run(|| cnicore::sysctl::read(name))
-            .unwrap_or_else(|e| panic!("sysctl {name} in {}: {e}", self.name))
+        self.run(|| cnicore::sysctl::read(name)).unwrap_or_else(|e| panic!("sysctl {name} in {}: {e}", self.name))
     }
 }
 
@@ -193,10 +163,7 @@ impl Drop for TestNetns {
 fn delete_namespace(name: &str) {
     match Command::new("ip").args(["netns", "delete", name]).output() {
         Ok(output) if output.status.success() => {}
-        Ok(output) => eprintln!(
-            "ip netns delete {name}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ),
+        Ok(output) => eprintln!("ip netns delete {name}: {}", String::from_utf8_lossy(&output.stderr)),
         Err(e) => eprintln!("ip netns delete {name}: {e}"),
     }
 }
@@ -224,20 +191,13 @@ fn sweep_stale_namespaces() {
 }
 
 fn run_with_stdin(command: &mut Command, stdin: &[u8]) -> Output {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
     if let Some(mut pipe) = child.stdin.take() {
         // A child that exits without reading its input closes the pipe: not an error here.
         let _ = pipe.write_all(stdin);
     }
-    child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait for {command:?}: {e}"))
+    child.wait_with_output().unwrap_or_else(|e| panic!("wait for {command:?}: {e}"))
 }
 
 /// A "node": the host side of a test, i.e. a namespace where plugins run, plus a temporary directory for
@@ -266,13 +226,7 @@ impl Node {
     }
 
     /// Runs `plugin` inside the node namespace, see [`run_plugin`].
-    pub fn run_plugin(
-        &self,
-        plugin: &str,
-        cni_command: &str,
-        env: &[(&str, &str)],
-        stdin: &Value,
-    ) -> PluginOutput {
+    pub fn run_plugin(&self, plugin: &str, cni_command: &str, env: &[(&str, &str)], stdin: &Value) -> PluginOutput {
         run_plugin(self, plugin, cni_command, env, stdin)
     }
 }
@@ -314,25 +268,13 @@ pub fn veth_between(
     let end_a = netlink_a
         .create_veth(name_a, name_b, &b.netns(), None, None)
         .unwrap_or_else(|e| panic!("veth {name_a} in {} to {name_b} in {}: {e}", a.name, b.name));
-    let end_b = netlink_b
-        .require_link(name_b)
-        .unwrap_or_else(|e| panic!("{name_b} in {}: {e}", b.name));
-    for (netlink, index, addrs) in [
-        (&mut netlink_a, end_a.index, addrs_a),
-        (&mut netlink_b, end_b.index, addrs_b),
-    ] {
+    let end_b = netlink_b.require_link(name_b).unwrap_or_else(|e| panic!("{name_b} in {}: {e}", b.name));
+    for (netlink, index, addrs) in [(&mut netlink_a, end_a.index, addrs_a), (&mut netlink_b, end_b.index, addrs_b)] {
         for addr in addrs {
-            let options = AddressOptions {
-                nodad: true,
-                ..AddressOptions::default()
-            };
-            netlink
-                .add_address_with(index, *addr, options)
-                .unwrap_or_else(|e| panic!("add {addr}: {e}"));
+            let options = AddressOptions { nodad: true, ..AddressOptions::default() };
+            netlink.add_address_with(index, *addr, options).unwrap_or_else(|e| panic!("add {addr}: {e}"));
         }
-        netlink
-            .set_up(index)
-            .unwrap_or_else(|e| panic!("set up link {index}: {e}"));
+        netlink.set_up(index).unwrap_or_else(|e| panic!("set up link {index}: {e}"));
     }
     (end_a.index, end_b.index)
 }
@@ -344,20 +286,12 @@ pub fn links_in(ns: &TestNetns) -> Vec<String> {
 
 /// Panics unless `from` gets an answer from `addr`.
 pub fn assert_ping(from: &TestNetns, addr: IpAddr) {
-    assert!(
-        from.ping(addr),
-        "no ping answer from {addr} in {}",
-        from.name
-    );
+    assert!(from.ping(addr), "no ping answer from {addr} in {}", from.name);
 }
 
 /// Panics if `from` gets an answer from `addr`.
 pub fn assert_no_ping(from: &TestNetns, addr: IpAddr) {
-    assert!(
-        !from.ping(addr),
-        "unexpected ping answer from {addr} in {}",
-        from.name
-    );
+    assert!(!from.ping(addr), "unexpected ping answer from {addr} in {}", from.name);
 }
 
 /// The directory of the workspace's built binaries: $CNI_BIN_DIR if set, else the profile directory this
@@ -413,23 +347,13 @@ impl PluginOutput {
 
     /// The result of a successful run; panics with the plugin's output otherwise.
     pub fn expect_ok(&self) -> &Value {
-        assert!(
-            self.success(),
-            "plugin failed ({}): stdout {} stderr {}",
-            self.status,
-            self.stdout_text,
-            self.stderr
-        );
+        assert!(self.success(), "plugin failed ({}): stdout {} stderr {}", self.status, self.stdout_text, self.stderr);
         &self.stdout
     }
 
     /// The CNI error of a failed run; panics if the run succeeded.
     pub fn expect_err(&self) -> &Value {
-        assert!(
-            !self.success(),
-            "plugin unexpectedly succeeded: stdout {}",
-            self.stdout_text
-        );
+        assert!(!self.success(), "plugin unexpectedly succeeded: stdout {}", self.stdout_text);
         &self.stdout
     }
 }
@@ -437,17 +361,8 @@ impl PluginOutput {
 /// Runs the workspace binary `plugin` inside the node namespace as a CNI plugin: a clean environment with
 /// PATH, CNI_COMMAND=`cni_command`, CNI_PATH=[`bin_dir`] and `env` (CNI_CONTAINERID, CNI_NETNS, ...),
 /// and `stdin` as the network configuration.
-pub fn run_plugin(
-    node: &Node,
-    plugin: &str,
-    cni_command: &str,
-    env: &[(&str, &str)],
-    stdin: &Value,
-) -> PluginOutput {
+pub fn run_plugin(node: &Node, plugin: &str, cni_command: &str, env: &[(&str, &str)], stdin: &Value) -> PluginOutput {
     let mut command = upstream::clean_command(node, bin(plugin));
-    command
-        .env("CNI_COMMAND", cni_command)
-        .env("CNI_PATH", bin_dir())
-        .envs(env.iter().copied());
+    command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
     upstream::output(&mut command, stdin.to_string().as_bytes())
 }

@@ -47,7 +47,11 @@ impl Call {
             self.stdin["name"].as_str().unwrap_or("?"),
             self.var("CNI_NETNS"),
             self.exit,
-            if self.exit == 0 { String::new() } else { format!(" stdout={} stderr={}", self.stdout.trim(), self.stderr.trim()) }
+            if self.exit == 0 {
+                String::new()
+            } else {
+                format!(" stdout={} stderr={}", self.stdout.trim(), self.stderr.trim())
+            }
         )
     }
 }
@@ -95,10 +99,12 @@ impl Recorder {
 
     /// Every call logged so far, in the order they started.
     pub fn calls(&self) -> Vec<Call> {
-        let mut names: Vec<PathBuf> = fs::read_dir(&self.log)
-            .map(|entries| entries.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        names.retain(|p| p.extension().is_some_and(|e| e == "json") && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')));
+        let mut names: Vec<PathBuf> =
+            fs::read_dir(&self.log).map(|entries| entries.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+        names.retain(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'))
+        });
         names.sort();
         names
             .iter()

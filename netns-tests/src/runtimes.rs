@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ipnet::IpNet;
 use crate::recorder::Call;
 use crate::upstream::REFERENCE_DIR;
 use crate::{bin_dir, veth_between, Node, TestNetns};
+use ipnet::IpNet;
 
 /// The plugins under test: each runtime test runs once with each, so a failure of ours alone is ours to fix.
 #[derive(Clone, Copy, Debug)]

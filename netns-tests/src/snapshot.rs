@@ -60,32 +60,18 @@ impl NodeSnapshot {
     pub fn take(ns: &TestNetns, state_dirs: &[&Path]) -> NodeSnapshot {
         let mut sections = BTreeMap::new();
         let mut netlink = ns.netlink();
-        let links = netlink
-            .links()
-            .unwrap_or_else(|e| panic!("links of {}: {e}", ns.name));
+        let links = netlink.links().unwrap_or_else(|e| panic!("links of {}: {e}", ns.name));
         let names: HashMap<u32, String> = links.iter().map(|l| (l.index, l.name.clone())).collect();
-        let name_of = |index: u32| {
-            names
-                .get(&index)
-                .cloned()
-                .unwrap_or_else(|| format!("#{index}"))
-        };
+        let name_of = |index: u32| names.get(&index).cloned().unwrap_or_else(|| format!("#{index}"));
 
         sections.insert(
             "links",
             links
                 .iter()
                 .map(|l| {
-                    let mac = l.mac.map(|m| {
-                        m.iter()
-                            .map(|b| format!("{b:02x}"))
-                            .collect::<Vec<_>>()
-                            .join(":")
-                    });
-                    let port = l
-                        .bridge_port
-                        .as_ref()
-                        .map(|p| format!(" hairpin={} isolated={}", p.hairpin, p.isolated));
+                    let mac = l.mac.map(|m| m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"));
+                    let port =
+                        l.bridge_port.as_ref().map(|p| format!(" hairpin={} isolated={}", p.hairpin, p.isolated));
                     format!(
                         "{} kind={} up={} mtu={} master={} promisc={} allmulti={} txqlen={} mac={}{}",
                         l.name,
@@ -104,22 +90,15 @@ impl NodeSnapshot {
         );
 
         // Flags (tentative, DAD) change by themselves; the address set is what plugins change.
-        let addresses = netlink
-            .addresses(None)
-            .unwrap_or_else(|e| panic!("addresses of {}: {e}", ns.name));
+        let addresses = netlink.addresses(None).unwrap_or_else(|e| panic!("addresses of {}: {e}", ns.name));
         sections.insert(
             "addresses",
-            addresses
-                .iter()
-                .map(|a| format!("{} {} scope={:?}", name_of(a.index), a.addr, a.scope))
-                .collect(),
+            addresses.iter().map(|a| format!("{} {} scope={:?}", name_of(a.index), a.addr, a.scope)).collect(),
         );
 
         let mut tc = Vec::new();
         for link in &links {
-            let qdiscs = netlink
-                .qdiscs(Some(link.index))
-                .unwrap_or_else(|e| panic!("qdiscs of {}: {e}", link.name));
+            let qdiscs = netlink.qdiscs(Some(link.index)).unwrap_or_else(|e| panic!("qdiscs of {}: {e}", link.name));
             for q in qdiscs {
                 let options = match &q.kind {
                     QdiscKind::Tbf(Some(t)) => {
@@ -146,7 +125,13 @@ impl NodeSnapshot {
                             let redirects: Vec<String> = f.redirects.iter().map(|r| name_of(r.ifindex)).collect();
                             format!(
                                 "filter {} parent={:x} handle={:x} prio={} protocol={:x} kind={} redirect={}",
-                                link.name, f.parent, f.handle, f.prio, f.protocol, f.kind, redirects.join(",")
+                                link.name,
+                                f.parent,
+                                f.handle,
+                                f.prio,
+                                f.protocol,
+                                f.kind,
+                                redirects.join(",")
                             )
                         })),
                         Err(e) => tc.push(format!("filter {} parent={parent:x}: {e}", link.name)),
@@ -163,11 +148,7 @@ impl NodeSnapshot {
             }
             names
                 .into_iter()
-                .filter_map(|name| {
-                    cnicore::sysctl::read(&name)
-                        .ok()
-                        .map(|v| format!("{name}={}", v.trim()))
-                })
+                .filter_map(|name| cnicore::sysctl::read(&name).ok().map(|v| format!("{name}={}", v.trim())))
                 .collect::<Vec<_>>()
         });
         sections.insert("sysctls", sysctls);
@@ -175,13 +156,7 @@ impl NodeSnapshot {
         // `linkdown` follows the carrier of the link (a bridge without ports loses it a moment after it is
         // made): state, not configuration.
         let routes = command_lines(ns, "ip", &["-d", "route", "show", "table", "all"]);
-        sections.insert(
-            "routes",
-            routes
-                .into_iter()
-                .map(|r| r.replace(" linkdown", ""))
-                .collect(),
-        );
+        sections.insert("routes", routes.into_iter().map(|r| r.replace(" linkdown", "")).collect());
         sections.insert("iptables", iptables_lines(ns, "iptables-save"));
         sections.insert("ip6tables", iptables_lines(ns, "ip6tables-save"));
         sections.insert("nftables", nft_lines(ns));
@@ -207,9 +182,7 @@ impl NodeSnapshot {
         let deadline = Instant::now() + timeout;
         let mut netlink = ns.netlink();
         let mut tentative = || {
-            let addresses = netlink
-                .addresses(None)
-                .unwrap_or_else(|e| panic!("addresses of {}: {e}", ns.name));
+            let addresses = netlink.addresses(None).unwrap_or_else(|e| panic!("addresses of {}: {e}", ns.name));
             addresses.iter().any(|a| a.is_tentative())
         };
         let mut last = NodeSnapshot::take(ns, state_dirs);
@@ -228,10 +201,7 @@ impl NodeSnapshot {
     /// The lines of one section (`links`, `addresses`, `routes`, `iptables`, `ip6tables`, `nftables`, `tc`,
     /// `sysctls`, `files`).
     pub fn section(&self, name: &str) -> &[String] {
-        self.sections
-            .get(name)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+        self.sections.get(name).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// What changed from `self` to `after`, readable (`-` gone, `+` new, per section); `None` when nothing did.
@@ -295,10 +265,7 @@ fn command_lines(ns: &TestNetns, program: &str, args: &[&str]) -> Vec<String> {
             .filter(|l| !l.is_empty())
             .map(String::from)
             .collect(),
-        Ok(out) => vec![format!(
-            "{program} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )],
+        Ok(out) => vec![format!("{program} failed: {}", String::from_utf8_lossy(&out.stderr).trim())],
         Err(e) => vec![format!("{program} unavailable: {e}")],
     }
 }
@@ -351,17 +318,10 @@ fn list_files(dir: &Path, out: &mut Vec<String>) {
             out.push(format!("{}/ dir mode={mode:o}", path.display()));
             list_files(&path, out);
         } else if kind.is_symlink() {
-            let target = fs::read_link(&path)
-                .map(|t| t.display().to_string())
-                .unwrap_or_default();
+            let target = fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default();
             out.push(format!("{} symlink -> {target}", path.display()));
         } else {
-            out.push(format!(
-                "{} file size={} mode={mode:o} links={}",
-                path.display(),
-                meta.len(),
-                meta.nlink()
-            ));
+            out.push(format!("{} file size={} mode={mode:o} links={}", path.display(), meta.len(), meta.nlink()));
         }
     }
 }

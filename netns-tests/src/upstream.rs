@@ -55,8 +55,7 @@ pub fn plugin_dir(dir: &Path, plugins: &[(&str, &Path)]) -> PathBuf {
     fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     for (name, binary) in plugins {
         let link = dir.join(name);
-        symlink(binary, &link)
-            .unwrap_or_else(|e| panic!("symlink {} -> {}: {e}", link.display(), binary.display()));
+        symlink(binary, &link).unwrap_or_else(|e| panic!("symlink {} -> {}: {e}", link.display(), binary.display()));
     }
     dir.to_path_buf()
 }
@@ -64,10 +63,7 @@ pub fn plugin_dir(dir: &Path, plugins: &[(&str, &Path)]) -> PathBuf {
 /// A command that runs in `ns` with an empty environment but `PATH`.
 pub fn clean_command(ns: &TestNetns, program: impl AsRef<OsStr>) -> Command {
     let mut command = ns.command(program);
-    command.env_clear().env(
-        "PATH",
-        std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()),
-    );
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
     command
 }
 
@@ -131,8 +127,7 @@ impl VarLibCni {
 }
 
 fn c_path(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes())
-        .unwrap_or_else(|_| panic!("path with a NUL byte: {}", path.display()))
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_else(|_| panic!("path with a NUL byte: {}", path.display()))
 }
 
 /// Makes `command` run in a private mount namespace in which `dir` is `/var/lib/cni`. The mounts are private

@@ -31,9 +31,7 @@ const DECODE: u64 = 6;
 const INVALID_CONFIG: u64 = 7;
 const INTERNAL: u64 = 999;
 
-const SUPPORTED_VERSIONS: &[&str] = &[
-    "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
-];
+const SUPPORTED_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 const NETWORK: &str = "bad-net";
 const CONTAINER_ID: &str = "bad-input-ctr";
 
@@ -63,12 +61,7 @@ struct Case {
 }
 
 impl Case {
-    fn raw(
-        name: impl Into<String>,
-        verb: &'static str,
-        stdin: impl Into<Vec<u8>>,
-        code: u64,
-    ) -> Case {
+    fn raw(name: impl Into<String>, verb: &'static str, stdin: impl Into<Vec<u8>>, code: u64) -> Case {
         Case {
             name: name.into(),
             verb,
@@ -95,12 +88,7 @@ impl Case {
     fn nested_args(mut self, depth: usize) -> Case {
         let text = String::from_utf8(self.stdin).expect("utf-8");
         let head = &text[..text.len() - 1];
-        self.stdin = format!(
-            r#"{head},"args":{}{}}}"#,
-            "[".repeat(depth),
-            "]".repeat(depth)
-        )
-        .into_bytes();
+        self.stdin = format!(r#"{head},"args":{}{}}}"#, "[".repeat(depth), "]".repeat(depth)).into_bytes();
         self
     }
 
@@ -171,20 +159,13 @@ impl Rig {
             &["10.77.0.2/24".parse().expect("net")],
         );
         let mut pod_nl = pod.netlink();
-        pod_nl
-            .create_veth("eth1", "eth1p", &pod.netns(), None, None)
-            .expect("veth inside the pod");
+        pod_nl.create_veth("eth1", "eth1p", &pod.netns(), None, None).expect("veth inside the pod");
         let state = node.dir().join("state");
         let confs = node.dir().join("confs");
         for dir in [&state, &confs] {
             fs::create_dir_all(dir).expect("create dir");
         }
-        Rig {
-            node,
-            pod,
-            state,
-            confs,
-        }
+        Rig { node, pod, state, confs }
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -276,19 +257,10 @@ fn check_plugin_error(out: &PluginOutput, code: u64, needle: Option<&str>) -> Re
     if text.contains('\n') {
         return Err(format!("more than one line on stdout: {text:?}"));
     }
-    let error: Value = serde_json::from_str(text).map_err(|e| {
-        format!(
-            "stdout is not JSON ({e}): {text:?}; stderr {:?}",
-            out.stderr
-        )
-    })?;
-    let fields = error
-        .as_object()
-        .ok_or_else(|| format!("not an object: {error}"))?;
-    if let Some(key) = fields
-        .keys()
-        .find(|k| !["cniVersion", "code", "msg", "details"].contains(&k.as_str()))
-    {
+    let error: Value = serde_json::from_str(text)
+        .map_err(|e| format!("stdout is not JSON ({e}): {text:?}; stderr {:?}", out.stderr))?;
+    let fields = error.as_object().ok_or_else(|| format!("not an object: {error}"))?;
+    if let Some(key) = fields.keys().find(|k| !["cniVersion", "code", "msg", "details"].contains(&k.as_str())) {
         return Err(format!("unexpected field {key}: {error}"));
     }
     let version = error["cniVersion"].as_str().unwrap_or_default();
@@ -314,11 +286,7 @@ fn check_message(msg: &str) -> Result<(), String> {
         return Err("empty message".into());
     }
     if msg.len() > 1000 {
-        return Err(format!(
-            "message of {} bytes: {:?}…",
-            msg.len(),
-            &msg[..200]
-        ));
+        return Err(format!("message of {} bytes: {:?}…", msg.len(), &msg[..200]));
     }
     for debug in ["Os {", "Error {", "kind: ", "Some(", "None)", "unwrap"] {
         if msg.contains(debug) {
@@ -330,10 +298,7 @@ fn check_message(msg: &str) -> Result<(), String> {
 
 fn check_no_panic(out: &PluginOutput) -> Result<(), String> {
     for text in [&out.stderr, &out.stdout_text] {
-        if text.contains("panicked")
-            || text.contains("RUST_BACKTRACE")
-            || text.contains("internal error:")
-        {
+        if text.contains("panicked") || text.contains("RUST_BACKTRACE") || text.contains("internal error:") {
             return Err(format!("panicked: {text}"));
         }
     }
@@ -343,11 +308,7 @@ fn check_no_panic(out: &PluginOutput) -> Result<(), String> {
     }
 }
 
-fn check_runner_error(
-    out: &PluginOutput,
-    code: Option<u64>,
-    needle: Option<&str>,
-) -> Result<(), String> {
+fn check_runner_error(out: &PluginOutput, code: Option<u64>, needle: Option<&str>) -> Result<(), String> {
     if out.success() {
         return Err(format!("succeeded: stdout {:?}", out.stdout_text));
     }
@@ -364,9 +325,7 @@ fn check_runner_error(
     }
     if let Some(code) = code {
         if !msg.contains(&format!("(code {code})")) {
-            return Err(format!(
-                "stderr does not give the plugin's code {code}: {msg:?}"
-            ));
+            return Err(format!("stderr does not give the plugin's code {code}: {msg:?}"));
         }
     }
     if let Some(needle) = needle {
@@ -387,11 +346,7 @@ fn run_group(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>) {
     let (mut node_before, mut pod_before) = rig.settled();
     let mut failures = Vec::new();
     for (index, case) in cases.iter().enumerate() {
-        let out = if plugin == "cnitool" {
-            rig.run_runner(index, case)
-        } else {
-            rig.run_plugin(plugin, ifname, case)
-        };
+        let out = if plugin == "cnitool" { rig.run_runner(index, case) } else { rig.run_plugin(plugin, ifname, case) };
         let mut problems = Vec::new();
         let verdict = match case.expect {
             Expect::Code(code) => check_plugin_error(&out, code, case.needle.as_deref()),
@@ -412,18 +367,10 @@ fn run_group(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>) {
         }
         // Later cases are judged against the state as it is now, so one change is reported once; after a change,
         // once it has settled (new links get IPv6 link-local addresses a moment later).
-        (node_before, pod_before) = if changed {
-            rig.settled()
-        } else {
-            (node_after, pod_after)
-        };
+        (node_before, pod_before) = if changed { rig.settled() } else { (node_after, pod_after) };
         let label = format!("{plugin} [{index}] {} ({})", case.name, case.verb);
         if std::env::var_os("BAD_INPUT_VERBOSE").is_some() {
-            let said = if plugin == "cnitool" {
-                out.stderr.trim()
-            } else {
-                out.stdout_text.trim()
-            };
+            let said = if plugin == "cnitool" { out.stderr.trim() } else { out.stdout_text.trim() };
             eprintln!("{label}: {said}");
         }
         if !problems.is_empty() {
@@ -466,48 +413,18 @@ fn json_cases(base: &Value) -> Vec<Case> {
         Case::raw("only whitespace", "ADD", " \n\t ", DECODE),
         Case::raw("open brace", "ADD", "{", DECODE),
         Case::raw("truncated in the middle", "ADD", &text[..half], DECODE),
-        Case::raw(
-            "truncated last brace",
-            "ADD",
-            &text[..text.len() - 1],
-            DECODE,
-        ),
+        Case::raw("truncated last brace", "ADD", &text[..text.len() - 1], DECODE),
         Case::raw("truncated DEL", "DEL", &text[..text.len() / 3], DECODE),
         Case::raw("not json", "ADD", "cniVersion=1.0.0", DECODE),
         Case::raw("trailing garbage", "ADD", format!("{text} }}"), DECODE),
         Case::raw("double comma", "CHECK", text.replacen(',', ",,", 1), DECODE),
         Case::raw("single quotes", "ADD", text.replace('"', "'"), DECODE),
-        Case::raw(
-            "invalid utf-8",
-            "ADD",
-            [&b"{\"cniVersion\":\"1.0.0\",\"name\":\"\xff\xfe\"}"[..]].concat(),
-            DECODE,
-        ),
-        Case::raw(
-            "byte order mark",
-            "ADD",
-            [&b"\xef\xbb\xbf"[..], text.as_bytes()].concat(),
-            DECODE,
-        ),
-        Case::raw(
-            "lone surrogate",
-            "ADD",
-            r#"{"cniVersion":"1.0.0","name":"\ud800"}"#,
-            DECODE,
-        ),
+        Case::raw("invalid utf-8", "ADD", [&b"{\"cniVersion\":\"1.0.0\",\"name\":\"\xff\xfe\"}"[..]].concat(), DECODE),
+        Case::raw("byte order mark", "ADD", [&b"\xef\xbb\xbf"[..], text.as_bytes()].concat(), DECODE),
+        Case::raw("lone surrogate", "ADD", r#"{"cniVersion":"1.0.0","name":"\ud800"}"#, DECODE),
         Case::conf("args nested 100000 deep", "ADD", base, DECODE).nested_args(100_000),
-        Case::raw(
-            "NaN",
-            "ADD",
-            r#"{"cniVersion":"1.0.0","name":"n","mtu":NaN}"#,
-            DECODE,
-        ),
-        Case::raw(
-            "stdin over 1 MiB",
-            "ADD",
-            padded(base, MAX_STDIN + 1),
-            DECODE,
-        ),
+        Case::raw("NaN", "ADD", r#"{"cniVersion":"1.0.0","name":"n","mtu":NaN}"#, DECODE),
+        Case::raw("stdin over 1 MiB", "ADD", padded(base, MAX_STDIN + 1), DECODE),
         Case::raw("stdin of 8 MiB", "DEL", padded(base, 8 * MAX_STDIN), DECODE),
     ]
 }
@@ -519,43 +436,13 @@ fn type_cases(base: &Value) -> Vec<Case> {
         Case::raw("a string", "ADD", "\"loopback\"", INVALID_CONFIG),
         Case::raw("a number", "DEL", "42", INVALID_CONFIG),
         Case::raw("null", "ADD", "null", INVALID_CONFIG),
-        Case::conf(
-            "cniVersion a number",
-            "ADD",
-            &with(base, "cniVersion", json!(1.0)),
-            INVALID_CONFIG,
-        ),
-        Case::conf(
-            "name a list",
-            "ADD",
-            &with(base, "name", json!(["a"])),
-            INVALID_CONFIG,
-        ),
-        Case::conf(
-            "type an object",
-            "ADD",
-            &with(base, "type", json!({})),
-            INVALID_CONFIG,
-        ),
-        Case::conf(
-            "capabilities a list",
-            "ADD",
-            &with(base, "capabilities", json!(["portMappings"])),
-            INVALID_CONFIG,
-        ),
-        Case::conf(
-            "dns a string",
-            "ADD",
-            &with(base, "dns", json!("8.8.8.8")),
-            INVALID_CONFIG,
-        ),
+        Case::conf("cniVersion a number", "ADD", &with(base, "cniVersion", json!(1.0)), INVALID_CONFIG),
+        Case::conf("name a list", "ADD", &with(base, "name", json!(["a"])), INVALID_CONFIG),
+        Case::conf("type an object", "ADD", &with(base, "type", json!({})), INVALID_CONFIG),
+        Case::conf("capabilities a list", "ADD", &with(base, "capabilities", json!(["portMappings"])), INVALID_CONFIG),
+        Case::conf("dns a string", "ADD", &with(base, "dns", json!("8.8.8.8")), INVALID_CONFIG),
         // serde quotes a wrongly typed string whole: the message must not carry 100 KiB of it.
-        Case::conf(
-            "dns a 100 KiB string",
-            "ADD",
-            &with(base, "dns", json!("x".repeat(100 * 1024))),
-            INVALID_CONFIG,
-        ),
+        Case::conf("dns a 100 KiB string", "ADD", &with(base, "dns", json!("x".repeat(100 * 1024))), INVALID_CONFIG),
         // A duplicate key is not bad input: encoding/json takes the last one, and so do we (gojson's tests).
     ]
 }
@@ -563,56 +450,21 @@ fn type_cases(base: &Value) -> Vec<Case> {
 /// Versions the plugin or the verb does not support.
 fn version_cases(base: &Value) -> Vec<Case> {
     vec![
-        Case::conf(
-            "cniVersion 9.9.9",
-            "ADD",
-            &with(base, "cniVersion", json!("9.9.9")),
-            INCOMPATIBLE_VERSION,
-        ),
-        Case::conf(
-            "cniVersion 1.2.0",
-            "DEL",
-            &with(base, "cniVersion", json!("1.2.0")),
-            INCOMPATIBLE_VERSION,
-        ),
-        Case::conf(
-            "cniVersion 0.5.0",
-            "ADD",
-            &with(base, "cniVersion", json!("0.5.0")),
-            INCOMPATIBLE_VERSION,
-        ),
+        Case::conf("cniVersion 9.9.9", "ADD", &with(base, "cniVersion", json!("9.9.9")), INCOMPATIBLE_VERSION),
+        Case::conf("cniVersion 1.2.0", "DEL", &with(base, "cniVersion", json!("1.2.0")), INCOMPATIBLE_VERSION),
+        Case::conf("cniVersion 0.5.0", "ADD", &with(base, "cniVersion", json!("0.5.0")), INCOMPATIBLE_VERSION),
         // A malformed version string is a decoding failure in this suite (the reference says 1).
-        Case::conf(
-            "cniVersion not semver",
-            "ADD",
-            &with(base, "cniVersion", json!("one")),
-            DECODE,
-        ),
+        Case::conf("cniVersion not semver", "ADD", &with(base, "cniVersion", json!("one")), DECODE),
         Case::conf(
             "cniVersion a 100 KiB string",
             "ADD",
             &with(base, "cniVersion", json!("1.".repeat(50 * 1024))),
             DECODE,
         ),
-        Case::conf(
-            "CHECK at 0.3.1",
-            "CHECK",
-            &with(base, "cniVersion", json!("0.3.1")),
-            INCOMPATIBLE_VERSION,
-        )
-        .needle("CHECK"),
-        Case::conf(
-            "GC at 1.0.0",
-            "GC",
-            &with(base, "cniVersion", json!("1.0.0")),
-            INCOMPATIBLE_VERSION,
-        ),
-        Case::conf(
-            "STATUS at 0.4.0",
-            "STATUS",
-            &with(base, "cniVersion", json!("0.4.0")),
-            INCOMPATIBLE_VERSION,
-        ),
+        Case::conf("CHECK at 0.3.1", "CHECK", &with(base, "cniVersion", json!("0.3.1")), INCOMPATIBLE_VERSION)
+            .needle("CHECK"),
+        Case::conf("GC at 1.0.0", "GC", &with(base, "cniVersion", json!("1.0.0")), INCOMPATIBLE_VERSION),
+        Case::conf("STATUS at 0.4.0", "STATUS", &with(base, "cniVersion", json!("0.4.0")), INCOMPATIBLE_VERSION),
     ]
 }
 
@@ -624,23 +476,14 @@ fn env_cases(base: &Value, uses_netns: bool) -> Vec<Case> {
     let mut cases = vec![
         c("unknown CNI_COMMAND", "ADD").env("CNI_COMMAND", Some("FROB")),
         c("lower-case CNI_COMMAND", "ADD").env("CNI_COMMAND", Some("add")),
-        c("missing CNI_CONTAINERID", "ADD")
-            .env("CNI_CONTAINERID", None)
-            .needle("CNI_CONTAINERID"),
-        c("missing CNI_IFNAME", "DEL")
-            .env("CNI_IFNAME", None)
-            .needle("CNI_IFNAME"),
-        c("missing CNI_NETNS", "ADD")
-            .env("CNI_NETNS", None)
-            .needle("CNI_NETNS"),
-        c("missing CNI_PATH", "ADD")
-            .env("CNI_PATH", None)
-            .needle("CNI_PATH"),
+        c("missing CNI_CONTAINERID", "ADD").env("CNI_CONTAINERID", None).needle("CNI_CONTAINERID"),
+        c("missing CNI_IFNAME", "DEL").env("CNI_IFNAME", None).needle("CNI_IFNAME"),
+        c("missing CNI_NETNS", "ADD").env("CNI_NETNS", None).needle("CNI_NETNS"),
+        c("missing CNI_PATH", "ADD").env("CNI_PATH", None).needle("CNI_PATH"),
         c("empty CNI_CONTAINERID", "CHECK").env("CNI_CONTAINERID", Some("")),
         c("container ID ../", "ADD").env("CNI_CONTAINERID", Some("../../etc/passwd")),
         c("container ID with slash", "DEL").env("CNI_CONTAINERID", Some("a/b")),
-        c("container ID with newline", "ADD")
-            .env("CNI_CONTAINERID", Some("ctr\n-A INPUT -j ACCEPT")),
+        c("container ID with newline", "ADD").env("CNI_CONTAINERID", Some("ctr\n-A INPUT -j ACCEPT")),
         c("container ID with quote", "ADD").env("CNI_CONTAINERID", Some("ctr\" id: \"x")),
         c("container ID of 300 chars", "ADD").env("CNI_CONTAINERID", Some(&"c".repeat(300))),
         c("container ID starting with dash", "ADD").env("CNI_CONTAINERID", Some("-rf")),
@@ -660,17 +503,11 @@ fn env_cases(base: &Value, uses_netns: bool) -> Vec<Case> {
     ];
     if uses_netns {
         cases.push(
-            Case::raw(
-                "netns that does not exist",
-                "ADD",
-                conf.clone(),
-                UNKNOWN_CONTAINER,
-            )
-            .env("CNI_NETNS", Some("/run/netns/cnt-bad-input-no-such-netns")),
+            Case::raw("netns that does not exist", "ADD", conf.clone(), UNKNOWN_CONTAINER)
+                .env("CNI_NETNS", Some("/run/netns/cnt-bad-input-no-such-netns")),
         );
         cases.push(
-            Case::raw("netns that is a plain file", "ADD", conf, INTERNAL)
-                .env("CNI_NETNS", Some("/etc/hostname")),
+            Case::raw("netns that is a plain file", "ADD", conf, INTERNAL).env("CNI_NETNS", Some("/etc/hostname")),
         );
     }
     cases
@@ -692,13 +529,7 @@ fn network_name_cases(base: &Value) -> Vec<Case> {
     names
         .iter()
         .map(|(case, name)| {
-            Case::conf(
-                *case,
-                "ADD",
-                &with(base, "name", json!(name)),
-                INVALID_CONFIG,
-            )
-            .needle("network name")
+            Case::conf(*case, "ADD", &with(base, "name", json!(name)), INVALID_CONFIG).needle("network name")
         })
         .collect()
 }
@@ -715,20 +546,11 @@ fn common_cases(base: &Value, uses_netns: bool) -> Vec<Case> {
 /// prevResult that cannot be read (chained plugins): decoding errors.
 fn prev_result_cases(base: &Value) -> Vec<Case> {
     vec![
-        Case::conf(
-            "prevResult a string",
-            "ADD",
-            &with(base, "prevResult", json!("10.0.0.2")),
-            DECODE,
-        ),
+        Case::conf("prevResult a string", "ADD", &with(base, "prevResult", json!("10.0.0.2")), DECODE),
         Case::conf(
             "prevResult with a bad address",
             "ADD",
-            &with(
-                base,
-                "prevResult",
-                json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.300/24"}]}),
-            ),
+            &with(base, "prevResult", json!({"cniVersion": "1.0.0", "ips": [{"address": "10.0.0.300/24"}]})),
             DECODE,
         ),
         Case::conf(
@@ -744,21 +566,13 @@ fn prev_result_cases(base: &Value) -> Vec<Case> {
         Case::conf(
             "prevResult of version 9.9.9",
             "ADD",
-            &with(
-                base,
-                "prevResult",
-                json!({"cniVersion": "9.9.9", "ips": []}),
-            ),
+            &with(base, "prevResult", json!({"cniVersion": "9.9.9", "ips": []})),
             DECODE,
         ),
         Case::conf(
             "prevResult dns a 100 KiB string",
             "ADD",
-            &with(
-                base,
-                "prevResult",
-                json!({"cniVersion": "1.0.0", "dns": "x".repeat(100 * 1024)}),
-            ),
+            &with(base, "prevResult", json!({"cniVersion": "1.0.0", "dns": "x".repeat(100 * 1024)})),
             DECODE,
         ),
     ]
@@ -806,9 +620,7 @@ fn host_local_cases(rig: &Rig) -> Vec<Case> {
     let base = host_local_base(rig);
     let ipam = |key: &str, value: Value| with(&base, &format!("ipam/{key}"), value);
     let ranges = |sets: Value| ipam("ranges", sets);
-    let add = |name: &str, conf: Value, needle: &str| {
-        Case::conf(name, "ADD", &conf, INVALID_CONFIG).needle(needle)
-    };
+    let add = |name: &str, conf: Value, needle: &str| Case::conf(name, "ADD", &conf, INVALID_CONFIG).needle(needle);
     let mut cases = common_cases(&base, false);
     cases.extend([
         add("no ipam section", with(&base, "ipam", Value::Null), "ipam"),
@@ -822,16 +634,32 @@ fn host_local_cases(rig: &Rig) -> Vec<Case> {
         add("subnet /31 too small", ranges(json!([[{"subnet": "10.0.0.0/31"}]])), "too small"),
         add("subnet /127 too small", ranges(json!([[{"subnet": "fd00::/127"}]])), "too small"),
         add("subnet a number", ranges(json!([[{"subnet": 10}]])), "subnet"),
-        add("rangeStart outside subnet", ranges(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.5"}]])), "rangeStart"),
-        add("rangeEnd outside subnet", ranges(json!([[{"subnet": "10.0.0.0/24", "rangeEnd": "10.1.0.5"}]])), "rangeEnd"),
+        add(
+            "rangeStart outside subnet",
+            ranges(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.5"}]])),
+            "rangeStart",
+        ),
+        add(
+            "rangeEnd outside subnet",
+            ranges(json!([[{"subnet": "10.0.0.0/24", "rangeEnd": "10.1.0.5"}]])),
+            "rangeEnd",
+        ),
         add(
             "rangeStart after rangeEnd",
             ranges(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.50", "rangeEnd": "10.0.0.20"}]])),
             "after",
         ),
         add("rangeStart not an address", ranges(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "ten"}]])), "ten"),
-        add("gateway outside subnet", ranges(json!([[{"subnet": "10.0.0.0/24", "gateway": "192.168.0.1"}]])), "gateway"),
-        add("gateway of the other family", ranges(json!([[{"subnet": "10.0.0.0/24", "gateway": "fd00::1"}]])), "gateway"),
+        add(
+            "gateway outside subnet",
+            ranges(json!([[{"subnet": "10.0.0.0/24", "gateway": "192.168.0.1"}]])),
+            "gateway",
+        ),
+        add(
+            "gateway of the other family",
+            ranges(json!([[{"subnet": "10.0.0.0/24", "gateway": "fd00::1"}]])),
+            "gateway",
+        ),
         add("mixed families in a set", ranges(json!([[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]])), "famil"),
         add(
             "overlapping range sets",
@@ -852,7 +680,11 @@ fn host_local_cases(rig: &Rig) -> Vec<Case> {
         add("runtimeConfig.ips not an IP", with(&base, "runtimeConfig", json!({"ips": ["banana"]})), "banana"),
         add("runtimeConfig.ips a string", with(&base, "runtimeConfig", json!({"ips": "10.88.0.5"})), "ips"),
         add("args.cni.ips not an IP", with(&base, "args", json!({"cni": {"ips": ["10.88.0.300"]}})), "10.88.0.300"),
-        add("requested IP outside every range", with(&base, "runtimeConfig", json!({"ips": ["192.168.9.9"]})), "192.168.9.9"),
+        add(
+            "requested IP outside every range",
+            with(&base, "runtimeConfig", json!({"ips": ["192.168.9.9"]})),
+            "192.168.9.9",
+        ),
         add("requested IP is the gateway", with(&base, "runtimeConfig", json!({"ips": ["10.88.0.1"]})), "gateway"),
         add(
             "two requested IPs in one range set",
@@ -864,16 +696,28 @@ fn host_local_cases(rig: &Rig) -> Vec<Case> {
             with(&base, "runtimeConfig", json!({"ipRanges": [[{"subnet": "10.0.0.0/99"}]]})),
             "10.0.0.0/99",
         ),
-        Case::conf("CNI_ARGS IP not an IP", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("IP=10.88.0.999")).needle("10.88.0.999"),
+        Case::conf("CNI_ARGS IP not an IP", "ADD", &base, INVALID_ENV)
+            .env("CNI_ARGS", Some("IP=10.88.0.999"))
+            .needle("10.88.0.999"),
         Case::conf("CNI_ARGS unknown key", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("FOO=bar")).needle("FOO"),
-        Case::conf("resolvConf missing", "ADD", &ipam("resolvConf", json!("/nonexistent/resolv.conf")), IO).needle("resolv"),
+        Case::conf("resolvConf missing", "ADD", &ipam("resolvConf", json!("/nonexistent/resolv.conf")), IO)
+            .needle("resolv"),
         Case::conf("DEL with bad ranges", "DEL", &ranges(json!([[{"subnet": "banana"}]])), INVALID_CONFIG),
         Case::conf("CHECK with bad ranges", "CHECK", &ranges(json!([[{"subnet": "banana"}]])), INVALID_CONFIG),
-        Case::conf("GC with bad ranges", "GC", &with(&ranges(json!([[{"subnet": "banana"}]])), "cniVersion", json!("1.1.0")), INVALID_CONFIG),
+        Case::conf(
+            "GC with bad ranges",
+            "GC",
+            &with(&ranges(json!([[{"subnet": "banana"}]])), "cniVersion", json!("1.1.0")),
+            INVALID_CONFIG,
+        ),
         Case::conf(
             "GC with valid-attachments not a list",
             "GC",
-            &with_top(&with(&base, "cniVersion", json!("1.1.0")), "cni.dev/valid-attachments", json!({"containerID": "x"})),
+            &with_top(
+                &with(&base, "cniVersion", json!("1.1.0")),
+                "cni.dev/valid-attachments",
+                json!({"containerID": "x"}),
+            ),
             INVALID_CONFIG,
         ),
         Case::conf(
@@ -882,7 +726,16 @@ fn host_local_cases(rig: &Rig) -> Vec<Case> {
             &with(&ipam("dataDir", json!("relative")), "cniVersion", json!("1.1.0")),
             INVALID_CONFIG,
         ),
-        Case::conf("two v4 sets at 0.2.0", "ADD", &with(&ranges(json!([[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}]])), "cniVersion", json!("0.2.0")), INCOMPATIBLE_VERSION),
+        Case::conf(
+            "two v4 sets at 0.2.0",
+            "ADD",
+            &with(
+                &ranges(json!([[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.1.0.0/24"}]])),
+                "cniVersion",
+                json!("0.2.0"),
+            ),
+            INCOMPATIBLE_VERSION,
+        ),
     ]);
     cases
 }
@@ -893,10 +746,8 @@ fn host_local() {
     let cases = host_local_cases(&rig);
     run_group("host-local", "eth0", &rig, cases);
     let base = host_local_base(&rig);
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "ADD", &base, 0))
-        .expect_ok();
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "DEL", &base, 0))
-        .expect_ok();
+    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
+    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }
 
 fn bridge_base(rig: &Rig) -> Value {
@@ -946,27 +797,61 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
         add("vlanTrunk not a list", "vlanTrunk", json!({"id": 5}), "vlanTrunk"),
         add("unknown ipMasqBackend", "ipMasqBackend", json!("ebtables"), "ebtables"),
         add("nonMasqueradeCIDRs not a list", "nonMasqueradeCIDRs", json!("10.244.0.0/16"), "nonMasqueradeCIDRs"),
-        add("nonMasqueradeCIDRs an object", "nonMasqueradeCIDRs", json!({"cidr": "10.244.0.0/16"}), "nonMasqueradeCIDRs"),
+        add(
+            "nonMasqueradeCIDRs an object",
+            "nonMasqueradeCIDRs",
+            json!({"cidr": "10.244.0.0/16"}),
+            "nonMasqueradeCIDRs",
+        ),
         add("nonMasqueradeCIDRs entry a number", "nonMasqueradeCIDRs", json!([16]), "nonMasqueradeCIDRs"),
         add("nonMasqueradeCIDRs entry without length", "nonMasqueradeCIDRs", json!(["10.244.0.0"]), "10.244.0.0"),
         add("nonMasqueradeCIDRs entry /33", "nonMasqueradeCIDRs", json!(["10.244.0.0/33"]), "10.244.0.0/33"),
         add("nonMasqueradeCIDRs entry /129", "nonMasqueradeCIDRs", json!(["fd00::/129"]), "fd00::/129"),
         add("nonMasqueradeCIDRs entry a name", "nonMasqueradeCIDRs", json!(["cluster"]), "cluster"),
-        add("nonMasqueradeCIDRs entry with newline", "nonMasqueradeCIDRs", json!(["10.0.0.0/8\n-j ACCEPT"]), "nonMasqueradeCIDRs"),
-        add("nonMasqueradeCIDRs entry a 100 KiB string", "nonMasqueradeCIDRs", json!(["1".repeat(100 * 1024)]), "nonMasqueradeCIDRs"),
+        add(
+            "nonMasqueradeCIDRs entry with newline",
+            "nonMasqueradeCIDRs",
+            json!(["10.0.0.0/8\n-j ACCEPT"]),
+            "nonMasqueradeCIDRs",
+        ),
+        add(
+            "nonMasqueradeCIDRs entry a 100 KiB string",
+            "nonMasqueradeCIDRs",
+            json!(["1".repeat(100 * 1024)]),
+            "nonMasqueradeCIDRs",
+        ),
         add("nonMasqueradeCIDRs of 257 entries", "nonMasqueradeCIDRs", json!(vec!["10.0.0.0/8"; 257]), "at most"),
         add("isGateway a string", "isGateway", json!("yes"), "isGateway"),
         add("runtimeConfig.mac not a MAC", "runtimeConfig", json!({"mac": "not-a-mac"}), "MAC"),
         add("runtimeConfig.mac multicast", "runtimeConfig", json!({"mac": "01:00:5e:00:00:01"}), "multicast"),
         add("args.cni.mac a number", "args", json!({"cni": {"mac": 5}}), "mac"),
-        Case::conf("CNI_ARGS MAC not a MAC", "ADD", &base, INVALID_CONFIG).env("CNI_ARGS", Some("MAC=zz:zz:zz:zz:zz:zz")).needle("MAC"),
+        Case::conf("CNI_ARGS MAC not a MAC", "ADD", &base, INVALID_CONFIG)
+            .env("CNI_ARGS", Some("MAC=zz:zz:zz:zz:zz:zz"))
+            .needle("MAC"),
         Case::conf("CNI_ARGS unknown key", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("FOO=bar")).needle("FOO"),
-        Case::conf("hairpin and promisc", "ADD", &with(&with(&base, "hairpinMode", json!(true)), "promiscMode", json!(true)), INVALID_CONFIG),
+        Case::conf(
+            "hairpin and promisc",
+            "ADD",
+            &with(&with(&base, "hairpinMode", json!(true)), "promiscMode", json!(true)),
+            INVALID_CONFIG,
+        ),
         Case::conf("ipMasq without ipam", "ADD", &with(&base, "ipam", Value::Null), INVALID_CONFIG).needle("ipam"),
-        Case::conf("disableContainerInterface with ipam", "ADD", &with(&base, "disableContainerInterface", json!(true)), INVALID_CONFIG),
-        Case::conf("a non-bridge link has the bridge name", "ADD", &with(&base, "bridge", json!(HOST_VETH)), INVALID_CONFIG)
-            .needle("not a bridge"),
-        Case::conf("CNI_IFNAME already in the pod", "ADD", &base, INTERNAL).env("CNI_IFNAME", Some("eth0")).needle("already exists"),
+        Case::conf(
+            "disableContainerInterface with ipam",
+            "ADD",
+            &with(&base, "disableContainerInterface", json!(true)),
+            INVALID_CONFIG,
+        ),
+        Case::conf(
+            "a non-bridge link has the bridge name",
+            "ADD",
+            &with(&base, "bridge", json!(HOST_VETH)),
+            INVALID_CONFIG,
+        )
+        .needle("not a bridge"),
+        Case::conf("CNI_IFNAME already in the pod", "ADD", &base, INTERNAL)
+            .env("CNI_IFNAME", Some("eth0"))
+            .needle("already exists"),
         // Each with its own bridge name: a bridge left behind by one must not hide one left by the other.
         Case::conf(
             "ipam plugin not found",
@@ -979,15 +864,29 @@ fn bridge_cases(rig: &Rig) -> Vec<Case> {
             "ipam refuses its config",
             "ADD",
             &with(
-                &with(&base, "ipam", json!({"type": "host-local", "dataDir": rig.data_dir(), "subnet": "10.89.0.0/31"})),
+                &with(
+                    &base,
+                    "ipam",
+                    json!({"type": "host-local", "dataDir": rig.data_dir(), "subnet": "10.89.0.0/31"}),
+                ),
                 "bridge",
                 json!("cbr-bad2"),
             ),
             INVALID_CONFIG,
         )
         .needle("too small"),
-        Case::conf("CHECK with bad mtu", "CHECK", &with(&with(&base, "mtu", json!(1)), "prevResult", rig.prev_result("1.0.0")), INVALID_CONFIG),
-        Case::conf("STATUS with bad ipam", "STATUS", &with(&with(&base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")), INVALID_CONFIG),
+        Case::conf(
+            "CHECK with bad mtu",
+            "CHECK",
+            &with(&with(&base, "mtu", json!(1)), "prevResult", rig.prev_result("1.0.0")),
+            INVALID_CONFIG,
+        ),
+        Case::conf(
+            "STATUS with bad ipam",
+            "STATUS",
+            &with(&with(&base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")),
+            INVALID_CONFIG,
+        ),
     ]);
     cases
 }
@@ -998,10 +897,8 @@ fn bridge() {
     let cases = bridge_cases(&rig);
     run_group("bridge", "eth9", &rig, cases);
     let base = bridge_base(&rig);
-    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "ADD", &base, 0))
-        .expect_ok();
-    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "DEL", &base, 0))
-        .expect_ok();
+    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
+    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }
 
 fn portmap_base(rig: &Rig) -> Value {
@@ -1033,10 +930,26 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
         map("hostPort a float", json!({"hostPort": 80.5, "containerPort": 80, "protocol": "tcp"}), "hostPort"),
         map("protocol icmp", json!({"hostPort": 8080, "containerPort": 80, "protocol": "icmp"}), "protocol"),
         map("protocol empty", json!({"hostPort": 8080, "containerPort": 80, "protocol": ""}), "protocol"),
-        map("protocol with newline", json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp\n-A INPUT"}), "protocol"),
-        map("hostIP not an IP", json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "1.2.3"}), "hostIP"),
-        map("hostIP a name", json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "localhost"}), "hostIP"),
-        map("hostIP a CIDR", json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "10.0.0.0/8"}), "hostIP"),
+        map(
+            "protocol with newline",
+            json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp\n-A INPUT"}),
+            "protocol",
+        ),
+        map(
+            "hostIP not an IP",
+            json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "1.2.3"}),
+            "hostIP",
+        ),
+        map(
+            "hostIP a name",
+            json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "localhost"}),
+            "hostIP",
+        ),
+        map(
+            "hostIP a CIDR",
+            json!({"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "10.0.0.0/8"}),
+            "hostIP",
+        ),
         add(
             "two mappings of one host port",
             "runtimeConfig",
@@ -1056,7 +969,12 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
             INVALID_CONFIG,
         )
         .needle("externalSetMarkChain"),
-        add("externalSetMarkChain injection", "externalSetMarkChain", json!("X\n-A INPUT -j ACCEPT"), "externalSetMarkChain"),
+        add(
+            "externalSetMarkChain injection",
+            "externalSetMarkChain",
+            json!("X\n-A INPUT -j ACCEPT"),
+            "externalSetMarkChain",
+        ),
         add("externalSetMarkChain with space", "externalSetMarkChain", json!("KUBE MARK"), "externalSetMarkChain"),
         add("externalSetMarkChain of 29 chars", "externalSetMarkChain", json!("K".repeat(29)), "externalSetMarkChain"),
         add("externalSetMarkChain starting with dash", "externalSetMarkChain", json!("-j"), "externalSetMarkChain"),
@@ -1065,7 +983,12 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
         add("snat a string", "snat", json!("true"), "snat"),
         add("condition adds a target", "conditionsV4", json!(["-j", "ACCEPT"]), "-j"),
         add("condition adds a rule", "conditionsV4", json!(["-d", "10.0.0.0/8\n-A INPUT -j ACCEPT"]), "-d"),
-        add("condition match with a target", "conditionsV4", json!(["-m", "comment", "--comment", "x", "-j", "ACCEPT"]), "-j"),
+        add(
+            "condition match with a target",
+            "conditionsV4",
+            json!(["-m", "comment", "--comment", "x", "-j", "ACCEPT"]),
+            "-j",
+        ),
         add("condition with a goto", "conditionsV4", json!(["-s", "10.0.0.0/8", "-g", "KUBE-SERVICES"]), "-g"),
         add("condition with a table", "conditionsV4", json!(["-t", "filter"]), "-t"),
         add("nft condition ending the rule", "conditionsV4", json!(["ip", "daddr", "1.2.3.4", ";", "accept"]), ";"),
@@ -1078,7 +1001,8 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
         add("condition bad interface", "conditionsV4", json!(["-i", "eth0\"; drop"]), "interface"),
         add("condition unknown addrtype", "conditionsV4", json!(["-m", "addrtype", "--dst-type", "EVIL"]), "EVIL"),
         add("conditions a string", "conditionsV4", json!("-d 10.0.0.0/8"), "conditionsV4"),
-        Case::conf("missing prevResult", "ADD", &with(&base, "prevResult", Value::Null), INVALID_CONFIG).needle("prevResult"),
+        Case::conf("missing prevResult", "ADD", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
+            .needle("prevResult"),
         Case::conf(
             "missing prevResult, type a 100 KiB string",
             "ADD",
@@ -1086,13 +1010,8 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
             INVALID_CONFIG,
         )
         .needle("prevResult"),
-        Case::conf(
-            "CHECK missing prevResult",
-            "CHECK",
-            &with(&base, "prevResult", Value::Null),
-            INVALID_CONFIG,
-        )
-        .needle("prevResult"),
+        Case::conf("CHECK missing prevResult", "CHECK", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
+            .needle("prevResult"),
         Case::conf("DEL with bad markMasqBit", "DEL", &with(&base, "markMasqBit", json!(99)), INVALID_CONFIG),
         Case::conf(
             "externalSetMarkChain with nftables",
@@ -1103,7 +1022,11 @@ fn portmap_cases(rig: &Rig) -> Vec<Case> {
         Case::conf(
             "GC valid-attachments without ifname",
             "GC",
-            &with_top(&with(&base, "cniVersion", json!("1.1.0")), "cni.dev/valid-attachments", json!([{"containerID": "x"}])),
+            &with_top(
+                &with(&base, "cniVersion", json!("1.1.0")),
+                "cni.dev/valid-attachments",
+                json!([{"containerID": "x"}]),
+            ),
             INVALID_CONFIG,
         ),
     ]);
@@ -1116,10 +1039,8 @@ fn portmap() {
     let cases = portmap_cases(&rig);
     run_group("portmap", "eth0", &rig, cases);
     let base = portmap_base(&rig);
-    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "ADD", &base, 0))
-        .expect_ok();
-    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "DEL", &base, 0))
-        .expect_ok();
+    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
+    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }
 
 fn firewall_base(rig: &Rig) -> Value {
@@ -1150,7 +1071,12 @@ fn firewall_cases(rig: &Rig) -> Vec<Case> {
     cases.extend([
         add("unknown backend", "backend", json!("ipfw"), "ipfw"),
         add("backend a number", "backend", json!(1), "backend"),
-        add("admin chain injection", "iptablesAdminChainName", json!("X\n-A INPUT -j ACCEPT"), "iptablesAdminChainName"),
+        add(
+            "admin chain injection",
+            "iptablesAdminChainName",
+            json!("X\n-A INPUT -j ACCEPT"),
+            "iptablesAdminChainName",
+        ),
         add("admin chain with space", "iptablesAdminChainName", json!("CNI ADMIN"), "iptablesAdminChainName"),
         add("admin chain of 29 chars", "iptablesAdminChainName", json!("A".repeat(29)), "iptablesAdminChainName"),
         add("admin chain starting with dash", "iptablesAdminChainName", json!("-j"), "iptablesAdminChainName"),
@@ -1160,20 +1086,31 @@ fn firewall_cases(rig: &Rig) -> Vec<Case> {
         add("firewalldZone with NUL", "firewalldZone", json!("a\u{0}b"), "firewalldZone"),
         add("firewalldZone a number", "firewalldZone", json!(7), "firewalldZone"),
         add("dataDir relative", "dataDir", json!("var/lib/cni"), "dataDir"),
-        Case::conf("same-bridge, bridge name injection", "ADD", &bridge_named("br0\n-A INPUT -j ACCEPT"), INVALID_CONFIG)
+        Case::conf(
+            "same-bridge, bridge name injection",
+            "ADD",
+            &bridge_named("br0\n-A INPUT -j ACCEPT"),
+            INVALID_CONFIG,
+        )
+        .needle("bridge name"),
+        Case::conf("same-bridge, bridge name with quote", "ADD", &bridge_named("br\"0"), INVALID_CONFIG)
             .needle("bridge name"),
-        Case::conf("same-bridge, bridge name with quote", "ADD", &bridge_named("br\"0"), INVALID_CONFIG).needle("bridge name"),
         Case::conf("same-bridge, bridge name of 16 bytes", "ADD", &bridge_named(&"b".repeat(16)), INVALID_CONFIG)
             .needle("bridge name"),
         Case::conf("same-bridge, empty bridge name", "ADD", &bridge_named(""), INVALID_CONFIG).needle("same-bridge"),
-        Case::conf("missing prevResult", "ADD", &with(&base, "prevResult", Value::Null), INVALID_CONFIG).needle("prevResult"),
+        Case::conf("missing prevResult", "ADD", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
+            .needle("prevResult"),
         Case::conf("CHECK missing prevResult", "CHECK", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
             .needle("prevResult"),
         Case::conf("DEL with unknown backend", "DEL", &with(&base, "backend", json!("ipfw")), INVALID_CONFIG),
         Case::conf(
             "GC valid-attachments without ifname",
             "GC",
-            &with_top(&with(&base, "cniVersion", json!("1.1.0")), "cni.dev/valid-attachments", json!([{"containerID": "x"}])),
+            &with_top(
+                &with(&base, "cniVersion", json!("1.1.0")),
+                "cni.dev/valid-attachments",
+                json!([{"containerID": "x"}]),
+            ),
             INVALID_CONFIG,
         ),
     ]);
@@ -1220,9 +1157,8 @@ fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
         }
         conf
     };
-    let limits = |name: &str, fields: Value, needle: &str| {
-        Case::conf(name, "ADD", &only(fields), INVALID_CONFIG).needle(needle)
-    };
+    let limits =
+        |name: &str, fields: Value, needle: &str| Case::conf(name, "ADD", &only(fields), INVALID_CONFIG).needle(needle);
     let mut cases = common_cases(&base, true);
     cases.extend(prev_result_cases(&base));
     cases.extend([
@@ -1281,10 +1217,8 @@ fn bandwidth() {
     let cases = bandwidth_cases(&rig);
     run_group("bandwidth", "eth0", &rig, cases);
     let base = bandwidth_base(&rig);
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "ADD", &base, 0))
-        .expect_ok();
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "DEL", &base, 0))
-        .expect_ok();
+    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
+    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }
 
 fn tuning_base(rig: &Rig) -> Value {
@@ -1359,10 +1293,8 @@ fn tuning() {
     let cases = tuning_cases(&rig);
     run_group("tuning", "eth0", &rig, cases);
     let base = tuning_base(&rig);
-    rig.run_plugin("tuning", "eth0", &Case::conf("valid", "ADD", &base, 0))
-        .expect_ok();
-    rig.run_plugin("tuning", "eth0", &Case::conf("valid", "DEL", &base, 0))
-        .expect_ok();
+    rig.run_plugin("tuning", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
+    rig.run_plugin("tuning", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1378,30 +1310,22 @@ fn runner_case(name: &str, args: &[&str], files: &[(&str, &[u8])], code: Option<
         expect: Expect::Runner(code),
         needle: None,
         args: args.iter().map(|a| a.to_string()).collect(),
-        files: files
-            .iter()
-            .map(|(f, b)| (f.to_string(), b.to_vec()))
-            .collect(),
+        files: files.iter().map(|(f, b)| (f.to_string(), b.to_vec())).collect(),
     }
 }
 
 fn runner_cases(rig: &Rig) -> Vec<Case> {
     let pod = rig.pod.path.display().to_string();
     let pod = pod.as_str();
-    let list = |plugins: Value| {
-        json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": plugins})
-            .to_string()
-            .into_bytes()
-    };
+    let list =
+        |plugins: Value| json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": plugins}).to_string().into_bytes();
     let lo = list(json!([{"type": "loopback"}]));
     let file = |bytes: &[u8]| -> Vec<(&str, Vec<u8>)> { vec![("10-bad.conflist", bytes.to_vec())] };
     let case = |name: &str, args: &[&str], files: Vec<(&str, Vec<u8>)>, code: Option<u64>| {
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(f, b)| (*f, b.as_slice())).collect();
         runner_case(name, args, &refs, code)
     };
-    let add = |name: &str, bytes: &[u8], code: Option<u64>| {
-        case(name, &["add", NETWORK, pod], file(bytes), code)
-    };
+    let add = |name: &str, bytes: &[u8], code: Option<u64>| case(name, &["add", NETWORK, pod], file(bytes), code);
     let with_list = |conf: Value| conf.to_string().into_bytes();
     let text = String::from_utf8(lo.clone()).expect("utf-8");
     let padded_plugin = json!({"type": "loopback", "pad": "x".repeat(MAX_STDIN + 10)});
@@ -1418,10 +1342,22 @@ fn runner_cases(rig: &Rig) -> Vec<Case> {
         add("conflist not JSON", b"{", None).needle("parsing"),
         add("conflist truncated", &lo[..lo.len() / 2], None).needle("parsing"),
         add("conflist a list", b"[]", None).needle("parsing"),
-        add("conflist without name", &with_list(json!({"cniVersion": "1.0.0", "plugins": [{"type": "loopback"}]})), None),
-        add("conflist name a number", &with_list(json!({"cniVersion": "1.0.0", "name": 5, "plugins": [{"type": "loopback"}]})), None),
-        add("conflist name ../", &with_list(json!({"cniVersion": "1.0.0", "name": "../x", "plugins": [{"type": "loopback"}]})), None)
-            .needle("network name"),
+        add(
+            "conflist without name",
+            &with_list(json!({"cniVersion": "1.0.0", "plugins": [{"type": "loopback"}]})),
+            None,
+        ),
+        add(
+            "conflist name a number",
+            &with_list(json!({"cniVersion": "1.0.0", "name": 5, "plugins": [{"type": "loopback"}]})),
+            None,
+        ),
+        add(
+            "conflist name ../",
+            &with_list(json!({"cniVersion": "1.0.0", "name": "../x", "plugins": [{"type": "loopback"}]})),
+            None,
+        )
+        .needle("network name"),
         add(
             "conflist name with NUL",
             &with_list(json!({"cniVersion": "1.0.0", "name": "bad\u{0}net", "plugins": [{"type": "loopback"}]})),
@@ -1435,15 +1371,27 @@ fn runner_cases(rig: &Rig) -> Vec<Case> {
         )
         .needle("network name"),
         add("no plugins", &list(json!([])), None).needle("plugins"),
-        add("plugins not a list", &with_list(json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": {"type": "loopback"}})), None),
+        add(
+            "plugins not a list",
+            &with_list(json!({"cniVersion": "1.0.0", "name": NETWORK, "plugins": {"type": "loopback"}})),
+            None,
+        ),
         add("plugin without type", &list(json!([{"name": "x"}])), None).needle("type"),
         add("plugin type ../", &list(json!([{"type": "../../../../bin/true"}])), None).needle("plugin type"),
         add("plugin type absolute", &list(json!([{"type": "/bin/true"}])), None).needle("plugin type"),
         add("plugin type not installed", &list(json!([{"type": "no-such-plugin"}])), None).needle("no-such-plugin"),
-        add("cniVersion 9.9.9", &with_list(json!({"cniVersion": "9.9.9", "name": NETWORK, "plugins": [{"type": "loopback"}]})), None)
-            .needle("incompatible"),
-        add("cniVersion a number", &with_list(json!({"cniVersion": 1, "name": NETWORK, "plugins": [{"type": "loopback"}]})), None)
-            .needle("cniVersion"),
+        add(
+            "cniVersion 9.9.9",
+            &with_list(json!({"cniVersion": "9.9.9", "name": NETWORK, "plugins": [{"type": "loopback"}]})),
+            None,
+        )
+        .needle("incompatible"),
+        add(
+            "cniVersion a number",
+            &with_list(json!({"cniVersion": 1, "name": NETWORK, "plugins": [{"type": "loopback"}]})),
+            None,
+        )
+        .needle("cniVersion"),
         add("conflist over 1 MiB for the plugin", &list(json!([padded_plugin])), Some(DECODE)),
         add("conflist of 2 MiB of junk", &vec![b'['; 2 * MAX_STDIN], None),
         add("conflist a 100 KiB string", format!("\"{}\"", "x".repeat(100 * 1024)).as_bytes(), None),
@@ -1467,12 +1415,18 @@ fn runner_cases(rig: &Rig) -> Vec<Case> {
         add("CNI_IFNAME of 16 bytes", &lo, None).env("CNI_IFNAME", Some("abcdefghijklmnop")).needle("interface name"),
         add("CNI_IFNAME ../", &lo, None).env("CNI_IFNAME", Some("../x")).needle("interface name"),
         add("CNI_IFNAME with newline", &lo, None).env("CNI_IFNAME", Some("eth\n0")).needle("interface name"),
-        case("pod netns that does not exist", &["add", NETWORK, "/run/netns/cnt-bad-input-no-such-netns"], file(&lo), Some(UNKNOWN_CONTAINER)),
+        case(
+            "pod netns that does not exist",
+            &["add", NETWORK, "/run/netns/cnt-bad-input-no-such-netns"],
+            file(&lo),
+            Some(UNKNOWN_CONTAINER),
+        ),
         case("pod netns relative and missing", &["add", NETWORK, "no/such/netns"], file(&lo), Some(UNKNOWN_CONTAINER)),
         case("network not found", &["add", "no-such-net", pod], file(&lo), None).needle("no-such-net"),
         case("network name ../ on the command line", &["add", "../10-bad", pod], file(&lo), None),
         case("conf dir missing", &["add", NETWORK, pod], vec![], None).env("NETCONFPATH", Some("/nonexistent/net.d")),
-        case("CHECK at 0.3.1", &["check", NETWORK, pod], file(text.replace("1.0.0", "0.3.1").as_bytes()), None).needle("CHECK"),
+        case("CHECK at 0.3.1", &["check", NETWORK, pod], file(text.replace("1.0.0", "0.3.1").as_bytes()), None)
+            .needle("CHECK"),
         case("GC --valid without ifname", &["gc", NETWORK, "--valid", "abc"], file(&lo), None).needle("valid"),
         case("GC with a hostile cache entry", &["gc", NETWORK], file(&lo), None).needle("containerID"),
         case("no verb", &[], file(&lo), None),
@@ -1490,11 +1444,7 @@ fn plant_hostile_cache_entry(rig: &Rig) {
     });
     let results = rig.cache_dir().join("results");
     fs::create_dir_all(&results).expect("results dir");
-    fs::write(
-        results.join(format!("{NETWORK}-planted-eth0")),
-        entry.to_string(),
-    )
-    .expect("plant cache entry");
+    fs::write(results.join(format!("{NETWORK}-planted-eth0")), entry.to_string()).expect("plant cache entry");
 }
 
 #[test]
@@ -1528,44 +1478,25 @@ fn corpus_size() {
 fn the_snapshot_sees_what_plugins_change() {
     let rig = Rig::new();
     let (before, _) = rig.settled();
-    assert_eq!(
-        before.diff(&NodeSnapshot::take(&rig.node, &[&rig.state])),
-        None
-    );
+    assert_eq!(before.diff(&NodeSnapshot::take(&rig.node, &[&rig.state])), None);
 
     let mut netlink = rig.node.netlink();
     let bridge = netlink.create_bridge("snap0", Some(1400)).expect("bridge");
-    netlink
-        .add_address(bridge.index, "10.99.0.1/24".parse().expect("net"))
-        .expect("address");
+    netlink.add_address(bridge.index, "10.99.0.1/24".parse().expect("net")).expect("address");
     let host = netlink.require_link(HOST_VETH).expect("veth");
     netlink.add_ingress_qdisc(host.index).expect("qdisc");
-    rig.node
-        .run(|| cnicore::sysctl::write("net/ipv4/ip_forward", "1"))
-        .expect("sysctl");
+    rig.node.run(|| cnicore::sysctl::write("net/ipv4/ip_forward", "1")).expect("sysctl");
     let run = |program: &str, args: &[&str], stdin: &[u8]| {
         let out = rig.node.exec(program, args, &[], stdin);
-        assert!(
-            out.status.success(),
-            "{program}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{program}: {}", String::from_utf8_lossy(&out.stderr));
     };
     run(
         "iptables-restore",
         &["--noflush"],
         b"*nat\n:SNAP-TEST - [0:0]\n-A SNAP-TEST -s 10.99.0.2/32 -j MASQUERADE\nCOMMIT\n",
     );
-    run(
-        "ip6tables-restore",
-        &["--noflush"],
-        b"*filter\n:SNAP-TEST6 - [0:0]\nCOMMIT\n",
-    );
-    run(
-        "nft",
-        &["-f", "-"],
-        b"table inet snaptest {\n chain c {\n type filter hook input priority 0;\n }\n}\n",
-    );
+    run("ip6tables-restore", &["--noflush"], b"*filter\n:SNAP-TEST6 - [0:0]\nCOMMIT\n");
+    run("nft", &["-f", "-"], b"table inet snaptest {\n chain c {\n type filter hook input priority 0;\n }\n}\n");
     fs::write(rig.state.join("lease"), "ctr\r\neth0").expect("file");
 
     let after = NodeSnapshot::take(&rig.node, &[&rig.state]);
@@ -1582,10 +1513,7 @@ fn the_snapshot_sees_what_plugins_change() {
         ("files", "lease file size=9 mode=644"),
     ] {
         assert!(
-            after
-                .section(section)
-                .iter()
-                .any(|line| line.contains(needle)),
+            after.section(section).iter().any(|line| line.contains(needle)),
             "{section} lacks {needle:?}: {:?}",
             after.section(section)
         );
@@ -1595,10 +1523,7 @@ fn the_snapshot_sees_what_plugins_change() {
     run("ip", &["link", "set", "snap0", "up"], b"");
     let again = NodeSnapshot::take(&rig.node, &[&rig.state]);
     assert!(
-        again
-            .section("iptables")
-            .iter()
-            .all(|l| !l.starts_with('#') && !l.ends_with(']')),
+        again.section("iptables").iter().all(|l| !l.starts_with('#') && !l.ends_with(']')),
         "{:?}",
         again.section("iptables")
     );

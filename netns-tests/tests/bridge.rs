@@ -100,10 +100,7 @@ impl Net {
     fn run_with(&self, cni_path: &Path, command: &str, pod: Option<&Path>, id: &str, conf: &Value) -> PluginOutput {
         let program = cni_path.join("bridge");
         let mut cmd = clean_command(&self.node, &program);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", id)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", cni_path);
+        cmd.env("CNI_COMMAND", command).env("CNI_CONTAINERID", id).env("CNI_IFNAME", "eth0").env("CNI_PATH", cni_path);
         if let Some(pod) = pod {
             cmd.env("CNI_NETNS", pod);
         }
@@ -148,7 +145,6 @@ impl Net {
             .collect()
     }
 }
-
 
 /// The pod's addresses in a result (any version), without prefix length.
 fn result_ips(result: &Value) -> Vec<IpAddr> {

@@ -14,7 +14,6 @@
 //! The second test renders containerd's `conf_template` with the pod CIDR of UpdateRuntimeConfig; the third
 //! makes the last plugin's ADD fail (through the recorder) and checks containerd's rollback DEL cleans up.
 
-
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,11 +25,11 @@ use netns_tests::cnicore::tc::QdiscKind;
 use netns_tests::containerd::{self, Containerd, ContainerdConfig};
 use netns_tests::daemon::http_get;
 use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
-use netns_tests::recorder::{Call, Recorder};
-use netns_tests::snapshot::NodeSnapshot;
 use netns_tests::kubenet;
-use netns_tests::{json, Node, TestNetns, Value};
+use netns_tests::recorder::{Call, Recorder};
 use netns_tests::runtimes::{calls_of, eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::snapshot::NodeSnapshot;
+use netns_tests::{json, Node, TestNetns, Value};
 
 /// Every plugin a conflist here may name (the recorder wraps those present).
 const PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "bandwidth", "loopback"];
@@ -71,10 +70,8 @@ impl Lab {
             Network::Template => (None, Some(kubenet_template(&ipam_dir))),
         };
         let recorder = Recorder::new(node.dir(), &plugins.dir(), PLUGINS);
-        let containerd = Containerd::start(
-            &node,
-            ContainerdConfig { cni_bin_dir: recorder.dir.clone(), conflist, conf_template },
-        );
+        let containerd =
+            Containerd::start(&node, ContainerdConfig { cni_bin_dir: recorder.dir.clone(), conflist, conf_template });
         let cri = Cri::connect(&containerd.socket, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("{e}\n{}", containerd.log_tail(30)));
         Lab { cri, containerd, recorder, ipam_dir, wan, node }
@@ -97,7 +94,8 @@ impl Lab {
         std::fs::create_dir_all(&log_dir).expect("log dir");
         let ports = [HostPort { host_port: HOST_PORT, container_port: 80, udp: false }];
         let annotations = [(INGRESS_BANDWIDTH, INGRESS), (EGRESS_BANDWIDTH, EGRESS)];
-        let (ports, annotations): (&[HostPort], &[(&str, &str)]) = if shaped { (&ports, &annotations) } else { (&[], &[]) };
+        let (ports, annotations): (&[HostPort], &[(&str, &str)]) =
+            if shaped { (&ports, &annotations) } else { (&[], &[]) };
         pod_config("default", name, &format!("uid-{name}"), ports, annotations, &log_dir)
     }
 
@@ -110,7 +108,9 @@ impl Lab {
         let mut problems = kubenet::residue(before, &after, &self.state_dirs());
         if let Some(id) = sandbox {
             for section in ["iptables", "ip6tables", "nftables"] {
-                problems.extend(after.section(section).iter().filter(|l| l.contains(id)).map(|l| format!("{section}: {l}")));
+                problems.extend(
+                    after.section(section).iter().filter(|l| l.contains(id)).map(|l| format!("{section}: {l}")),
+                );
             }
         }
         assert!(problems.is_empty(), "{when}: left on the node:\n  {}", problems.join("\n  "));
@@ -219,7 +219,8 @@ fn pod_lifecycle(plugins: Plugins) {
 
     // A web server in the pod, reached through the hostPort from wan and directly from the node.
     let container = container_config("httpd", BUSYBOX_IMAGE, HTTPD_COMMAND);
-    let cid = lab.cri.create_container(&id, container, config).unwrap_or_else(|e| lab.fail("CreateContainer", e.message()));
+    let cid =
+        lab.cri.create_container(&id, container, config).unwrap_or_else(|e| lab.fail("CreateContainer", e.message()));
     lab.cri.start_container(&cid).unwrap_or_else(|e| lab.fail("StartContainer", e.message()));
     let direct = SocketAddr::new(pod_ip, 80);
     let body = eventually(Duration::from_secs(10), || http_get(&lab.node, direct, "/")).expect("httpd in the pod");
@@ -370,7 +371,8 @@ fn failed_add_is_rolled_back(plugins: Plugins) {
 
     lab.recorder.inject_failure(None);
     let config = lab.pod("next", true);
-    let id = lab.cri.run_pod_sandbox(config).unwrap_or_else(|e| lab.fail("RunPodSandbox after the rollback", e.message()));
+    let id =
+        lab.cri.run_pod_sandbox(config).unwrap_or_else(|e| lab.fail("RunPodSandbox after the rollback", e.message()));
     let status = lab.cri.pod_sandbox_status(&id, false).unwrap_or_else(|e| lab.fail("PodSandboxStatus", e.message()));
     let pod_ip: IpAddr = pod_ips(&status).first().expect("pod IP").parse().expect("IP");
     assert!(lab.node.ping(pod_ip), "the node reaches the next pod at {pod_ip}");

@@ -68,9 +68,7 @@ fn version_for(verb: &str) -> &'static str {
 }
 
 fn conf(version: &str) -> Vec<u8> {
-    json!({"cniVersion": version, "name": "lo-net", "type": "loopback"})
-        .to_string()
-        .into_bytes()
+    json!({"cniVersion": version, "name": "lo-net", "type": "loopback"}).to_string().into_bytes()
 }
 
 /// Panics unless `out` is a failure with exactly one spec error object of `code` on stdout.
@@ -193,7 +191,8 @@ fn missing_environment_variables() {
         }
     }
     // The optional ones really are optional.
-    for (verb, name) in [("DEL", "CNI_NETNS"), ("GC", "CNI_CONTAINERID"), ("GC", "CNI_IFNAME"), ("STATUS", "CNI_NETNS")] {
+    for (verb, name) in [("DEL", "CNI_NETNS"), ("GC", "CNI_CONTAINERID"), ("GC", "CNI_IFNAME"), ("STATUS", "CNI_NETNS")]
+    {
         let out = rig.call(&rig.env_with(verb, name, None), &conf(version_for(verb)));
         assert!(out.success(), "{verb} without {name}: {}", out.stdout_text);
     }

@@ -35,7 +35,13 @@ fn start_all(cluster: &mut Cluster) -> Vec<ipnet::IpNet> {
 fn wait_routes(cluster: &Cluster, count: usize) {
     for node in &cluster.nodes {
         let done = wait_for(CONVERGE, || node.fabric_routes().len() == count);
-        assert!(done.is_some(), "{}: routes {:?}, wanted {count}\n{}", node.node.name, node.fabric_routes(), node.log());
+        assert!(
+            done.is_some(),
+            "{}: routes {:?}, wanted {count}\n{}",
+            node.node.name,
+            node.fabric_routes(),
+            node.log()
+        );
     }
 }
 
@@ -75,19 +81,37 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
         for (peer, subnet) in cluster.nodes.iter().zip(&subnets) {
             if peer.ip != node.ip {
                 let wanted = format!("{subnet} via {} dev eth0", peer.ip);
-                assert!(node.fabric_routes().iter().any(|r| r.starts_with(&wanted)), "{:?} lacks {wanted}", node.fabric_routes());
+                assert!(
+                    node.fabric_routes().iter().any(|r| r.starts_with(&wanted)),
+                    "{:?} lacks {wanted}",
+                    node.fabric_routes()
+                );
             }
         }
-        let conflist: Value = serde_json::from_str(&std::fs::read_to_string(node.conf_dir().join("10-fabric.conflist")).unwrap()).unwrap();
+        let conflist: Value =
+            serde_json::from_str(&std::fs::read_to_string(node.conf_dir().join("10-fabric.conflist")).unwrap())
+                .unwrap();
         assert_eq!(conflist["plugins"][0]["mtu"], 1500, "host-gw: the underlay's MTU");
         let env = std::fs::read_to_string(node.subnet_file()).unwrap();
-        assert!(env.contains("FLANNEL_NETWORK=10.244.0.0/16\n") && env.contains("FLANNEL_MTU=1500\n") && env.contains("FLANNEL_IPMASQ=true\n"), "{env}");
+        assert!(
+            env.contains("FLANNEL_NETWORK=10.244.0.0/16\n")
+                && env.contains("FLANNEL_MTU=1500\n")
+                && env.contains("FLANNEL_IPMASQ=true\n"),
+            "{env}"
+        );
         assert_eq!(node.node.sysctl("net/ipv4/ip_forward"), "1");
     }
     // Leases in flannel's format.
-    let listing = String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
     for node in &cluster.nodes {
-        assert!(listing.contains(&format!("{{\"PublicIP\":\"{}\",\"PublicIPv6\":null,\"BackendType\":\"host-gw\",\"BackendData\":null}}", node.ip)), "{listing}");
+        assert!(
+            listing.contains(&format!(
+                "{{\"PublicIP\":\"{}\",\"PublicIPv6\":null,\"BackendType\":\"host-gw\",\"BackendData\":null}}",
+                node.ip
+            )),
+            "{listing}"
+        );
     }
 
     let pods = pods(&mut cluster);
@@ -97,7 +121,11 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
         assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(cluster.nodes[*index].ip.into()));
         let rules = cluster.nodes[*index].node.exec("iptables-save", &["-t", "nat"], &[], b"");
         let rules = String::from_utf8_lossy(&rules.stdout);
-        assert_eq!(rules.matches("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG").count(), 1, "{rules}");
+        assert_eq!(
+            rules.matches("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG").count(),
+            1,
+            "{rules}"
+        );
         assert_eq!(rules.matches("-A FLANNEL-POSTRTG").count(), 4, "{rules}");
     }
     let status = cluster.nodes[0].run(&["status"]);
@@ -141,7 +169,8 @@ fn host_gw_refuses_a_peer_beyond_the_l2_segment() {
     start_all(&mut cluster);
     let far = cluster.nodes[2].ip;
     let near = &cluster.nodes[0];
-    let refused = wait_for(CONVERGE, || near.log().contains(&format!("its node {far} is not on this node's L2 segment")));
+    let refused =
+        wait_for(CONVERGE, || near.log().contains(&format!("its node {far} is not on this node's L2 segment")));
     assert!(refused.is_some(), "no clear error for {far}: {}", near.log());
     assert_eq!(near.fabric_routes().len(), 1, "only the same-L2 peer: {:?}", near.fabric_routes());
     let status = near.run(&["status"]);
@@ -160,13 +189,22 @@ fn vxlan_across_routed_segments_with_path_mtu_and_drift_repair() {
     wait_routes(&cluster, 2);
     let node = &cluster.nodes[0];
     let link = node.node.ip(&["-d", "link", "show", "flannel.1"]);
-    assert!(link.contains("mtu 1450") && link.contains("vxlan id 1 ") && link.contains("dstport 8472") && link.contains("nolearning"), "{link}");
+    assert!(
+        link.contains("mtu 1450")
+            && link.contains("vxlan id 1 ")
+            && link.contains("dstport 8472")
+            && link.contains("nolearning"),
+        "{link}"
+    );
     assert!(link.contains(&format!("local {}", node.ip)), "{link}");
     let far_ip = cluster.nodes[2].ip;
     let route = format!("{} via {} dev flannel.1 onlink", subnets[2], subnets[2].addr());
     assert!(node.fabric_routes().iter().any(|r| r.starts_with(&route)), "{:?}", node.fabric_routes());
     let neighbours = node.node.ip(&["neigh", "show", "dev", "flannel.1"]);
-    assert!(neighbours.contains(&format!("{} lladdr 0e:fa:", subnets[2].addr())) && neighbours.contains("PERMANENT"), "{neighbours}");
+    assert!(
+        neighbours.contains(&format!("{} lladdr 0e:fa:", subnets[2].addr())) && neighbours.contains("PERMANENT"),
+        "{neighbours}"
+    );
     let fdb = node.node.exec("bridge", &["fdb", "show", "dev", "flannel.1"], &[], b"");
     let fdb = String::from_utf8_lossy(&fdb.stdout);
     assert!(fdb.contains(&format!("dst {far_ip} self permanent")), "{fdb}");
@@ -187,7 +225,8 @@ fn vxlan_across_routed_segments_with_path_mtu_and_drift_repair() {
     let far_subnet = subnets[2].to_string();
     let tunnel = subnets[2].addr().to_string();
     let far_ip = far_ip.to_string();
-    let mac = node.node.ip(&["neigh", "show", &tunnel, "dev", "flannel.1"]).split_whitespace().nth(2).unwrap().to_string();
+    let mac =
+        node.node.ip(&["neigh", "show", &tunnel, "dev", "flannel.1"]).split_whitespace().nth(2).unwrap().to_string();
     let cases: Vec<(&str, Vec<&str>)> = vec![
         ("route", vec!["route", "del", &far_subnet]),
         ("neighbour", vec!["neigh", "del", &tunnel, "dev", "flannel.1"]),
@@ -214,21 +253,34 @@ fn vxlan_across_routed_segments_with_path_mtu_and_drift_repair() {
     if metrics.is_empty() {
         eprintln!("curl missing: metrics not checked");
     } else {
-        assert!(metrics.contains("fabricd_peers 2\n") && !metrics.contains("fabricd_drift_repairs_total 0\n"), "{metrics}");
+        assert!(
+            metrics.contains("fabricd_peers 2\n") && !metrics.contains("fabricd_drift_repairs_total 0\n"),
+            "{metrics}"
+        );
     }
 
     // Direct routing: same-segment peers get host-gw routes, the other stays on vxlan (config change + restart).
-    cluster.etcdctl(&["put", "/coreos.com/network/config", &config(json!({ "Type": "vxlan", "DirectRouting": true })).to_string()]);
+    cluster.etcdctl(&[
+        "put",
+        "/coreos.com/network/config",
+        &config(json!({ "Type": "vxlan", "DirectRouting": true })).to_string(),
+    ]);
     for node in &mut cluster.nodes {
         node.stop(Signal::SIGTERM);
         node.start();
     }
     let near_route = format!("{} via {} dev eth0", subnets[1], cluster.nodes[1].ip);
     let node = &cluster.nodes[0];
-    let direct = wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&near_route)) && node.fabric_routes().len() == 2);
+    let direct = wait_for(CONVERGE, || {
+        node.fabric_routes().iter().any(|r| r.starts_with(&near_route)) && node.fabric_routes().len() == 2
+    });
     assert!(direct.is_some(), "{:?}", node.fabric_routes());
     assert!(node.fabric_routes().iter().any(|r| r.starts_with(&route)), "{:?}", node.fabric_routes());
-    assert_eq!(cluster.nodes.iter().map(|n| n.subnet().unwrap()).collect::<Vec<_>>(), subnets, "restarts keep the subnets");
+    assert_eq!(
+        cluster.nodes.iter().map(|n| n.subnet().unwrap()).collect::<Vec<_>>(),
+        subnets,
+        "restarts keep the subnets"
+    );
     mesh(&cluster, &pods);
 }
 
@@ -248,7 +300,9 @@ fn nodes_join_leave_and_change_address() {
     let started = Instant::now();
     cluster.nodes[new].start();
     let subnet = cluster.nodes[new].wait_ready(READY);
-    let joined = wait_for(CONVERGE, || cluster.nodes[..new].iter().all(|n| n.fabric_routes().iter().any(|r| r.starts_with(&subnet.to_string()))));
+    let joined = wait_for(CONVERGE, || {
+        cluster.nodes[..new].iter().all(|n| n.fabric_routes().iter().any(|r| r.starts_with(&subnet.to_string())))
+    });
     assert!(joined.is_some(), "peers lack a route to {subnet}");
     eprintln!("join: agent start to every peer's route: {:?}", started.elapsed());
     let (pod, ip) = cluster.nodes[new].add_pod();
@@ -291,7 +345,9 @@ fn nodes_join_leave_and_change_address() {
     });
     assert!(followed.is_some(), "peers still point to the old address\n{}", cluster.nodes[moved].log());
     assert_eq!(cluster.nodes[moved].subnet(), Some(old_subnet));
-    let listing = String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout).unwrap();
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
     assert_eq!(listing.lines().filter(|l| !l.is_empty()).count(), 3, "one lease per node: {listing}");
     mesh(&cluster, &pods);
 }
@@ -325,7 +381,12 @@ fn etcd_outage_and_agent_restart_keep_the_data_plane() {
     let out = cluster.etcdctl(&["put", "/coreos.com/network/subnets/10.244.250.0-24", &fake.to_string()]);
     assert!(out.status.success());
     let converged = wait_for(Duration::from_secs(15), || cluster.nodes.iter().all(|n| n.fabric_routes().len() == 3));
-    assert!(converged.is_some(), "no convergence after etcd came back: {:?}\n{}", cluster.nodes[0].fabric_routes(), cluster.nodes[0].log());
+    assert!(
+        converged.is_some(),
+        "no convergence after etcd came back: {:?}\n{}",
+        cluster.nodes[0].fabric_routes(),
+        cluster.nodes[0].log()
+    );
     cluster.etcdctl(&["del", "/coreos.com/network/subnets/10.244.250.0-24"]);
     wait_routes(&cluster, 2);
 
@@ -364,7 +425,12 @@ fn fifty_concurrent_allocations_get_distinct_subnets() {
         .map(|i| {
             let mut command = netns_tests::upstream::clean_command(&cluster.infra, bin("fabricd"));
             command
-                .args([&endpoint, &format!("--public-ip=10.99.0.{}", i + 1), "--subnet-file=/nonexistent/subnet.env", "acquire"])
+                .args([
+                    &endpoint,
+                    &format!("--public-ip=10.99.0.{}", i + 1),
+                    "--subnet-file=/nonexistent/subnet.env",
+                    "acquire",
+                ])
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped());
             command.spawn().expect("fabricd acquire")
@@ -378,7 +444,8 @@ fn fifty_concurrent_allocations_get_distinct_subnets() {
         subnets.insert(text.split_whitespace().next().unwrap().to_string());
     }
     assert_eq!(subnets.len(), 50, "{subnets:?}");
-    let listing = String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
     let keys: Vec<&str> = listing.lines().filter(|l| l.starts_with('/')).collect();
     assert_eq!(keys.len(), 50);
     let owners: BTreeSet<&str> = listing.lines().filter(|l| l.starts_with('{')).collect();
@@ -407,13 +474,22 @@ fn tls_with_client_certificates() {
     let rogue = files(&tls.rogue_cert, &tls.rogue_key);
     let endpoint = format!("--etcd-endpoints={}", cluster.etcd.as_ref().unwrap().endpoint);
     let mut command = netns_tests::upstream::clean_command(&cluster.infra, bin("fabricd"));
-    command.arg(&endpoint).args(&rogue).args(["--public-ip=192.168.50.99", "--subnet-file=/nonexistent/subnet.env", "acquire"]);
+    command.arg(&endpoint).args(&rogue).args([
+        "--public-ip=192.168.50.99",
+        "--subnet-file=/nonexistent/subnet.env",
+        "acquire",
+    ]);
     let out = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a certificate of another CA was accepted");
-    assert!(stderr.to_lowercase().contains("certificate") || stderr.contains("tls") || stderr.contains("handshake"), "unclear error: {stderr}");
+    assert!(
+        stderr.to_lowercase().contains("certificate") || stderr.contains("tls") || stderr.contains("handshake"),
+        "unclear error: {stderr}"
+    );
     eprintln!("refused as: {stderr}");
-    let listing = String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout).unwrap();
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
     assert_eq!(listing.lines().filter(|l| !l.is_empty()).count(), 2);
 }
 
@@ -470,7 +546,10 @@ fn flannel_conflists_work_on_our_plugins() {
         let saved: Vec<_> = std::fs::read_dir(node.node.dir().join("flannel")).unwrap().flatten().collect();
         assert_eq!(saved.len(), 1, "the delegate config is saved for DEL");
         let delegate: Value = serde_json::from_slice(&std::fs::read(saved[0].path()).unwrap()).unwrap();
-        assert_eq!((delegate["type"].as_str(), delegate["mtu"].as_u64(), delegate["ipMasq"].as_bool()), (Some("bridge"), Some(1450), Some(false)));
+        assert_eq!(
+            (delegate["type"].as_str(), delegate["mtu"].as_u64(), delegate["ipMasq"].as_bool()),
+            (Some("bridge"), Some(1450), Some(false))
+        );
         let link = pod.ip(&["link", "show", "eth0"]);
         assert!(link.contains("mtu 1450"), "{link}");
         pods.push((index, pod, ip.addr(), conf_dir));
@@ -480,7 +559,11 @@ fn flannel_conflists_work_on_our_plugins() {
     for (index, pod, _, conf_dir) in &pods {
         let node = &cluster.nodes[*index];
         node.cnitool_in(conf_dir, &["del", "cbr0", pod.path.to_str().unwrap()]).expect_ok();
-        assert_eq!(std::fs::read_dir(node.node.dir().join("flannel")).unwrap().count(), 0, "saved config removed by DEL");
+        assert_eq!(
+            std::fs::read_dir(node.node.dir().join("flannel")).unwrap().count(),
+            0,
+            "saved config removed by DEL"
+        );
         assert!(!pod.links().contains(&"eth0".to_string()));
         // A second DEL (nothing saved any more) succeeds.
         node.cnitool_in(conf_dir, &["del", "cbr0", pod.path.to_str().unwrap()]).expect_ok();

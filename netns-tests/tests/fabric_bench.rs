@@ -42,7 +42,8 @@ fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit(')').next().unwrap_or("");
     let fields: Vec<&str> = after.split_whitespace().collect();
-    fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0) + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+    fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
 }
 
 fn metric(node: &netns_tests::fabric::FabricNode, name: &str) -> Option<f64> {
@@ -79,17 +80,28 @@ fn figures() {
             let out = cluster.etcdctl(&["put", &key, &vxlan_lease(segment_ip(0, 100 + join))]);
             assert!(out.status.success());
             let done = wait_for(Duration::from_secs(10), || {
-                sockets.iter_mut().all(|nl| nl.routes(IpFamily::V4, RT_TABLE_MAIN).unwrap().iter().any(|r| r.dst == subnet && r.protocol == PROTO))
+                sockets.iter_mut().all(|nl| {
+                    nl.routes(IpFamily::V4, RT_TABLE_MAIN)
+                        .unwrap()
+                        .iter()
+                        .any(|r| r.dst == subnet && r.protocol == PROTO)
+                })
             });
             assert!(done.is_some(), "join {join} did not converge");
             samples.push(start.elapsed());
             cluster.etcdctl(&["del", &key]);
             wait_for(Duration::from_secs(10), || {
-                sockets.iter_mut().all(|nl| !nl.routes(IpFamily::V4, RT_TABLE_MAIN).unwrap().iter().any(|r| r.dst == subnet))
+                sockets
+                    .iter_mut()
+                    .all(|nl| !nl.routes(IpFamily::V4, RT_TABLE_MAIN).unwrap().iter().any(|r| r.dst == subnet))
             });
         }
         samples.sort();
-        rows.push(("join convergence p50 (lease written -> route on all 5 peers, 20 joins)".into(), ms(percentile(&samples, 50.0)), "≤ 1 s p99".into()));
+        rows.push((
+            "join convergence p50 (lease written -> route on all 5 peers, 20 joins)".into(),
+            ms(percentile(&samples, 50.0)),
+            "≤ 1 s p99".into(),
+        ));
         rows.push(("join convergence p99".into(), ms(percentile(&samples, 99.0)), "≤ 1 s".into()));
     }
 
@@ -105,7 +117,11 @@ fn figures() {
             let ip = Ipv4Addr::new(10, 99, (i / 250) as u8, (i % 250 + 1) as u8);
             let key = format!("/coreos.com/network/subnets/10.{}.{}.0-24", 1 + i / 256, i % 256);
             let mut command = netns_tests::upstream::clean_command(&cluster.infra, "etcdctl");
-            command.env("ETCDCTL_API", "3").arg(format!("--endpoints={endpoint}")).args(["put", &key, &vxlan_lease(ip)]);
+            command.env("ETCDCTL_API", "3").arg(format!("--endpoints={endpoint}")).args([
+                "put",
+                &key,
+                &vxlan_lease(ip),
+            ]);
             command.stdout(std::process::Stdio::null());
             pending.push(command.spawn().unwrap());
             if pending.len() == 50 {
@@ -135,7 +151,11 @@ fn figures() {
         });
         assert!(programmed.is_some(), "cold start did not converge: {}", node.log());
         let cold = start.elapsed();
-        rows.push(("cold start, 1,000 peers in etcd -> 1,000 routes + neighbours + FDB entries (agent start to done)".into(), ms(cold), "≤ 1 s".into()));
+        rows.push((
+            "cold start, 1,000 peers in etcd -> 1,000 routes + neighbours + FDB entries (agent start to done)".into(),
+            ms(cold),
+            "≤ 1 s".into(),
+        ));
         let log = node.log();
         eprintln!("{log}");
 
@@ -151,11 +171,23 @@ fn figures() {
         let hwm = proc_field(pid, "status", "VmHWM:").unwrap_or_default();
         let hz = 100.0; // USER_HZ
         let cpu = ticks as f64 / hz / idle.as_secs_f64() * 100.0;
-        rows.push(("agent RSS, idle with 1,000 peers (peak during cold start)".into(), format!("{rss} (peak {hwm})"), "≤ 20 MB".into()));
-        rows.push((format!("agent CPU, idle with 1,000 peers (over {} s, resync every 10 s)", idle.as_secs()), format!("{cpu:.2} % of one core"), String::new()));
+        rows.push((
+            "agent RSS, idle with 1,000 peers (peak during cold start)".into(),
+            format!("{rss} (peak {hwm})"),
+            "≤ 20 MB".into(),
+        ));
+        rows.push((
+            format!("agent CPU, idle with 1,000 peers (over {} s, resync every 10 s)", idle.as_secs()),
+            format!("{cpu:.2} % of one core"),
+            String::new(),
+        ));
         if let (Some(before), Some(after)) = (requests_before, requests_after) {
             let per_minute = (after - before) * 60.0 / idle.as_secs_f64();
-            rows.push(("etcd requests per node per minute, steady state (TTL 24 h, renew margin 60 min)".into(), format!("{per_minute:.1} (+1 watch stream)"), String::new()));
+            rows.push((
+                "etcd requests per node per minute, steady state (TTL 24 h, renew margin 60 min)".into(),
+                format!("{per_minute:.1} (+1 watch stream)"),
+                String::new(),
+            ));
         }
         let status = node.run(&["status"]);
         eprintln!("status: {}", status.stdout_text.lines().last().unwrap_or(""));

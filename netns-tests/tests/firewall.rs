@@ -53,7 +53,14 @@ impl Lab {
     fn new(drop: bool) -> Lab {
         let node = Node::new();
         let wan = TestNetns::new("wan");
-        veth_between(&node, &wan, "up0", "wan0", &[net("192.168.60.1/24"), net("fd60::1/64")], &[net("192.168.60.2/24"), net("fd60::2/64")]);
+        veth_between(
+            &node,
+            &wan,
+            "up0",
+            "wan0",
+            &[net("192.168.60.1/24"), net("fd60::1/64")],
+            &[net("192.168.60.2/24"), net("fd60::2/64")],
+        );
         wan.ip(&["route", "add", "10.88.0.0/16", "via", "192.168.60.1"]);
         wan.ip(&["-6", "route", "add", "fd88::/16", "via", "fd60::1"]);
         let pod = |bridge: &'static str, veth: &str, n: u8, v4: &'static str, v6: &'static str| {
@@ -77,7 +84,14 @@ impl Lab {
             cnicore::sysctl::write("net/ipv6/conf/all/forwarding", "1").expect("ipv6 forwarding");
         });
         // Neighbours first: the first packets after the links come up can be lost to neighbour discovery.
-        for (from, to) in [(&a.ns, "10.88.1.1"), (&a.ns, "fd88:1::1"), (&b.ns, "10.88.2.1"), (&b.ns, "fd88:2::1"), (&wan, "192.168.60.1"), (&wan, "fd60::1")] {
+        for (from, to) in [
+            (&a.ns, "10.88.1.1"),
+            (&a.ns, "fd88:1::1"),
+            (&b.ns, "10.88.2.1"),
+            (&b.ns, "fd88:2::1"),
+            (&wan, "192.168.60.1"),
+            (&wan, "fd60::1"),
+        ] {
             assert!((0..5).any(|_| from.ping(ip(to))), "no ping answer from {to} in {}", from.name);
         }
         if drop {
@@ -273,11 +287,17 @@ fn nftables_backend_isolates_and_cleans_up() {
     assert!(!lab.reaches(&lab.a, &lab.b), "same-bridge with nftables: the bridges are isolated");
     assert!(lab.reaches_wan(&lab.a));
     let ruleset = lab.nft();
-    assert!(ruleset.contains("table inet cni_firewall") && ruleset.contains("10.88.1.2") && ruleset.contains("fd88:2::2"), "{ruleset}");
+    assert!(
+        ruleset.contains("table inet cni_firewall") && ruleset.contains("10.88.1.2") && ruleset.contains("fd88:2::2"),
+        "{ruleset}"
+    );
     assert!(!lab.iptables().contains("CNI-"), "the nftables backend leaves iptables alone");
     lab.ours("DEL", "ca", &lab.a, &isolated(&lab.a)).expect_ok();
     let ruleset = lab.nft();
-    assert!(!ruleset.contains("10.88.1.2") && !ruleset.contains("fd88:1::2") && ruleset.contains("10.88.2.2"), "{ruleset}");
+    assert!(
+        !ruleset.contains("10.88.1.2") && !ruleset.contains("fd88:1::2") && ruleset.contains("10.88.2.2"),
+        "{ruleset}"
+    );
     assert_eq!(code(&lab.ours("CHECK", "ca", &lab.a, &isolated(&lab.a))), 999);
     lab.ours("DEL", "ca", &lab.a, &isolated(&lab.a)).expect_ok();
     // GC by the owner tags: b is not valid any more.
@@ -357,8 +377,11 @@ impl PrivateFirewalld {
         let dir = node.dir().join("firewalld");
         let etc = dir.join("etc");
         fs::create_dir_all(&etc).expect("firewalld dirs");
-        fs::write(etc.join("firewalld.conf"), "DefaultZone=public\nCleanupOnExit=yes\nFirewallBackend=nftables\nIPv6_rpfilter=yes\n")
-            .expect("firewalld.conf");
+        fs::write(
+            etc.join("firewalld.conf"),
+            "DefaultZone=public\nCleanupOnExit=yes\nFirewallBackend=nftables\nIPv6_rpfilter=yes\n",
+        )
+        .expect("firewalld.conf");
         let socket = dir.join("bus.sock");
         let address = format!("unix:path={}", socket.display());
         let config = dir.join("bus.conf");
@@ -388,7 +411,12 @@ impl PrivateFirewalld {
         wait_for(
             || {
                 let out = Command::new("dbus-send")
-                    .args([&format!("--bus={address}"), "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus"])
+                    .args([
+                        &format!("--bus={address}"),
+                        "--print-reply",
+                        "--dest=org.freedesktop.DBus",
+                        "/org/freedesktop/DBus",
+                    ])
                     .args(["org.freedesktop.DBus.NameHasOwner", "string:org.fedoraproject.FirewallD1"])
                     .output()
                     .expect("dbus-send");
@@ -420,7 +448,10 @@ impl PrivateFirewalld {
 impl Drop for PrivateFirewalld {
     fn drop(&mut self) {
         for child in [&mut self.firewalld, &mut self.dbus] {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             let deadline = Instant::now() + Duration::from_secs(5);
             while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));

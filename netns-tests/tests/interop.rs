@@ -33,8 +33,10 @@ use cnicore::netlink::AddressOptions;
 use cnicore::tc::QdiscKind;
 use ipnet::IpNet;
 use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::upstream::{clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni};
 use netns_tests::traffic::{tcp_ask, TcpServer};
+use netns_tests::upstream::{
+    clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
+};
 use netns_tests::{bin, json, unique_name, Node, PluginOutput, TestNetns, Value};
 
 // ---------------------------------------------------------------------------------------------------------
@@ -143,7 +145,8 @@ impl Lab {
         fs::create_dir_all(&conf_dir).expect("conf dir");
         let cache = VarLibCni::new(&dir);
         let baseline = NodeSnapshot::settled(&node, &[], Duration::from_secs(4));
-        let mut lab = Lab { data_dir: dir.join("ipam"), cni_path: PathBuf::new(), node, wan, conf_dir, cache, baseline };
+        let mut lab =
+            Lab { data_dir: dir.join("ipam"), cni_path: PathBuf::new(), node, wan, conf_dir, cache, baseline };
         lab.use_plugins(plugins);
         lab
     }
@@ -197,11 +200,7 @@ impl Lab {
                 command
             }
         };
-        command
-            .args(args)
-            .env("NETCONFPATH", &self.conf_dir)
-            .env("CNI_PATH", &self.cni_path)
-            .env("CNI_IFNAME", ifname);
+        command.args(args).env("NETCONFPATH", &self.conf_dir).env("CNI_PATH", &self.cni_path).env("CNI_IFNAME", ifname);
         if let Some(cap_args) = cap_args {
             command.env("CAP_ARGS", cap_args.to_string());
         }
@@ -236,10 +235,8 @@ fn uplink(node: &Node, wan: &TestNetns) {
     node.run(|| cnicore::sysctl::write("net/ipv6/conf/up0/accept_dad", "0")).expect("accept_dad");
     let mut wan_netlink = wan.netlink();
     let wan0 = wan_netlink.require_link("wan0").expect("wan0");
-    let ends = [
-        (&mut netlink, up0.index, [NODE_UPLINK_V4, NODE_UPLINK_V6]),
-        (&mut wan_netlink, wan0.index, [WAN_V4, WAN_V6]),
-    ];
+    let ends =
+        [(&mut netlink, up0.index, [NODE_UPLINK_V4, NODE_UPLINK_V6]), (&mut wan_netlink, wan0.index, [WAN_V4, WAN_V6])];
     for (netlink, index, [v4, v6]) in ends {
         for addr in [net(&format!("{v4}/24")), net(&format!("{v6}/64"))] {
             let options = AddressOptions { nodad: true, ..AddressOptions::default() };
@@ -313,7 +310,8 @@ impl Pod {
 
     /// The capability arguments a runtime passes for this pod on ADD, CHECK and DEL.
     fn cap_args(&self) -> Value {
-        let mut args = json!({"portMappings": [{"hostPort": self.host_port, "containerPort": POD_PORT, "protocol": "tcp"}]});
+        let mut args =
+            json!({"portMappings": [{"hostPort": self.host_port, "containerPort": POD_PORT, "protocol": "tcp"}]});
         if self.shaped {
             args["bandwidth"] = json!({"ingressRate": INGRESS_RATE, "ingressBurst": INGRESS_BURST,
                                        "egressRate": EGRESS_RATE, "egressBurst": EGRESS_BURST});
@@ -339,7 +337,8 @@ impl Pod {
 
     /// The host end of the pod's veth (the bridge's result lists bridge, host veth, pod interface).
     fn host_veth(&self) -> String {
-        let interfaces = self.result["interfaces"].as_array().unwrap_or_else(|| panic!("no interfaces in {}", self.result));
+        let interfaces =
+            self.result["interfaces"].as_array().unwrap_or_else(|| panic!("no interfaces in {}", self.result));
         let host = interfaces.iter().find(|i| i["sandbox"].as_str().is_none_or(str::is_empty) && i["name"] != "cbr0");
         host.and_then(|i| i["name"].as_str()).unwrap_or_else(|| panic!("no host veth in {}", self.result)).to_string()
     }
@@ -412,9 +411,24 @@ fn assert_pods_work(lab: &Lab, pods: &[&Pod]) {
         let v4_port = |host: &str| SocketAddr::new(ip(host), pod.host_port);
         let expected = Some(pod.label.clone());
         assert_eq!(tcp_ask(&lab.wan, v4_port(NODE_UPLINK_V4)), expected, "host port {} from the wan", pod.host_port);
-        assert_eq!(tcp_ask(&lab.node, v4_port("127.0.0.1")), expected, "host port {} from the node's localhost", pod.host_port);
-        assert_eq!(tcp_ask(&other.ns, v4_port(NODE_UPLINK_V4)), expected, "host port {} from another pod", pod.host_port);
-        assert_eq!(tcp_ask(&pod.ns, v4_port(NODE_UPLINK_V4)), expected, "host port {} from the pod itself (hairpin)", pod.host_port);
+        assert_eq!(
+            tcp_ask(&lab.node, v4_port("127.0.0.1")),
+            expected,
+            "host port {} from the node's localhost",
+            pod.host_port
+        );
+        assert_eq!(
+            tcp_ask(&other.ns, v4_port(NODE_UPLINK_V4)),
+            expected,
+            "host port {} from another pod",
+            pod.host_port
+        );
+        assert_eq!(
+            tcp_ask(&pod.ns, v4_port(NODE_UPLINK_V4)),
+            expected,
+            "host port {} from the pod itself (hairpin)",
+            pod.host_port
+        );
         if dual {
             assert_pings(&pod.ns, ip(GATEWAY_V6), "pod to v6 gateway");
             assert_pings(&pod.ns, other.v6(), "pod to pod over v6");
@@ -451,10 +465,11 @@ fn assert_shaping(lab: &Lab, pod: &Pod) {
     let ifb = netlink.link_by_index(ifb_index).expect("ifb lookup").expect("ifb exists");
     assert_eq!(ifb.kind.as_deref(), Some("ifb"), "{ifb:?}");
     assert!(ifb.name.starts_with("bwp"), "ifb name {}", ifb.name);
-    let ifb_rate = netlink.qdiscs(Some(ifb.index)).expect("ifb qdiscs").iter().find(|q| q.is_root()).and_then(|q| match &q.kind {
-        QdiscKind::Tbf(Some(tbf)) => Some(tbf.rate),
-        _ => None,
-    });
+    let ifb_rate =
+        netlink.qdiscs(Some(ifb.index)).expect("ifb qdiscs").iter().find(|q| q.is_root()).and_then(|q| match &q.kind {
+            QdiscKind::Tbf(Some(tbf)) => Some(tbf.rate),
+            _ => None,
+        });
     assert_eq!(ifb_rate, Some(EGRESS_RATE / 8), "egress tbf on {}", ifb.name);
 }
 
@@ -689,7 +704,8 @@ fn node_moves_from_reference_plugins_to_ours_with_pods_running() {
     for pod in &mut old {
         add(&lab, &tool, KUBENET, pod);
     }
-    let last_reserved = fs::read_to_string(lab.data_dir.join(KUBENET).join("last_reserved_ip.0")).expect("reference's last_reserved_ip");
+    let last_reserved = fs::read_to_string(lab.data_dir.join(KUBENET).join("last_reserved_ip.0"))
+        .expect("reference's last_reserved_ip");
 
     lab.use_plugins(Plugins::OURS);
     let mut new = Pod::new(&lab, 8082, true);

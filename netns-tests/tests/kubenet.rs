@@ -100,7 +100,8 @@ fn nftables(conf: &mut Value) {
 fn remove_exception(k: &Kubenet, pod_ip: IpAddr, nft: bool) {
     if nft {
         let map = if pod_ip.is_ipv4() { "nomasq4" } else { "nomasq6" };
-        let out = k.node.exec("nft", &["delete", "element", "inet", "cni_ipmasq", map, &format!("{{ {pod_ip} }}")], &[], b"");
+        let out =
+            k.node.exec("nft", &["delete", "element", "inet", "cni_ipmasq", map, &format!("{{ {pod_ip} }}")], &[], b"");
         assert!(out.status.success(), "nft delete element: {}", String::from_utf8_lossy(&out.stderr));
         return;
     }
@@ -126,7 +127,11 @@ fn remove_exception(k: &Kubenet, pod_ip: IpAddr, nft: bool) {
 /// The whole scenario of the module doc for one conflist.
 fn across_nodes(file: &str, nft: bool) {
     assert_ships_the_cluster_cidr(file);
-    let cluster = Cluster::new(file, |conf| if nft && file != KUBENET_NFT { nftables(conf) });
+    let cluster = Cluster::new(file, |conf| {
+        if nft && file != KUBENET_NFT {
+            nftables(conf)
+        }
+    });
     let (a, b, wan) = (&cluster.a, &cluster.b, &cluster.wan);
     let (before_a, before_b) = (a.snapshot(), b.snapshot());
     let (pod_a, pod_b) = (a.node.pod_netns(), b.node.pod_netns());
@@ -199,7 +204,11 @@ fn across_nodes_nftables_dual_stack() {
 #[test]
 fn gc_removes_the_exceptions() {
     for nft in [false, true] {
-        let k = Kubenet::new(KUBENET_DUALSTACK, |conf| if nft { nftables(conf) });
+        let k = Kubenet::new(KUBENET_DUALSTACK, |conf| {
+            if nft {
+                nftables(conf)
+            }
+        });
         let pod = k.node.pod_netns();
         let ips = result_ips(&k.add(&pod, &json!({})));
         let out = k.gc(&[]);
@@ -209,7 +218,9 @@ fn gc_removes_the_exceptions() {
             let left: Vec<&String> = firewall
                 .section(section)
                 .iter()
-                .filter(|l| l.contains("CNI-") || l.contains("elements") || ips.iter().any(|ip| l.contains(&ip.to_string())))
+                .filter(|l| {
+                    l.contains("CNI-") || l.contains("elements") || ips.iter().any(|ip| l.contains(&ip.to_string()))
+                })
                 .collect();
             assert!(left.is_empty(), "nft={nft}: left in {section} after GC: {left:?}");
         }

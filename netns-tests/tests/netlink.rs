@@ -4,9 +4,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use cnicore::netlink::{
-    is_exists, is_not_found, AddressOptions, IpFamily, Netlink, Route, Scope, RT_TABLE_MAIN,
-};
+use cnicore::netlink::{is_exists, is_not_found, AddressOptions, IpFamily, Netlink, Route, Scope, RT_TABLE_MAIN};
 use cnicore::netns::NetNs;
 use cnicore::sysctl;
 use ipnet::IpNet;
@@ -22,9 +20,7 @@ fn ip(text: &str) -> IpAddr {
 
 /// Inode of the calling thread's network namespace.
 fn current_netns_inode() -> u64 {
-    std::fs::metadata("/proc/thread-self/ns/net")
-        .expect("own netns")
-        .ino()
+    std::fs::metadata("/proc/thread-self/ns/net").expect("own netns").ino()
 }
 
 #[test]
@@ -56,19 +52,14 @@ fn test_netns_is_deleted_on_drop_and_has_lo_up() {
 fn run_returns_to_the_original_namespace_even_on_error_or_panic() {
     let ns = TestNetns::new("run");
     let netns = NetNs::open(&ns.path).expect("open");
-    assert!(
-        NetNs::open("/proc/self/status").is_err(),
-        "a non-namespace file must be refused"
-    );
+    assert!(NetNs::open("/proc/self/status").is_err(), "a non-namespace file must be refused");
     let original = current_netns_inode();
 
     let inside = netns.run(current_netns_inode).expect("enter");
     assert_ne!(inside, original);
     assert_eq!(current_netns_inode(), original);
 
-    let result: Result<(), String> = netns
-        .run(|| Err("failed inside".to_string()))
-        .expect("enter");
+    let result: Result<(), String> = netns.run(|| Err("failed inside".to_string())).expect("enter");
     assert!(result.is_err());
     assert_eq!(current_netns_inode(), original);
 
@@ -78,12 +69,7 @@ fn run_returns_to_the_original_namespace_even_on_error_or_panic() {
 
     // A socket made in the namespace stays there after the thread is back.
     let mut netlink = Netlink::in_netns(&netns).expect("netlink");
-    let names: Vec<String> = netlink
-        .links()
-        .expect("links")
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
+    let names: Vec<String> = netlink.links().expect("links").into_iter().map(|l| l.name).collect();
     assert_eq!(names, vec!["lo".to_string()]);
 }
 
@@ -101,18 +87,9 @@ fn bridge_veth_addresses_routes_and_cleanup() {
     assert!(is_exists(&again), "{again}");
 
     let pod_mac = [0x0a, 0x58, 0x0a, 0x16, 0x00, 0x02];
-    let veth = host
-        .create_veth("veth1", "eth0", &pod.netns(), Some(1400), Some(pod_mac))
-        .expect("veth");
+    let veth = host.create_veth("veth1", "eth0", &pod.netns(), Some(1400), Some(pod_mac)).expect("veth");
     assert_eq!(veth.kind.as_deref(), Some("veth"));
-    assert!(
-        !host
-            .links()
-            .expect("links")
-            .iter()
-            .any(|l| l.name == "eth0"),
-        "peer must not be in the node"
-    );
+    assert!(!host.links().expect("links").iter().any(|l| l.name == "eth0"), "peer must not be in the node");
     let eth0 = inpod.require_link("eth0").expect("peer in pod");
     assert_eq!(eth0.mac, Some(pod_mac));
     assert_eq!(eth0.mtu, 1400);
@@ -123,13 +100,9 @@ fn bridge_veth_addresses_routes_and_cleanup() {
     host.set_up(bridge.index).expect("bridge up");
     host.set_up(veth.index).expect("veth up");
     inpod.set_up(eth0.index).expect("eth0 up");
-    host.wait_oper_up(veth.index, Duration::from_secs(5))
-        .expect("veth oper up");
+    host.wait_oper_up(veth.index, Duration::from_secs(5)).expect("veth oper up");
 
-    let veth = host
-        .link_by_index(veth.index)
-        .expect("get")
-        .expect("veth exists");
+    let veth = host.link_by_index(veth.index).expect("get").expect("veth exists");
     assert_eq!(veth.master, Some(bridge.index));
     assert!(veth.up && veth.oper_up);
     assert_eq!(veth.bridge_port.map(|p| p.hairpin), Some(true));
@@ -142,58 +115,26 @@ fn bridge_veth_addresses_routes_and_cleanup() {
     assert_eq!(details[0]["linkinfo"]["info_slave_data"]["isolated"], true);
 
     host.set_promisc(bridge.index, true).expect("promisc");
-    assert!(host
-        .link_by_name("cni0")
-        .expect("get")
-        .is_some_and(|l| l.promisc));
+    assert!(host.link_by_name("cni0").expect("get").is_some_and(|l| l.promisc));
     host.set_promisc(bridge.index, false).expect("promisc off");
     let bridge_mac = [0x0a, 0x58, 0x0a, 0x16, 0x00, 0x01];
     host.set_mac(bridge.index, bridge_mac).expect("mac");
     host.set_mtu(bridge.index, 1300).expect("mtu");
-    let bridge = host
-        .link_by_index(bridge.index)
-        .expect("get")
-        .expect("bridge exists");
-    assert_eq!(
-        (bridge.mac, bridge.mtu, bridge.promisc),
-        (Some(bridge_mac), 1300, false)
-    );
+    let bridge = host.link_by_index(bridge.index).expect("get").expect("bridge exists");
+    assert_eq!((bridge.mac, bridge.mtu, bridge.promisc), (Some(bridge_mac), 1300, false));
 
     // Addresses, with their prefix lengths; duplicates are EEXIST.
-    host.add_address(bridge.index, net("10.22.0.1/24"))
-        .expect("bridge address");
-    inpod
-        .add_address(eth0.index, net("10.22.0.2/24"))
-        .expect("pod address");
-    let v6 = AddressOptions {
-        nodad: true,
-        ..AddressOptions::default()
-    };
-    inpod
-        .add_address_with(eth0.index, net("fd00:22::2/64"), v6)
-        .expect("pod v6 address");
-    let duplicate = inpod
-        .add_address(eth0.index, net("10.22.0.2/24"))
-        .expect_err("duplicate");
+    host.add_address(bridge.index, net("10.22.0.1/24")).expect("bridge address");
+    inpod.add_address(eth0.index, net("10.22.0.2/24")).expect("pod address");
+    let v6 = AddressOptions { nodad: true, ..AddressOptions::default() };
+    inpod.add_address_with(eth0.index, net("fd00:22::2/64"), v6).expect("pod v6 address");
+    let duplicate = inpod.add_address(eth0.index, net("10.22.0.2/24")).expect_err("duplicate");
     assert!(is_exists(&duplicate), "{duplicate}");
     let addresses = inpod.addresses(Some(eth0.index)).expect("addresses");
-    let global: Vec<IpNet> = addresses
-        .iter()
-        .filter(|a| a.scope == Scope::Universe)
-        .map(|a| a.addr)
-        .collect();
-    assert!(
-        global.contains(&net("10.22.0.2/24")) && global.contains(&net("fd00:22::2/64")),
-        "{addresses:?}"
-    );
-    let nodad = addresses
-        .iter()
-        .find(|a| a.addr == net("fd00:22::2/64"))
-        .expect("v6 address");
-    assert!(
-        !nodad.is_tentative() && !nodad.is_dad_failed(),
-        "nodad address tentative: {nodad:?}"
-    );
+    let global: Vec<IpNet> = addresses.iter().filter(|a| a.scope == Scope::Universe).map(|a| a.addr).collect();
+    assert!(global.contains(&net("10.22.0.2/24")) && global.contains(&net("fd00:22::2/64")), "{addresses:?}");
+    let nodad = addresses.iter().find(|a| a.addr == net("fd00:22::2/64")).expect("v6 address");
+    assert!(!nodad.is_tentative() && !nodad.is_dad_failed(), "nodad address tentative: {nodad:?}");
     let shown = pod.ip_json(&["addr", "show", "eth0"]);
     let shown: Vec<String> = shown[0]["addr_info"]
         .as_array()
@@ -202,21 +143,10 @@ fn bridge_veth_addresses_routes_and_cleanup() {
         .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
         .collect();
     assert!(shown.contains(&"10.22.0.2/24".to_string()), "{shown:?}");
-    assert_eq!(
-        host.addresses(None)
-            .expect("all")
-            .iter()
-            .filter(|a| a.addr == net("10.22.0.1/24"))
-            .count(),
-        1
-    );
+    assert_eq!(host.addresses(None).expect("all").iter().filter(|a| a.addr == net("10.22.0.1/24")).count(), 1);
 
     // Routes: a default via the bridge, one with metrics and a metric, and a link-scope one.
-    let default = Route {
-        dst: net("0.0.0.0/0"),
-        gateway: Some(ip("10.22.0.1")),
-        ..Route::default()
-    };
+    let default = Route { dst: net("0.0.0.0/0"), gateway: Some(ip("10.22.0.1")), ..Route::default() };
     inpod.add_route(&default).expect("default route");
     let with_metrics = Route {
         dst: net("10.99.0.0/16"),
@@ -229,29 +159,16 @@ fn bridge_veth_addresses_routes_and_cleanup() {
         ..Route::default()
     };
     inpod.add_route(&with_metrics).expect("route with metrics");
-    let direct = Route {
-        dst: net("10.98.0.0/24"),
-        oif: Some(eth0.index),
-        scope: Scope::Link,
-        ..Route::default()
-    };
+    let direct = Route { dst: net("10.98.0.0/24"), oif: Some(eth0.index), scope: Scope::Link, ..Route::default() };
     inpod.add_route(&direct).expect("link route");
     let duplicate = inpod.add_route(&direct).expect_err("duplicate route");
     assert!(is_exists(&duplicate), "{duplicate}");
-    inpod
-        .replace_route(&Route {
-            priority: Some(5),
-            ..direct.clone()
-        })
-        .expect("replace (adds with a new metric)");
+    inpod.replace_route(&Route { priority: Some(5), ..direct.clone() }).expect("replace (adds with a new metric)");
 
     let routes = inpod.routes(IpFamily::V4, RT_TABLE_MAIN).expect("routes");
     let find = |dst: &str, routes: &[Route]| routes.iter().find(|r| r.dst == net(dst)).cloned();
     let got = find("0.0.0.0/0", &routes).expect("default back");
-    assert_eq!(
-        (got.gateway, got.oif, got.table),
-        (Some(ip("10.22.0.1")), Some(eth0.index), Some(RT_TABLE_MAIN))
-    );
+    assert_eq!((got.gateway, got.oif, got.table), (Some(ip("10.22.0.1")), Some(eth0.index), Some(RT_TABLE_MAIN)));
     let got = find("10.99.0.0/16", &routes).expect("metrics route back");
     assert_eq!(
         (got.priority, got.mtu, got.advmss, got.src),
@@ -263,32 +180,17 @@ fn bridge_veth_addresses_routes_and_cleanup() {
     assert_eq!(shown[0]["gateway"], "10.22.0.1");
     assert_eq!(shown[0]["metric"], 100);
     let shown = pod.ip_json(&["-6", "route", "show", "fd00:22::/64"]);
-    assert_eq!(
-        shown[0]["dev"], "eth0",
-        "prefix route of the v6 address: {shown}"
-    );
-    assert!(inpod
-        .routes(IpFamily::V6, RT_TABLE_MAIN)
-        .expect("v6")
-        .iter()
-        .any(|r| r.dst == net("fd00:22::/64")));
+    assert_eq!(shown[0]["dev"], "eth0", "prefix route of the v6 address: {shown}");
+    assert!(inpod.routes(IpFamily::V6, RT_TABLE_MAIN).expect("v6").iter().any(|r| r.dst == net("fd00:22::/64")));
 
     assert_ping(&pod, ip("10.22.0.1"));
 
     inpod.del_route(&with_metrics).expect("delete route");
     let missing = inpod.del_route(&with_metrics).expect_err("already deleted");
     assert!(is_not_found(&missing), "{missing}");
-    assert!(find(
-        "10.99.0.0/16",
-        &inpod.routes(IpFamily::V4, RT_TABLE_MAIN).expect("routes")
-    )
-    .is_none());
-    inpod
-        .del_address(eth0.index, net("10.22.0.2/24"))
-        .expect("delete address");
-    let missing = inpod
-        .del_address(eth0.index, net("10.22.0.2/24"))
-        .expect_err("already deleted");
+    assert!(find("10.99.0.0/16", &inpod.routes(IpFamily::V4, RT_TABLE_MAIN).expect("routes")).is_none());
+    inpod.del_address(eth0.index, net("10.22.0.2/24")).expect("delete address");
+    let missing = inpod.del_address(eth0.index, net("10.22.0.2/24")).expect_err("already deleted");
     assert!(is_not_found(&missing), "{missing}");
 
     // Deleting the node end removes the pod end too.
@@ -312,10 +214,7 @@ fn ifb_and_bridge_options() {
     match host.create_bridge_with("br1", None, filtering) {
         Ok(bridge) => {
             let details = node.ip_json(&["-d", "link", "show", "br1"]);
-            assert_eq!(
-                details[0]["linkinfo"]["info_data"]["vlan_filtering"], 1,
-                "{bridge:?}"
-            );
+            assert_eq!(details[0]["linkinfo"]["info_data"]["vlan_filtering"], 1, "{bridge:?}");
         }
         // Kernels without CONFIG_BRIDGE_VLAN_FILTERING refuse the option.
         Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}"),
@@ -332,9 +231,7 @@ fn wait_oper_up_times_out_then_wakes_on_the_event() {
     inpod.set_down(pod_index).expect("peer down");
 
     let start = Instant::now();
-    let timeout = host
-        .wait_oper_up(host_index, Duration::from_millis(200))
-        .expect_err("peer is down");
+    let timeout = host.wait_oper_up(host_index, Duration::from_millis(200)).expect_err("peer is down");
     assert_eq!(timeout.kind(), std::io::ErrorKind::TimedOut);
     assert!(start.elapsed() >= Duration::from_millis(200));
 
@@ -345,14 +242,11 @@ fn wait_oper_up_times_out_then_wakes_on_the_event() {
         Netlink::in_netns(&netns).and_then(|mut netlink| netlink.set_up(pod_index))
     });
     let start = Instant::now();
-    host.wait_oper_up(host_index, Duration::from_secs(5))
-        .expect("woken when the peer comes up");
+    host.wait_oper_up(host_index, Duration::from_secs(5)).expect("woken when the peer comes up");
     assert!(start.elapsed() < Duration::from_secs(4));
     raise.join().expect("thread").expect("peer up");
 
-    let gone = host
-        .wait_oper_up(999_999, Duration::from_millis(50))
-        .expect_err("no such link");
+    let gone = host.wait_oper_up(999_999, Duration::from_millis(50)).expect_err("no such link");
     assert_eq!(gone.kind(), std::io::ErrorKind::NotFound);
 }
 
@@ -383,13 +277,7 @@ fn sysctl_applies_to_the_namespace_it_runs_in() {
     let netns = node.netns();
     let root_inode = current_netns_inode();
     // Never write in the root namespace, even if entering were broken.
-    let guard = || {
-        assert_ne!(
-            current_netns_inode(),
-            root_inode,
-            "not inside the test namespace"
-        )
-    };
+    let guard = || assert_ne!(current_netns_inode(), root_inode, "not inside the test namespace");
     let written = netns
         .run(|| {
             guard();
@@ -405,11 +293,7 @@ fn sysctl_applies_to_the_namespace_it_runs_in() {
         .expect("enter");
     assert!(!again.expect("second write"));
     assert_eq!(node.sysctl("net/ipv4/ip_forward"), wanted);
-    assert_eq!(
-        sysctl::read("net/ipv4/ip_forward").expect("root value"),
-        root_value,
-        "root namespace changed"
-    );
+    assert_eq!(sysctl::read("net/ipv4/ip_forward").expect("root value"), root_value, "root namespace changed");
 
     // Per-interface settings of a link that only exists in the namespace.
     let mut host = node.netlink();

@@ -20,12 +20,12 @@ use netns_tests::cnicore::netlink::Netlink;
 use netns_tests::cnicore::netns::NetNs;
 use netns_tests::daemon::http_get;
 use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
+use netns_tests::kubenet;
 use netns_tests::podman::{self, Podman, RUN_LIMITS};
 use netns_tests::recorder::Recorder;
-use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::kubenet;
-use netns_tests::{json, Value};
 use netns_tests::runtimes::{eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::snapshot::NodeSnapshot;
+use netns_tests::{json, Value};
 
 /// The plugin types of the hand-written network (ours and the reference), in chain order, as podman writes
 /// them; a plugin type our suite lacks is left out here (and the created network is not run with ours).
@@ -97,7 +97,8 @@ fn hostport_container(plugins: Plugins, network: Network) {
                 &std::fs::read(podman.net_dir.join(format!("{NETWORK}.conflist"))).expect("podman's conflist"),
             )
             .expect("json");
-            let kinds: Vec<&str> = conf["plugins"].as_array().expect("plugins").iter().filter_map(|p| p["type"].as_str()).collect();
+            let kinds: Vec<&str> =
+                conf["plugins"].as_array().expect("plugins").iter().filter_map(|p| p["type"].as_str()).collect();
             assert_eq!(kinds, PODMAN_CHAIN, "the chain podman network create writes: {conf}");
             let bridge = conf["plugins"][0]["bridge"].as_str().expect("bridge name").to_string();
             (NETWORK.to_string(), bridge)
@@ -105,7 +106,11 @@ fn hostport_container(plugins: Plugins, network: Network) {
     };
     // podman checks every network's plugins (VERSION) and hides a network whose plugins fail it.
     let listed = podman.ok(&["network", "ls", "--format", "{{.Name}}"]);
-    assert!(listed.lines().any(|l| l == net_name), "podman network ls lists {net_name}: {listed}\ncalls:\n  {}", summaries(&recorder.calls()));
+    assert!(
+        listed.lines().any(|l| l == net_name),
+        "podman network ls lists {net_name}: {listed}\ncalls:\n  {}",
+        summaries(&recorder.calls())
+    );
     // host-local's dataDir: ours, or podman's default /var/lib/cni/networks.
     let default_data_dir = podman.var_lib_cni.join("networks");
     let state_dirs: [&Path; 3] = [&data_dir, &default_data_dir, &podman.var_lib_cni];
@@ -142,7 +147,8 @@ fn hostport_container(plugins: Plugins, network: Network) {
     drop(sandbox_netns);
 
     // httpd answers on the container's IP from the node and on the hostPort from wan.
-    let body = eventually(Duration::from_secs(10), || http_get(&node, SocketAddr::new(pod_ip, 80), "/")).expect("httpd");
+    let body =
+        eventually(Duration::from_secs(10), || http_get(&node, SocketAddr::new(pod_ip, 80), "/")).expect("httpd");
     assert_eq!(body, INDEX_HTML);
     let via_host_port = SocketAddr::new(NODE_IP.parse().unwrap(), HOST_PORT);
     let body = http_get(&wan, via_host_port, "/").unwrap_or_else(|e| panic!("hostPort from wan: {e}"));

@@ -43,8 +43,22 @@ impl Lab {
         let node = Node::new();
         let pod = node.pod_netns();
         let wan = TestNetns::new("wan");
-        veth_between(&node, &pod, "vpod", "eth0", &[net("10.22.0.1/24"), net("fd22::1/64")], &[net("10.22.0.5/24"), net("fd22::5/64")]);
-        veth_between(&node, &wan, "up0", "wan0", &[net("192.168.50.1/24"), net("fd50::1/64")], &[net("192.168.50.2/24"), net("fd50::2/64")]);
+        veth_between(
+            &node,
+            &pod,
+            "vpod",
+            "eth0",
+            &[net("10.22.0.1/24"), net("fd22::1/64")],
+            &[net("10.22.0.5/24"), net("fd22::5/64")],
+        );
+        veth_between(
+            &node,
+            &wan,
+            "up0",
+            "wan0",
+            &[net("192.168.50.1/24"), net("fd50::1/64")],
+            &[net("192.168.50.2/24"), net("fd50::2/64")],
+        );
         pod.ip(&["route", "add", "default", "via", "10.22.0.1"]);
         pod.ip(&["-6", "route", "add", "default", "via", "fd22::1"]);
         node.run(|| {
@@ -262,17 +276,45 @@ fn tcp_and_udp_from_wan_localhost_and_hairpin() {
         assert_eq!(result["interfaces"], lab.prev_result()["interfaces"], "{backend}: prevResult passed through");
 
         // From beyond the uplink: DNAT only, the pod sees the real client.
-        assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8080")).as_deref(), Some("tcp 192.168.50.2"), "{backend} wan tcp");
-        assert_eq!(udp_ask(&lab.wan, sock("192.168.50.1:8053")).as_deref(), Some("udp 192.168.50.2"), "{backend} wan udp");
+        assert_eq!(
+            tcp_ask(&lab.wan, sock("192.168.50.1:8080")).as_deref(),
+            Some("tcp 192.168.50.2"),
+            "{backend} wan tcp"
+        );
+        assert_eq!(
+            udp_ask(&lab.wan, sock("192.168.50.1:8053")).as_deref(),
+            Some("udp 192.168.50.2"),
+            "{backend} wan udp"
+        );
         // From the node itself, through localhost (route_localnet + masquerade).
-        assert_eq!(tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(), Some("tcp 10.22.0.1"), "{backend} localhost tcp");
-        assert_eq!(udp_ask(&lab.node, sock("127.0.0.1:8053")).as_deref(), Some("udp 10.22.0.1"), "{backend} localhost udp");
+        assert_eq!(
+            tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(),
+            Some("tcp 10.22.0.1"),
+            "{backend} localhost tcp"
+        );
+        assert_eq!(
+            udp_ask(&lab.node, sock("127.0.0.1:8053")).as_deref(),
+            Some("udp 10.22.0.1"),
+            "{backend} localhost udp"
+        );
         // From the node to its own address: DNAT only (the pod answers the node address directly).
-        assert_eq!(tcp_ask(&lab.node, sock("192.168.50.1:8080")).as_deref(), Some("tcp 192.168.50.1"), "{backend} node address");
+        assert_eq!(
+            tcp_ask(&lab.node, sock("192.168.50.1:8080")).as_deref(),
+            Some("tcp 192.168.50.1"),
+            "{backend} node address"
+        );
         assert_eq!(lab.node.sysctl("net/ipv4/conf/vpod/route_localnet"), "1");
         // Hairpin: the pod reaches its own host port through the node address, masqueraded.
-        assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.1:8080")).as_deref(), Some("tcp 10.22.0.1"), "{backend} hairpin tcp");
-        assert_eq!(udp_ask(&lab.pod, sock("192.168.50.1:8053")).as_deref(), Some("udp 10.22.0.1"), "{backend} hairpin udp");
+        assert_eq!(
+            tcp_ask(&lab.pod, sock("192.168.50.1:8080")).as_deref(),
+            Some("tcp 10.22.0.1"),
+            "{backend} hairpin tcp"
+        );
+        assert_eq!(
+            udp_ask(&lab.pod, sock("192.168.50.1:8053")).as_deref(),
+            Some("udp 10.22.0.1"),
+            "{backend} hairpin udp"
+        );
 
         lab.run("CHECK", "c1", &conf).expect_ok();
         // A second ADD changes nothing.
@@ -335,7 +377,11 @@ fn ipv4_only_pod_check_and_conditions() {
         let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": lab.pod.path}],
             "ips": [{"address": "10.22.0.5/24", "interface": 0}]});
         // Exclude the wan client: only the node itself may use the port.
-        let conf = lab.conf(backend, standard_mappings(), json!({"prevResult": prev, "conditionsV4": ["!", "-s", "192.168.50.0/24"]}));
+        let conf = lab.conf(
+            backend,
+            standard_mappings(),
+            json!({"prevResult": prev, "conditionsV4": ["!", "-s", "192.168.50.0/24"]}),
+        );
         lab.run("ADD", "c4", &conf).expect_ok();
         // The reference's CHECK fails on IPv4-only pods (containernetworking/plugins#819); ours does not.
         lab.run("CHECK", "c4", &conf).expect_ok();
@@ -360,12 +406,20 @@ fn conditions_in_nft_syntax_and_passed_through_iptables_matches() {
         let prev = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": lab.pod.path}],
             "ips": [{"address": "10.22.0.5/24", "interface": 0}]});
         let backend_field = backend.map_or(Value::Null, |b| json!(b));
-        let conf = lab.conf("x", standard_mappings(), json!({"prevResult": prev, "conditionsV4": conditions, "backend": backend_field}));
+        let conf = lab.conf(
+            "x",
+            standard_mappings(),
+            json!({"prevResult": prev, "conditionsV4": conditions, "backend": backend_field}),
+        );
         lab.run("ADD", "c4", &conf).expect_ok();
         lab.run("CHECK", "c4", &conf).expect_ok();
         let used = backend.unwrap_or("nftables");
         assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8080")), None, "{used}: condition {conditions} ignored");
-        assert_eq!(tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(), Some("tcp 10.22.0.1"), "{used}: {conditions}");
+        assert_eq!(
+            tcp_ask(&lab.node, sock("127.0.0.1:8080")).as_deref(),
+            Some("tcp 10.22.0.1"),
+            "{used}: {conditions}"
+        );
         lab.run("DEL", "c4", &conf).expect_ok();
         assert_clean(&lab, used);
     }
@@ -388,7 +442,11 @@ fn same_host_port_in_two_containers() {
         // Deleting the container that does not own the port leaves the other's mapping working.
         let loser = if winner == "first" { ("second", &second) } else { ("first", &first) };
         lab.run("DEL", loser.0, loser.1).expect_ok();
-        assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8080")), Some(format!("{winner} 192.168.50.2")), "{backend} after DEL");
+        assert_eq!(
+            tcp_ask(&lab.wan, sock("192.168.50.1:8080")),
+            Some(format!("{winner} 192.168.50.2")),
+            "{backend} after DEL"
+        );
         let owner = if winner == "first" { &first } else { &second };
         lab.run("CHECK", winner, owner).expect_ok();
         lab.run("DEL", winner, owner).expect_ok();
@@ -403,9 +461,21 @@ fn mark_bits_and_masq_all() {
         // Three containers share the pod's address here, so each gets its own port (as distinct pods would
         // have distinct addresses).
         let _servers = [80, 81, 82].map(|port| Servers::start(&lab.pod, port));
-        let a = lab.conf(backend, json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]), json!({"markMasqBit": 5}));
-        let b = lab.conf(backend, json!([{"hostPort": 8081, "containerPort": 81, "protocol": "tcp"}]), json!({"masqAll": true}));
-        let c = lab.conf(backend, json!([{"hostPort": 8082, "containerPort": 82, "protocol": "tcp"}]), json!({"snat": false}));
+        let a = lab.conf(
+            backend,
+            json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
+            json!({"markMasqBit": 5}),
+        );
+        let b = lab.conf(
+            backend,
+            json!([{"hostPort": 8081, "containerPort": 81, "protocol": "tcp"}]),
+            json!({"masqAll": true}),
+        );
+        let c = lab.conf(
+            backend,
+            json!([{"hostPort": 8082, "containerPort": 82, "protocol": "tcp"}]),
+            json!({"snat": false}),
+        );
         lab.run("ADD", "a", &a).expect_ok();
         lab.run("ADD", "b", &b).expect_ok();
         lab.run("ADD", "c", &c).expect_ok();
@@ -414,7 +484,11 @@ fn mark_bits_and_masq_all() {
         // masqAll: even the wan client is masqueraded.
         assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8081")).as_deref(), Some("tcp 10.22.0.1"), "{backend} masqAll");
         // snat off: no masquerade, so localhost cannot work but the wan sees no change.
-        assert_eq!(tcp_ask(&lab.wan, sock("192.168.50.1:8082")).as_deref(), Some("tcp 192.168.50.2"), "{backend} snat off");
+        assert_eq!(
+            tcp_ask(&lab.wan, sock("192.168.50.1:8082")).as_deref(),
+            Some("tcp 192.168.50.2"),
+            "{backend} snat off"
+        );
         for (id, conf) in [("a", &a), ("b", &b), ("c", &c)] {
             lab.run("CHECK", id, conf).expect_ok();
             lab.run("DEL", id, conf).expect_ok();
@@ -448,7 +522,11 @@ fn concurrent_adds_and_dels() {
                 if backend == "iptables" {
                     // Shared chains and jumps exist once, however many ADDs raced to create them.
                     let nat = lab.iptables(false);
-                    assert_eq!(nat.matches("-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT").count(), 1, "{nat}");
+                    assert_eq!(
+                        nat.matches("-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT").count(),
+                        1,
+                        "{nat}"
+                    );
                     assert_eq!(nat.matches("-j CNI-HOSTPORT-MASQ").count(), 1, "{nat}");
                 }
             }
@@ -489,7 +567,8 @@ fn del_without_prev_result_or_mappings() {
         assert_clean(&lab, backend);
         // Without prevResult nor mappings: found by the container ID alone.
         lab.run("ADD", "d2", &conf).expect_ok();
-        lab.run("DEL", "d2", &lab.conf(backend, json!([]), json!({"prevResult": null, "runtimeConfig": null}))).expect_ok();
+        lab.run("DEL", "d2", &lab.conf(backend, json!([]), json!({"prevResult": null, "runtimeConfig": null})))
+            .expect_ok();
         assert_clean(&lab, backend);
         // Nothing there at all.
         lab.run("DEL", "d3", &conf).expect_ok();
@@ -504,13 +583,19 @@ fn gc_removes_containers_not_in_the_valid_list() {
             let mappings = json!([{"hostPort": 7000 + i, "containerPort": 80, "protocol": "tcp"}]);
             lab.run("ADD", id, &lab.conf(backend, mappings, json!({}))).expect_ok();
         }
-        let other_net = lab.conf(backend, json!([{"hostPort": 7100, "containerPort": 80, "protocol": "tcp"}]), json!({"name": "othernet"}));
+        let other_net = lab.conf(
+            backend,
+            json!([{"hostPort": 7100, "containerPort": 80, "protocol": "tcp"}]),
+            json!({"name": "othernet"}),
+        );
         lab.run("ADD", "gone1", &other_net).expect_ok();
         let gc = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "portmap", "backend": backend,
             "cni.dev/valid-attachments": [{"containerID": "keep", "ifname": "eth0"}]});
         lab.run("GC", "", &gc).expect_ok();
         let check = |id: &str, conf: &Value| lab.run("CHECK", id, conf).success();
-        let single = |port: u64| lab.conf(backend, json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]), json!({}));
+        let single = |port: u64| {
+            lab.conf(backend, json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]), json!({}))
+        };
         assert!(check("keep", &single(7000)), "{backend}: valid container removed");
         assert!(!check("gone1", &single(7001)), "{backend}: gone1 kept");
         assert!(!check("gone2", &single(7002)), "{backend}: gone2 kept");
@@ -553,7 +638,8 @@ fn takeover_with_the_reference_plugin() {
     let theirs = lab.firewall_state();
     lab.run("ADD", "ref2", &conf).expect_ok();
     assert_eq!(theirs, lab.firewall_state(), "our ADD changed the reference's rules");
-    lab.run("DEL", "ref2", &lab.conf("iptables", json!([]), json!({"prevResult": null, "runtimeConfig": null}))).expect_ok();
+    lab.run("DEL", "ref2", &lab.conf("iptables", json!([]), json!({"prevResult": null, "runtimeConfig": null})))
+        .expect_ok();
     assert_clean(&lab, "iptables");
 }
 
@@ -572,24 +658,52 @@ fn bad_input_is_refused_and_changes_nothing() {
         ("port as a string", mapping(json!({"hostPort": "80", "containerPort": 80, "protocol": "tcp"})), json!({})),
         ("unknown protocol", mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": "icmp"})), json!({})),
         ("empty protocol", mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": ""})), json!({})),
-        ("invalid hostIP", mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "300.1.1.1"})), json!({})),
-        ("hostIP with a rule", mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "1.2.3.4 -j DROP"})), json!({})),
+        (
+            "invalid hostIP",
+            mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "300.1.1.1"})),
+            json!({}),
+        ),
+        (
+            "hostIP with a rule",
+            mapping(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "1.2.3.4 -j DROP"})),
+            json!({}),
+        ),
         ("markMasqBit 32", standard_mappings(), json!({"markMasqBit": 32})),
         ("markMasqBit -1", standard_mappings(), json!({"markMasqBit": -1})),
-        ("markMasqBit and externalSetMarkChain", standard_mappings(), json!({"markMasqBit": 14, "externalSetMarkChain": "KUBE-MARK-MASQ"})),
+        (
+            "markMasqBit and externalSetMarkChain",
+            standard_mappings(),
+            json!({"markMasqBit": 14, "externalSetMarkChain": "KUBE-MARK-MASQ"}),
+        ),
         ("bad externalSetMarkChain", standard_mappings(), json!({"externalSetMarkChain": "X -j DROP"})),
         ("condition with a target", standard_mappings(), json!({"conditionsV4": ["-j", "ACCEPT"]})),
-        ("condition with a new line", standard_mappings(), json!({"conditionsV4": ["-d", "1.2.3.4\n-A INPUT -j DROP"]})),
+        (
+            "condition with a new line",
+            standard_mappings(),
+            json!({"conditionsV4": ["-d", "1.2.3.4\n-A INPUT -j DROP"]}),
+        ),
         ("condition with a quote", standard_mappings(), json!({"conditionsV6": ["-i", "eth0\" accept"]})),
-        ("condition match with a target", standard_mappings(), json!({"conditionsV4": ["-m", "comment", "--comment", "x", "-j", "DNAT"]})),
-        ("nft condition with a verdict", standard_mappings(), json!({"conditionsV4": ["ip", "saddr", "10.0.0.1", "accept"]})),
+        (
+            "condition match with a target",
+            standard_mappings(),
+            json!({"conditionsV4": ["-m", "comment", "--comment", "x", "-j", "DNAT"]}),
+        ),
+        (
+            "nft condition with a verdict",
+            standard_mappings(),
+            json!({"conditionsV4": ["ip", "saddr", "10.0.0.1", "accept"]}),
+        ),
         ("v6 address in conditionsV4", standard_mappings(), json!({"conditionsV4": ["-s", "fd00::/8"]})),
         ("unknown backend", standard_mappings(), json!({"backend": "ipfw"})),
         ("missing prevResult", standard_mappings(), json!({"prevResult": null})),
-        ("same host port twice", json!([
-            {"hostPort": 80, "containerPort": 80, "protocol": "tcp"},
-            {"hostPort": 80, "containerPort": 81, "protocol": "TCP"},
-        ]), json!({})),
+        (
+            "same host port twice",
+            json!([
+                {"hostPort": 80, "containerPort": 80, "protocol": "tcp"},
+                {"hostPort": 80, "containerPort": 81, "protocol": "TCP"},
+            ]),
+            json!({}),
+        ),
         ("conditions not a list", standard_mappings(), json!({"conditionsV4": "-s 1.2.3.4"})),
     ];
     for backend in BACKENDS {
@@ -604,7 +718,12 @@ fn bad_input_is_refused_and_changes_nothing() {
     }
     let out = lab.run("ADD", "bad", &json!("not an object"));
     assert_code(&out, 7, "config not an object");
-    let out = lab.node.run_plugin("portmap", "ADD", &[("CNI_CONTAINERID", "bad"), ("CNI_IFNAME", "eth0"), ("CNI_NETNS", "/run/netns/none")], &json!({}));
+    let out = lab.node.run_plugin(
+        "portmap",
+        "ADD",
+        &[("CNI_CONTAINERID", "bad"), ("CNI_IFNAME", "eth0"), ("CNI_NETNS", "/run/netns/none")],
+        &json!({}),
+    );
     assert!(!out.success());
     assert_eq!(before, lab.firewall_state(), "bad input changed the firewall");
     assert_eq!(tcp_ask(&lab.node, sock("127.0.0.1:8080")), None);
@@ -676,7 +795,10 @@ fn masq_masquerades_leaving_traffic_both_backends() {
         assert_eq!(tcp_ask(&lab.pod, sock("192.168.50.2:9000")), None, "{backend}: still masqueraded");
         lab.node.run(|| masq::gc("masqnet", &[("m1".into(), "eth0".into())])).expect("gc");
         let state = lab.firewall_state();
-        assert!(!state.contains("masqnet") && !state.contains("masq-") && !state.contains("10.22.0.6"), "{backend} left:\n{state}");
+        assert!(
+            !state.contains("masqnet") && !state.contains("masq-") && !state.contains("10.22.0.6"),
+            "{backend} left:\n{state}"
+        );
     }
 }
 

@@ -33,7 +33,8 @@ struct Server {
 
 impl Server {
     fn start(ns: &TestNetns, port: u16, label: &'static str) -> Server {
-        let listener = ns.run(|| TcpListener::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port))).expect("listen");
+        let listener =
+            ns.run(|| TcpListener::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port))).expect("listen");
         listener.set_nonblocking(true).expect("nonblocking");
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -162,7 +163,11 @@ impl Lab {
     fn rules_naming(&self, text: &str) -> Vec<String> {
         let out = self.node.exec("nft", &["list", "ruleset"], &[], b"");
         assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(text)).map(|l| l.trim().to_string()).collect()
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(|l| l.trim().to_string())
+            .collect()
     }
 }
 
@@ -209,12 +214,21 @@ fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
     // A new pod of ours, beside theirs.
     let their_rules_before = lab.rules_naming("theirs-a");
     let b = lab.pod("ours-b", true);
-    lab.run("portmap", "ADD", &b, &lab.portmap_conf(&b, json!([{"hostPort": 9080, "containerPort": 80, "protocol": "tcp"}])))
-        .expect_ok();
+    lab.run(
+        "portmap",
+        "ADD",
+        &b,
+        &lab.portmap_conf(&b, json!([{"hostPort": 9080, "containerPort": 80, "protocol": "tcp"}])),
+    )
+    .expect_ok();
     let _b80 = Server::start(&b.ns, 80, "b");
     assert_eq!(lab.rules_naming("theirs-a"), their_rules_before, "our ADD changed their rules");
     assert_eq!(ask(&lab.wan, "192.168.50.1:8080").as_deref(), Some("a 192.168.50.2"), "their hostPort beside ours");
-    assert_eq!(ask(&lab.wan, "192.168.50.1:8081").as_deref(), Some("a81 192.168.50.2"), "their hostIP port beside ours");
+    assert_eq!(
+        ask(&lab.wan, "192.168.50.1:8081").as_deref(),
+        Some("a81 192.168.50.2"),
+        "their hostIP port beside ours"
+    );
     assert_eq!(ask(&lab.wan, "192.168.50.1:9080").as_deref(), Some("b 192.168.50.2"), "our hostPort");
     assert_eq!(ask(&a.ns, wan_service).as_deref(), Some("wan 192.168.50.1"), "their masquerade beside ours");
     assert_eq!(ask(&b.ns, wan_service).as_deref(), Some("wan 192.168.50.1"), "our masquerade");

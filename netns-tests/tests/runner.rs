@@ -5,7 +5,9 @@
 //! The firewall plugin makes the cache observable: its DEL removes the pod's rules only when it gets the pod's
 //! addresses in `prevResult`, which the runner takes from the cache.
 
-use netns_tests::upstream::{clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni};
+use netns_tests::upstream::{
+    clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
+};
 use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -196,7 +198,8 @@ fn chain_add_check_del_in_every_libcni_version() {
         ok(&add, &format!("{version} add"));
         let result = &add.stdout;
         assert_eq!(result["cniVersion"], version);
-        let names: Vec<&str> = result["interfaces"].as_array().expect("interfaces").iter().filter_map(|i| i["name"].as_str()).collect();
+        let names: Vec<&str> =
+            result["interfaces"].as_array().expect("interfaces").iter().filter_map(|i| i["name"].as_str()).collect();
         assert_eq!(names.len(), 3, "{result}");
         assert_eq!((names[0], names[2]), ("cni0", "eth0"), "{result}");
         assert_eq!(result["interfaces"][2]["sandbox"], netns);
@@ -209,7 +212,8 @@ fn chain_add_check_del_in_every_libcni_version() {
 
         // The cache: libcni's format, file and directory modes, the container ID upstream derives.
         let cache_file = rig.cache_file(BRIDGE_NET, &pod, "eth0");
-        let mode = |p: &Path| fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777;
+        let mode =
+            |p: &Path| fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).permissions().mode() & 0o777;
         assert_eq!(mode(&cache_file), 0o600, "{}", cache_file.display());
         assert_eq!(mode(cache_file.parent().expect("results dir")), 0o700);
         let cached: Value = serde_json::from_slice(&fs::read(&cache_file).expect("read cache")).expect("cache json");
@@ -286,7 +290,10 @@ fn version_1_1_0_through_our_loopback_chain_with_status() {
     ok(&add, "add");
     assert_eq!(add.stdout["cniVersion"], "1.1.0");
     assert_eq!(add.stdout["interfaces"], json!([{"name": "lo", "mac": "00:00:00:00:00:00", "sandbox": netns}]));
-    assert_eq!(add.stdout["ips"], json!([{"address": "127.0.0.1/8", "interface": 0}, {"address": "::1/128", "interface": 0}]));
+    assert_eq!(
+        add.stdout["ips"],
+        json!([{"address": "127.0.0.1/8", "interface": 0}, {"address": "::1/128", "interface": 0}])
+    );
     assert!(lo_is_up(&pod));
     let cache_file = rig.cache_file(LOOPBACK_NET, &pod, "lo");
     assert!(cache_file.is_file());
@@ -310,9 +317,12 @@ fn status_reports_a_plugin_that_cannot_run() {
     rig.bridge_chain("1.0.0");
     // Before 1.1.0 there is no STATUS to ask: ready.
     ok(&rig.ours(&["status", BRIDGE_NET]), "status of a 1.0.0 list");
-    rig.write_conf("30-broken.conflist", &json!({
-        "cniVersion": "1.1.0", "name": "broken", "plugins": [{"type": "loopback"}, {"type": "no-such-plugin"}]
-    }));
+    rig.write_conf(
+        "30-broken.conflist",
+        &json!({
+            "cniVersion": "1.1.0", "name": "broken", "plugins": [{"type": "loopback"}, {"type": "no-such-plugin"}]
+        }),
+    );
     let status = rig.ours(&["status", "broken"]);
     failed(&status, "status with a missing plugin");
     assert!(status.stderr.contains("no-such-plugin"), "{}", status.stderr);
@@ -356,7 +366,10 @@ fn gc_deletes_cached_attachments_not_in_the_valid_list() {
 fn gc_in_1_1_0_only_touches_its_own_network() {
     let rig = Rig::new();
     rig.loopback_chain("1.1.0");
-    rig.write_conf("25-other.conflist", &json!({"cniVersion": "1.1.0", "name": "other", "plugins": [{"type": "loopback"}]}));
+    rig.write_conf(
+        "25-other.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "other", "plugins": [{"type": "loopback"}]}),
+    );
     let (kept, stale, other) = (rig.node.pod_netns(), rig.node.pod_netns(), rig.node.pod_netns());
     for (net, pod) in [(LOOPBACK_NET, &kept), (LOOPBACK_NET, &stale), ("other", &other)] {
         ok(&rig.ours_with(&["add", net, path_str(&pod.path)], "lo", |_| {}), "add");
@@ -393,7 +406,10 @@ fn plugin_errors_are_reported_with_their_code() {
     failed(&add, "add to a missing netns");
     assert!(add.stderr.contains("type=\"loopback\"") && add.stderr.contains("(code 3)"), "{}", add.stderr);
     assert_eq!(add.stdout_text, "");
-    assert!(fs::read_dir(rig.cache.path().join("results")).map_or(true, |mut d| d.next().is_none()), "cache written for a failed ADD");
+    assert!(
+        fs::read_dir(rig.cache.path().join("results")).map_or(true, |mut d| d.next().is_none()),
+        "cache written for a failed ADD"
+    );
 
     let bad_ifname = rig.ours_with(&["add", LOOPBACK_NET, "/run/netns/x"], "a/b", |_| {});
     failed(&bad_ifname, "add with a bad CNI_IFNAME");
@@ -439,7 +455,11 @@ fn upstream_cnitool_and_ours_take_over_each_other() {
 fn var_lib_mounts() -> Vec<String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
     // Field 5 is the mount point.
-    mountinfo.lines().filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with("/var/lib"))).map(str::to_string).collect()
+    mountinfo
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with("/var/lib")))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Upstream cnitool's view of /var/lib/cni is the test's directory, and the host's mount table is untouched.
@@ -453,7 +473,9 @@ fn upstream_cnitool_runs_with_a_private_var_lib_cni() {
     ok(&rig.upstream(&upstream, &["add", LOOPBACK_NET, path_str(&pod.path)]), "upstream add");
     // Upstream's default CNI_IFNAME is eth0; our loopback acts on lo whatever the name.
     assert!(rig.cache_file(LOOPBACK_NET, &pod, "eth0").is_file());
-    assert!(!Path::new("/var/lib/cni/results").join(format!("{LOOPBACK_NET}-{}-eth0", container_id(&pod.path))).exists());
+    assert!(!Path::new("/var/lib/cni/results")
+        .join(format!("{LOOPBACK_NET}-{}-eth0", container_id(&pod.path)))
+        .exists());
     assert_eq!(var_lib_mounts(), mounts_before, "a mount leaked into the host's namespace");
     ok(&rig.ours(&["del", LOOPBACK_NET, path_str(&pod.path)]), "our del");
     assert!(!rig.cache_file(LOOPBACK_NET, &pod, "eth0").exists());

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use cnicore::netlink::Link;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::upstream::{clean_command, output, plugin_dir, reference, upstream_cnitool, with_bind_mount, with_var_lib_cni, VarLibCni};
+use netns_tests::upstream::{
+    clean_command, output, plugin_dir, reference, upstream_cnitool, with_bind_mount, with_var_lib_cni, VarLibCni,
+};
 use netns_tests::{bin, bin_dir, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "tuned1";
@@ -46,7 +48,14 @@ impl Rig {
     fn new() -> Rig {
         let node = Node::new();
         let pod = node.pod_netns();
-        veth_between(&node, &pod, &unique_name("hv"), "eth0", &["10.1.0.1/24".parse().unwrap()], &["10.1.0.2/24".parse().unwrap()]);
+        veth_between(
+            &node,
+            &pod,
+            &unique_name("hv"),
+            "eth0",
+            &["10.1.0.1/24".parse().unwrap()],
+            &["10.1.0.2/24".parse().unwrap()],
+        );
         let data_dir = node.dir().join("tuning");
         fs::create_dir_all(&data_dir).expect("data dir");
         let rig = Rig { node, pod, data_dir };
@@ -226,11 +235,23 @@ fn check_finds_drift_in_every_setting() {
     checked["prevResult"] = result;
     ok(&rig.ours("CHECK", &checked), "CHECK after ADD");
     let drifts: [(&[&str], &[&str], &str); 5] = [
-        (&["link", "set", "eth0", "address", "02:00:00:00:00:09"], &["link", "set", "eth0", "address", "c2:11:22:33:44:55"], "Ethernet"),
+        (
+            &["link", "set", "eth0", "address", "02:00:00:00:00:09"],
+            &["link", "set", "eth0", "address", "c2:11:22:33:44:55"],
+            "Ethernet",
+        ),
         (&["link", "set", "eth0", "mtu", "1500"], &["link", "set", "eth0", "mtu", "1400"], "MTU"),
         (&["link", "set", "eth0", "promisc", "off"], &["link", "set", "eth0", "promisc", "on"], "promisc"),
-        (&["link", "set", "eth0", "allmulticast", "off"], &["link", "set", "eth0", "allmulticast", "on"], "all-multicast"),
-        (&["link", "set", "eth0", "txqueuelen", "1000"], &["link", "set", "eth0", "txqueuelen", "77"], "Transmit Queue"),
+        (
+            &["link", "set", "eth0", "allmulticast", "off"],
+            &["link", "set", "eth0", "allmulticast", "on"],
+            "all-multicast",
+        ),
+        (
+            &["link", "set", "eth0", "txqueuelen", "1000"],
+            &["link", "set", "eth0", "txqueuelen", "77"],
+            "Transmit Queue",
+        ),
     ];
     for (drift, back, named) in drifts {
         rig.pod.ip(drift);
@@ -257,9 +278,14 @@ fn hostile_sysctl_keys_are_refused_and_change_nothing() {
     let before = rig.snapshot();
     let node_before = NodeSnapshot::take(&rig.node, &[]);
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
-    for key in ["kernel.hostname", "net/../kernel/hostname", "net.ipv4/../../kernel/hostname", "../../etc/passwd",
-        "vm.swappiness", "net"]
-    {
+    for key in [
+        "kernel.hostname",
+        "net/../kernel/hostname",
+        "net.ipv4/../../kernel/hostname",
+        "../../etc/passwd",
+        "vm.swappiness",
+        "net",
+    ] {
         // A good key next to the hostile one: it must not be written either.
         let conf = rig.conf(json!({"mtu": 1300, "sysctl": {"net.core.somaxconn": "999", key: "1"}}));
         let error = failed(&rig.ours("ADD", &conf), key).clone();
@@ -294,8 +320,11 @@ fn the_allow_list_is_honoured() {
     let rig = Rig::new();
     let etc_cni = rig.node.dir().join("etc-cni");
     fs::create_dir_all(etc_cni.join("tuning")).expect("allow-list dir");
-    fs::write(etc_cni.join("tuning/allowlist.conf"), "^net\\.core\\.somaxconn$\n^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]*$\n")
-        .expect("allow-list");
+    fs::write(
+        etc_cni.join("tuning/allowlist.conf"),
+        "^net\\.core\\.somaxconn$\n^net\\.ipv4\\.conf\\.IFNAME\\.[a-z_]*$\n",
+    )
+    .expect("allow-list");
     let run = |conf: &Value, verb: &str| {
         let mut command = clean_command(&rig.node, bin("tuning"));
         command.env("CNI_COMMAND", verb).envs(rig.env());
@@ -436,8 +465,12 @@ fn podman_chain(tool: Option<&Path>) {
             .env("CNI_PATH", &cni_path)
             // firewall's "backend": "" asks the system bus whether firewalld runs: never the machine's.
             .env("DBUS_SYSTEM_BUS_ADDRESS", format!("unix:path={}", dir.join("no-bus").display()))
-            .env("CAP_ARGS", json!({"mac": "c2:11:22:33:44:55",
-                "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}).to_string());
+            .env(
+                "CAP_ARGS",
+                json!({"mac": "c2:11:22:33:44:55",
+                "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string(),
+            );
         output(&mut command, b"")
     };
     let result = ok(&cnitool("add"), "cnitool add").clone();
@@ -458,7 +491,8 @@ fn podman_chain(tool: Option<&Path>) {
             assert!(!line.contains("10.89.0.") || line.contains("10.89.0.0/24"), "{section} keeps {line}");
         }
     }
-    let leases = fs::read_dir(dir.join("ipam/podnet")).map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("10.")).count());
+    let leases = fs::read_dir(dir.join("ipam/podnet"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("10.")).count());
     assert_eq!(leases.unwrap_or(0), 0, "a lease is left");
     assert!(fs::read_dir(cache.path().join("results")).map(|d| d.count()).unwrap_or(0) == 0, "a cached result is left");
     assert_eq!(pod.netlink().link_by_name("eth0").expect("links"), None, "eth0 is left in the pod");

@@ -34,17 +34,40 @@ const ADDRESS_TYPES: &[&str] =
 /// One parsed condition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Condition {
-    Source { net: IpNet, negated: bool },
-    Destination { net: IpNet, negated: bool },
-    InInterface { name: String, negated: bool },
-    OutInterface { name: String, negated: bool },
+    Source {
+        net: IpNet,
+        negated: bool,
+    },
+    Destination {
+        net: IpNet,
+        negated: bool,
+    },
+    InInterface {
+        name: String,
+        negated: bool,
+    },
+    OutInterface {
+        name: String,
+        negated: bool,
+    },
     /// `-m addrtype`: (negated, type) for the source and/or destination address.
-    AddrType { src: Option<(bool, &'static str)>, dst: Option<(bool, &'static str)> },
-    Mark { value: u32, mask: u32, negated: bool },
+    AddrType {
+        src: Option<(bool, &'static str)>,
+        dst: Option<(bool, &'static str)>,
+    },
+    Mark {
+        value: u32,
+        mask: u32,
+        negated: bool,
+    },
     /// Another iptables match, passed through (iptables backend only): option and value words.
-    Passthrough { words: Vec<String> },
+    Passthrough {
+        words: Vec<String>,
+    },
     /// Conditions in nft syntax (reference v1.6+), checked to be matches only (nftables backend only).
-    Nft { text: String },
+    Nft {
+        text: String,
+    },
 }
 
 /// True when conditions are in nft syntax, as the reference decides (`detectBackendOfConditions`): the first
@@ -55,17 +78,83 @@ pub fn is_nft_syntax(tokens: &[String]) -> bool {
 
 /// iptables options that are not matches: targets, commands and table selection.
 const IPTABLES_NOT_MATCHES: &[&str] = &[
-    "-j", "--jump", "-g", "--goto", "-t", "--table", "-A", "--append", "-I", "--insert", "-D", "--delete", "-R",
-    "--replace", "-N", "--new-chain", "-X", "--delete-chain", "-F", "--flush", "-P", "--policy", "-E",
-    "--rename-chain", "-Z", "--zero", "-L", "--list", "-S", "--list-rules", "-C", "--check",
+    "-j",
+    "--jump",
+    "-g",
+    "--goto",
+    "-t",
+    "--table",
+    "-A",
+    "--append",
+    "-I",
+    "--insert",
+    "-D",
+    "--delete",
+    "-R",
+    "--replace",
+    "-N",
+    "--new-chain",
+    "-X",
+    "--delete-chain",
+    "-F",
+    "--flush",
+    "-P",
+    "--policy",
+    "-E",
+    "--rename-chain",
+    "-Z",
+    "--zero",
+    "-L",
+    "--list",
+    "-S",
+    "--list-rules",
+    "-C",
+    "--check",
 ];
 
 /// nft words that make a rule do something (statements, verdicts) rather than match.
 const NFT_STATEMENTS: &[&str] = &[
-    "accept", "drop", "reject", "queue", "continue", "return", "jump", "goto", "masquerade", "snat", "dnat",
-    "redirect", "counter", "log", "limit", "quota", "notrack", "dup", "fwd", "tproxy", "synproxy", "set", "add",
-    "update", "delete", "flow", "meter", "comment", "map", "vmap", "include", "define", "flush", "reset",
-    "destroy", "insert", "replace", "create", "rule", "chain", "table",
+    "accept",
+    "drop",
+    "reject",
+    "queue",
+    "continue",
+    "return",
+    "jump",
+    "goto",
+    "masquerade",
+    "snat",
+    "dnat",
+    "redirect",
+    "counter",
+    "log",
+    "limit",
+    "quota",
+    "notrack",
+    "dup",
+    "fwd",
+    "tproxy",
+    "synproxy",
+    "set",
+    "add",
+    "update",
+    "delete",
+    "flow",
+    "meter",
+    "comment",
+    "map",
+    "vmap",
+    "include",
+    "define",
+    "flush",
+    "reset",
+    "destroy",
+    "insert",
+    "replace",
+    "create",
+    "rule",
+    "chain",
+    "table",
 ];
 
 /// The conditions of one address family.
@@ -102,7 +191,9 @@ impl Conditions {
         }
         let words = text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
         if let Some(word) = words.map(str::to_ascii_lowercase).find(|w| NFT_STATEMENTS.contains(&w.as_str())) {
-            return Err(error(format!("{word:?} is a statement or verdict, not a match: conditions only match packets")));
+            return Err(error(format!(
+                "{word:?} is a statement or verdict, not a match: conditions only match packets"
+            )));
         }
         let items = if text.trim().is_empty() { Vec::new() } else { vec![Condition::Nft { text }] };
         Ok(Conditions { family, items })
@@ -295,7 +386,8 @@ impl Parser<'_> {
     /// (`-m`) or a rule option that is not one of this match's. Every word is checked to be printable.
     fn passthrough(&mut self, mut words: Vec<String>) -> Result<Condition> {
         while let Some(next) = self.peek() {
-            if matches!(next, "-m" | "--match") || (words.len() > 1 && matches!(next, "-s" | "-d" | "-i" | "-o" | "-p")) {
+            if matches!(next, "-m" | "--match") || (words.len() > 1 && matches!(next, "-s" | "-d" | "-i" | "-o" | "-p"))
+            {
                 break;
             }
             if IPTABLES_NOT_MATCHES.contains(&next) {
@@ -399,9 +491,31 @@ mod tests {
 
     #[test]
     fn renders_both_backends() {
-        let c = parse(Family::V4, &["!", "-d", "192.0.2.0/24", "-i", "eth+", "-m", "addrtype", "!", "--src-type", "local", "-m", "mark", "--mark", "0x4000/0x4000"]).unwrap();
+        let c = parse(
+            Family::V4,
+            &[
+                "!",
+                "-d",
+                "192.0.2.0/24",
+                "-i",
+                "eth+",
+                "-m",
+                "addrtype",
+                "!",
+                "--src-type",
+                "local",
+                "-m",
+                "mark",
+                "--mark",
+                "0x4000/0x4000",
+            ],
+        )
+        .unwrap();
         let rule = c.apply_iptables(Rule::new().protocol("tcp").jump("X")).unwrap();
-        assert_eq!(rule.render(), "! -d 192.0.2.0/24 -i eth+ -p tcp -m addrtype ! --src-type LOCAL -m mark --mark 0x4000/0x4000 -j X");
+        assert_eq!(
+            rule.render(),
+            "! -d 192.0.2.0/24 -i eth+ -p tcp -m addrtype ! --src-type LOCAL -m mark --mark 0x4000/0x4000 -j X"
+        );
         assert_eq!(
             c.nft().unwrap(),
             " ip daddr != 192.0.2.0/24 iifname \"eth*\" fib saddr type != local meta mark & 0x4000 == 0x4000"
@@ -412,7 +526,24 @@ mod tests {
 
     #[test]
     fn passes_other_iptables_matches_through_quoted() {
-        let c = parse(Family::V4, &["-p", "udp", "-m", "conntrack", "--ctstate", "NEW,ESTABLISHED", "-m", "comment", "--comment", "two words", "-s", "10.0.0.0/8"]).unwrap();
+        let c = parse(
+            Family::V4,
+            &[
+                "-p",
+                "udp",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "NEW,ESTABLISHED",
+                "-m",
+                "comment",
+                "--comment",
+                "two words",
+                "-s",
+                "10.0.0.0/8",
+            ],
+        )
+        .unwrap();
         assert!(c.has_passthrough() && !c.is_nft());
         let rule = c.apply_iptables(Rule::new().jump("X")).unwrap();
         assert_eq!(
@@ -431,7 +562,12 @@ mod tests {
         assert!(!is_nft_syntax(&tokens(&["!", "-d", "10.0.0.0/8"])));
         assert!(!is_nft_syntax(&tokens(&["-d", "10.0.0.0/8"])));
         assert!(!is_nft_syntax(&[]));
-        let c = Conditions::parse_any("conditionsV4", Family::V4, &tokens(&["ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }", "iifname", "\"eth0\""])).unwrap();
+        let c = Conditions::parse_any(
+            "conditionsV4",
+            Family::V4,
+            &tokens(&["ip saddr != { 10.0.0.0/8, 192.168.0.0/16 }", "iifname", "\"eth0\""]),
+        )
+        .unwrap();
         assert!(c.is_nft());
         assert_eq!(c.nft().unwrap(), " ip saddr != { 10.0.0.0/8, 192.168.0.0/16 } iifname \"eth0\"");
         assert!(c.apply_iptables(Rule::new()).unwrap_err().msg.contains("nftables backend"));
@@ -446,7 +582,8 @@ mod tests {
             &["iifname", "\"eth0"],
             &["tcp", "dport", "80", "counter"],
         ] {
-            let e = Conditions::parse_any("conditionsV4", Family::V4, &tokens(bad)).expect_err(&format!("{bad:?} accepted"));
+            let e = Conditions::parse_any("conditionsV4", Family::V4, &tokens(bad))
+                .expect_err(&format!("{bad:?} accepted"));
             assert_eq!(e.code, crate::spec::codes::INVALID_CONFIG, "{bad:?}");
         }
     }

@@ -147,7 +147,12 @@ mod tests {
 
     #[test]
     fn matches_original_tuple() {
-        let proto = [attribute(CTA_PROTO_NUM, &[17]), attribute(2, &1234u16.to_be_bytes()), attribute(CTA_PROTO_DST_PORT, &53u16.to_be_bytes())].concat();
+        let proto = [
+            attribute(CTA_PROTO_NUM, &[17]),
+            attribute(2, &1234u16.to_be_bytes()),
+            attribute(CTA_PROTO_DST_PORT, &53u16.to_be_bytes()),
+        ]
+        .concat();
         let tuple = [attribute(1, &[0; 12]), attribute(CTA_TUPLE_PROTO | 0x8000, &proto)].concat();
         let entry = [attribute(CTA_TUPLE_ORIG | 0x8000, &tuple), attribute(CTA_ZONE, &[0, 0])].concat();
         let identity = matching_entry(&entry, PROTO_UDP, &[53]).expect("matches");

@@ -58,9 +58,7 @@ impl Failure {
 
     /// True when the error says the object named does not exist (nft's ENOENT text, iptables' "does not exist").
     pub fn is_not_found(&self) -> bool {
-        self.missing
-            || self.stderr.contains("No such file or directory")
-            || self.stderr.contains("does not exist")
+        self.missing || self.stderr.contains("No such file or directory") || self.stderr.contains("does not exist")
     }
 }
 

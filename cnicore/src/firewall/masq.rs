@@ -170,8 +170,10 @@ impl Plan {
     /// `meta nfproto ipv4 ip saddr { 10.244.1.0/24 } ip daddr != { 10.244.1.0/24, 10.244.0.0/16, 224.0.0.0/4 }
     /// masquerade` (for a node agent masquerading whole pod subnets; the bridge keeps per-pod elements).
     pub fn nft_masquerade_rule(&self) -> String {
-        let list = |nets: &mut dyn Iterator<Item = &IpNet>| nets.map(iptables::render_net).collect::<Vec<_>>().join(", ");
-        let kept: Vec<IpNet> = self.own_subnets.iter().chain(&self.exceptions).copied().chain([self.multicast()]).collect();
+        let list =
+            |nets: &mut dyn Iterator<Item = &IpNet>| nets.map(iptables::render_net).collect::<Vec<_>>().join(", ");
+        let kept: Vec<IpNet> =
+            self.own_subnets.iter().chain(&self.exceptions).copied().chain([self.multicast()]).collect();
         let (proto, kw) = (self.family.nfproto(), self.family.nft_keyword());
         format!(
             "meta nfproto {proto} {kw} saddr {{ {} }} {kw} daddr != {{ {} }} masquerade",
@@ -393,7 +395,9 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
         script.push(format!("add chain {t} {chain} {{ type nat hook postrouting priority srcnat ; }}"));
         script.push(format!("flush chain {t} {chain}"));
         script.push(format!("add rule {t} {chain} meta nfproto {proto} {kw} daddr {} return", multicast(family)));
-        script.push(format!("add rule {t} {chain} meta nfproto {proto} {kw} saddr . {kw} daddr & {mask} @{local} return"));
+        script.push(format!(
+            "add rule {t} {chain} meta nfproto {proto} {kw} saddr . {kw} daddr & {mask} @{local} return"
+        ));
         script.push(format!("add rule {t} {chain} meta nfproto {proto} {kw} saddr vmap @{exceptions}"));
         script.push(format!("add rule {t} {chain} meta nfproto {proto} {kw} saddr @{pods} masquerade"));
         done.push(chain);
@@ -403,7 +407,11 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
         let list: Vec<String> = plan.exceptions.iter().map(iptables::render_net).collect();
         script.push(format!("add chain {t} {chain}"));
         script.push(format!("flush chain {t} {chain}"));
-        script.push(format!("add rule {t} {chain} {} daddr {{ {} }} accept", plan.family.nft_keyword(), list.join(", ")));
+        script.push(format!(
+            "add rule {t} {chain} {} daddr {{ {} }} accept",
+            plan.family.nft_keyword(),
+            list.join(", ")
+        ));
     }
 }
 
@@ -430,7 +438,8 @@ impl NftElement {
 fn nft_elements(pod: &Attachment) -> Vec<NftElement> {
     let mut out: Vec<NftElement> = Vec::new();
     for plan in plan(pod.ips, pod.non_masquerade) {
-        let verdict = nft_exception_chain(&plan).map_or_else(|| "continue".to_string(), |chain| format!("jump {chain}"));
+        let verdict =
+            nft_exception_chain(&plan).map_or_else(|| "continue".to_string(), |chain| format!("jump {chain}"));
         for ip in &plan.sources {
             let (pods, local, _) = nft_objects(ip);
             let key = ip.addr().to_string();
@@ -469,8 +478,9 @@ fn nft_setup(pod: &Attachment) -> Result<()> {
     // pod's whose DEL never came. The new one replaces it.
     let mut retry = nftables::Script::new();
     for present in nftables::table_elements(NFT_TABLE)?.unwrap_or_default() {
-        let replaced =
-            wanted.iter().any(|w| w.set == present.set && w.key == present.key && w.verdict.is_some() && w.verdict != present.value);
+        let replaced = wanted
+            .iter()
+            .any(|w| w.set == present.set && w.key == present.key && w.verdict.is_some() && w.verdict != present.value);
         if replaced {
             retry.push(format!("delete element {t} {} {{ {} }}", present.set, present.key));
         }
@@ -492,7 +502,10 @@ fn nft_check(pod: &Attachment) -> Result<()> {
             None => return Err(problem(format!("{} not found in {}", element.render(None), element.set))),
             Some(p) if p.value != element.verdict => {
                 let (found, wanted) = (p.value.as_deref().unwrap_or_default(), element.verdict.unwrap_or_default());
-                return Err(problem(format!("{} maps {} to {found:?}, the config wants {wanted:?}", element.set, element.key)));
+                return Err(problem(format!(
+                    "{} maps {} to {found:?}, the config wants {wanted:?}",
+                    element.set, element.key
+                )));
             }
             Some(_) => {}
         }
@@ -574,7 +587,13 @@ mod tests {
         );
         assert_eq!(rendered(&plans[1], "c")[1], "-d fd00:10:244::/56 -m comment --comment c -j ACCEPT");
         let v4 = &plans[0];
-        for (dst, masqueraded) in [("10.244.2.7", false), ("10.244.1.9", false), ("10.100.0.1", false), ("8.8.8.8", true), ("239.1.1.1", false)] {
+        for (dst, masqueraded) in [
+            ("10.244.2.7", false),
+            ("10.244.1.9", false),
+            ("10.100.0.1", false),
+            ("8.8.8.8", true),
+            ("239.1.1.1", false),
+        ] {
             assert_eq!(v4.masquerades(dst.parse().unwrap()), masqueraded, "{dst}");
         }
         assert!(plans[1].masquerades("2001:db8::1".parse().unwrap()));
@@ -593,7 +612,8 @@ mod tests {
         let ips = nets(&["10.244.1.5/24", "fd00:10:244:1::5/64"]);
         let exceptions = nets(&["10.244.0.0/16"]);
         let pod = Attachment { network: "kubenet", container_id: "abc", ips: &ips, non_masquerade: &exceptions };
-        let rendered: Vec<String> = nft_elements(&pod).iter().map(|e| format!("{} {}", e.set, e.render(None))).collect();
+        let rendered: Vec<String> =
+            nft_elements(&pod).iter().map(|e| format!("{} {}", e.set, e.render(None))).collect();
         let chain = nft_exception_chain(&plan(&ips, &exceptions)[0]).unwrap();
         assert!(chain.starts_with("nomasq4-") && chain.len() == "nomasq4-".len() + 12, "{chain}");
         assert_eq!(

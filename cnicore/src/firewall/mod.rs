@@ -23,8 +23,8 @@ pub mod conntrack;
 mod exec;
 pub mod iptables;
 pub mod masq;
-pub mod node_masq;
 pub mod nftables;
+pub mod node_masq;
 pub mod reference_nft;
 
 use std::fmt;

@@ -89,7 +89,12 @@ pub fn string(text: &str) -> Result<String> {
 
 /// The objects of a `nft -j list` answer (`{"nftables": [{"map": {...}}, ...]}`) of one kind (`"map"`,
 /// `"chain"`, `"rule"`, ...) in `family`/`table`.
-pub fn objects<'a>(listing: &'a Value, kind: &'a str, family: &'a str, table: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+pub fn objects<'a>(
+    listing: &'a Value,
+    kind: &'a str,
+    family: &'a str,
+    table: &'a str,
+) -> impl Iterator<Item = &'a Value> + 'a {
     listing
         .get("nftables")
         .and_then(Value::as_array)
@@ -118,7 +123,9 @@ pub struct Element {
 /// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
 /// does not exist. Elements whose key cannot be rendered back safely are skipped.
 pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
-    let Some(listing) = list(&["table", "inet", table]).map_err(|f| f.to_error(&format!("listing table inet {table}")))? else {
+    let Some(listing) =
+        list(&["table", "inet", table]).map_err(|f| f.to_error(&format!("listing table inet {table}")))?
+    else {
         return Ok(None);
     };
     let mut out = Vec::new();
@@ -166,7 +173,8 @@ fn render_value(value: &Value) -> Option<String> {
 fn render_key(key: &Value) -> Option<String> {
     match key {
         Value::String(s) => {
-            let safe = !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'_'));
+            let safe =
+                !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b':' | b'-' | b'_'));
             safe.then(|| s.clone())
         }
         Value::Number(n) => n.as_u64().map(|n| n.to_string()),
@@ -247,7 +255,8 @@ mod tests {
         ]});
         let maps: Vec<_> = objects(&listing, "map", "inet", "t").collect();
         assert_eq!(maps.len(), 1);
-        let elements: Vec<Element> = maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
+        let elements: Vec<Element> =
+            maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
         assert_eq!(elements.len(), 3);
         assert_eq!(elements[2].value.as_deref(), Some("continue"));
         assert_eq!(elements[0].key, "tcp . 8080");
@@ -255,7 +264,8 @@ mod tests {
         assert_eq!(elements[0].comment.as_deref(), Some("pm-1"));
         assert_eq!(elements[1].value.as_deref(), Some("jump c2"));
         let sets: Vec<_> = objects(&listing, "set", "inet", "t").collect();
-        let elements: Vec<Element> = sets[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("hairpin4", e)).collect();
+        let elements: Vec<Element> =
+            sets[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("hairpin4", e)).collect();
         assert_eq!(elements[0].key, "10.22.0.0/24 . 10.22.0.5");
         assert_eq!(elements[1].key, "10.0.0.1-10.0.0.9 . 10.22.0.6");
         assert_eq!(elements[1].comment, None);

@@ -103,7 +103,8 @@ pub fn is_set_up(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Re
             let snapshot = iptables::save(Family::V4, "nat").map_err(|f| f.to_error("reading the nat table"))?;
             let wanted: Vec<String> = rules(cluster, node_subnet)?.iter().map(Rule::render).collect();
             let present: Vec<&str> = snapshot.rules(CHAIN).collect();
-            Ok(snapshot.has_rule("POSTROUTING", &jump()) && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
+            Ok(snapshot.has_rule("POSTROUTING", &jump())
+                && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
         }
         Backend::Nftables => {
             let listing = nftables::list(&["table", "inet", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
@@ -116,9 +117,12 @@ pub fn is_set_up(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Re
 pub fn teardown() -> Result<()> {
     let mut errors = Errors::new();
     if iptables::available(Family::V4) {
-        errors.record(iptables::cleanup(Family::V4, "nat", "removing the node masquerade rules", |snapshot, script| {
-            iptables::remove_chain(script, snapshot, CHAIN)
-        }));
+        errors.record(iptables::cleanup(
+            Family::V4,
+            "nat",
+            "removing the node masquerade rules",
+            |snapshot, script| iptables::remove_chain(script, snapshot, CHAIN),
+        ));
     }
     if Backend::Nftables.available() {
         let mut script = nftables::Script::new();
@@ -161,9 +165,14 @@ mod tests {
     fn nft_is_one_replacing_transaction() {
         let (cluster, subnet) = nets();
         let text = nft_script(cluster, subnet).render();
-        assert!(text.starts_with("add table inet fabricd\ndelete table inet fabricd\nadd table inet fabricd\n"), "{text}");
         assert!(
-            text.contains("meta nfproto ipv4 ip saddr { 10.244.0.0/16 } ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"),
+            text.starts_with("add table inet fabricd\ndelete table inet fabricd\nadd table inet fabricd\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "meta nfproto ipv4 ip saddr { 10.244.0.0/16 } ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"
+            ),
             "{text}"
         );
     }

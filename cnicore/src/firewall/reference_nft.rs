@@ -83,7 +83,8 @@ pub struct TheirRule {
 
 /// Which of (family, table) exist, from one `nft -j list tables`.
 fn present_tables(wanted: &[(&str, &str)]) -> Result<Vec<(String, String)>> {
-    let listing = nftables::list(&["tables"]).map_err(|f| f.to_error("listing nftables tables"))?.unwrap_or(Value::Null);
+    let listing =
+        nftables::list(&["tables"]).map_err(|f| f.to_error("listing nftables tables"))?.unwrap_or(Value::Null);
     let mut out = Vec::new();
     for item in listing.get("nftables").and_then(Value::as_array).into_iter().flatten() {
         let Some(table) = item.get("table") else { continue };

@@ -99,12 +99,7 @@ impl Address {
         // IFA_LOCAL is the interface's own address (IFA_ADDRESS is the peer on point-to-point links).
         let ip: IpAddr = local.or(address)?;
         let addr = IpNet::new(ip, header[1]).ok()?;
-        Some(Address {
-            index: wire::u32_at(header, 4)?,
-            addr,
-            scope: header[3].into(),
-            flags,
-        })
+        Some(Address { index: wire::u32_at(header, 4)?, addr, scope: header[3].into(), flags })
     }
 }
 
@@ -126,12 +121,7 @@ impl Netlink {
         self.add_address_with(index, addr, AddressOptions::default())
     }
 
-    pub fn add_address_with(
-        &mut self,
-        index: u32,
-        addr: IpNet,
-        options: AddressOptions,
-    ) -> io::Result<()> {
+    pub fn add_address_with(&mut self, index: u32, addr: IpNet, options: AddressOptions) -> io::Result<()> {
         let scope = options.scope.map_or(0, u8::from);
         let mut flags = 0;
         if options.nodad {

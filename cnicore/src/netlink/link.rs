@@ -280,12 +280,7 @@ impl Netlink {
 
     /// Creates a bridge with `IFLA_BR_*` options. Options the kernel does not support fail with their
     /// errno (e.g. EOPNOTSUPP for vlan filtering without CONFIG_BRIDGE_VLAN_FILTERING).
-    pub fn create_bridge_with(
-        &mut self,
-        name: &str,
-        mtu: Option<u32>,
-        options: Vec<InfoBridge>,
-    ) -> io::Result<Link> {
+    pub fn create_bridge_with(&mut self, name: &str, mtu: Option<u32>, options: Vec<InfoBridge>) -> io::Result<Link> {
         let request = bridge_request(name, mtu, &options);
         self.create(request, name)
     }
@@ -336,13 +331,7 @@ impl Netlink {
 
     /// Sends an `RTM_SETLINK` for `index` with the given `IFF_*` flag changes (`flags` under the mask
     /// `change`) and, if given, one attribute.
-    fn set_link(
-        &mut self,
-        index: u32,
-        flags: u32,
-        change: u32,
-        attribute: Option<(u16, &[u8])>,
-    ) -> io::Result<()> {
+    fn set_link(&mut self, index: u32, flags: u32, change: u32, attribute: Option<(u16, &[u8])>) -> io::Result<()> {
         self.request_raw(&mut setlink_request(index, flags, change, attribute), 0)?;
         Ok(())
     }
@@ -429,14 +418,14 @@ mod tests {
     //! and the parser is fed messages it emits.
     use netlink_packet_core::DefaultNla;
     use netlink_packet_route::link::{
-        InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkFlags,
-        LinkInfo, LinkProtoInfoBridge,
+        InfoBridgePort, InfoData, InfoKind, InfoPortData, InfoPortKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo,
+        LinkProtoInfoBridge,
     };
     use netlink_packet_route::AddressFamily;
 
     use super::*;
-    use netlink_packet_route::link::LinkMessage;
     use crate::netlink::wire::emitted;
+    use netlink_packet_route::link::LinkMessage;
 
     fn message(attributes: Vec<LinkAttribute>) -> LinkMessage {
         let mut message = LinkMessage::default();
@@ -448,7 +437,11 @@ mod tests {
     fn creation_requests() {
         let name = || LinkAttribute::IfName("br0".into());
         let bridge = bridge_request("br0", Some(1400), &[]);
-        let expected = message(vec![name(), LinkAttribute::Mtu(1400), LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)])]);
+        let expected = message(vec![
+            name(),
+            LinkAttribute::Mtu(1400),
+            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)]),
+        ]);
         assert_eq!(bridge.payload(), emitted(&expected));
 
         let options = [InfoBridge::VlanFiltering(true)];
@@ -594,7 +587,10 @@ mod tests {
         lo.header.index = 1;
         lo.header.flags = LinkFlags::Loopback | LinkFlags::Up;
         let (lo, alias) = Link::parse(&emitted(&lo)).unwrap();
-        assert_eq!((lo.loopback, lo.up, lo.oper_up, lo.kind, lo.bridge_port, alias), (true, true, false, None, None, None));
+        assert_eq!(
+            (lo.loopback, lo.up, lo.oper_up, lo.kind, lo.bridge_port, alias),
+            (true, true, false, None, None, None)
+        );
         assert!(Link::parse(&[0; 8]).is_none());
     }
 }

@@ -28,9 +28,9 @@ pub use addr::{Address, AddressOptions};
 pub use bridge_vlan::PortVlan;
 pub use link::{BridgePort, InfoBridge, Link};
 pub use neigh::{FdbEntry, Neighbour};
-pub use vxlan::Vxlan;
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
+pub use vxlan::Vxlan;
 pub use wire::{Reply, Request};
 
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
@@ -108,21 +108,13 @@ impl Netlink {
     pub fn new() -> io::Result<Netlink> {
         let netns = NetNs::current()?;
         let socket = open_socket(&[])?;
-        Ok(Netlink {
-            socket,
-            netns,
-            sequence: 0,
-        })
+        Ok(Netlink { socket, netns, sequence: 0 })
     }
 
     /// A socket in `netns` (a socket stays bound to the namespace it was created in).
     pub fn in_netns(netns: &NetNs) -> io::Result<Netlink> {
         let socket = netns.run(|| open_socket(&[]))??;
-        Ok(Netlink {
-            socket,
-            netns: netns.try_clone()?,
-            sequence: 0,
-        })
+        Ok(Netlink { socket, netns: netns.try_clone()?, sequence: 0 })
     }
 
     /// The namespace this socket operates in.
@@ -188,11 +180,7 @@ impl Netlink {
 
     /// Like [`Netlink::request_raw`] with netlink-packet-route's message enum. This links the parser and
     /// emitter of every rtnetlink message into the binary (hundreds of KiB): prefer the typed helpers.
-    pub fn request(
-        &mut self,
-        message: RouteNetlinkMessage,
-        flags: u16,
-    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+    pub fn request(&mut self, message: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
         let mut request = Request::new(message.message_type(), &[]);
         request.emit(&message);
         let replies = self.request_raw(&mut request, flags)?;
@@ -201,12 +189,8 @@ impl Netlink {
             .map(|reply| {
                 let mut header = NetlinkHeader::default();
                 header.message_type = reply.message_type;
-                RouteNetlinkMessage::deserialize(&header, &reply.data).map_err(|e| {
-                    io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("bad netlink message: {e}"),
-                    )
-                })
+                RouteNetlinkMessage::deserialize(&header, &reply.data)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad netlink message: {e}")))
             })
             .collect()
     }

@@ -201,7 +201,8 @@ mod tests {
         assert_eq!(neighbour.replace_request().payload(), emitted(&expected));
 
         let mut expected = reference(AddressFamily::Inet, 7, NeighbourState::Other(0), NeighbourFlags::empty());
-        expected.attributes = vec![NeighbourAttribute::Destination(NeighbourAddress::Inet("10.244.3.0".parse().unwrap()))];
+        expected.attributes =
+            vec![NeighbourAttribute::Destination(NeighbourAddress::Inet("10.244.3.0".parse().unwrap()))];
         assert_eq!(neighbour.delete_request().payload(), emitted(&expected));
     }
 
@@ -230,7 +231,8 @@ mod tests {
         assert_eq!(parsed, (AF_BRIDGE, 9, NUD_PERMANENT, NTF_SELF, Some("192.168.0.3".parse().unwrap()), Some(MAC)));
 
         let mut reported = reference(AddressFamily::Inet6, 2, NeighbourState::Reachable, NeighbourFlags::empty());
-        reported.attributes = vec![NeighbourAttribute::Destination(NeighbourAddress::Inet6("fd00::1".parse().unwrap()))];
+        reported.attributes =
+            vec![NeighbourAttribute::Destination(NeighbourAddress::Inet6("fd00::1".parse().unwrap()))];
         let parsed = parse(&emitted(&reported)).unwrap();
         assert_eq!((parsed.4, parsed.5), (Some("fd00::1".parse().unwrap()), None));
         assert!(parse(&[0; 4]).is_none());

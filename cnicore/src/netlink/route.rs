@@ -179,13 +179,10 @@ impl Netlink {
     pub fn route_get_oif(&mut self, dst: IpAddr) -> io::Result<Option<u32>> {
         let mut request = route_get_request(dst);
         let replies = self.request_raw(&mut request, 0)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWROUTE)
-            .find_map(|reply| {
-                let attrs = reply.data.get(RTMSG_LEN..)?;
-                attributes(attrs).find_map(|(kind, value)| (kind == libc::RTA_OIF).then(|| wire::as_u32(value)).flatten())
-            }))
+        Ok(replies.iter().filter(|reply| reply.message_type == libc::RTM_NEWROUTE).find_map(|reply| {
+            let attrs = reply.data.get(RTMSG_LEN..)?;
+            attributes(attrs).find_map(|(kind, value)| (kind == libc::RTA_OIF).then(|| wire::as_u32(value)).flatten())
+        }))
     }
 
     /// The route the namespace would take to `dst` (`ip route get <dst>`): its gateway says whether `dst` is

@@ -133,7 +133,11 @@ mod tests {
     #[test]
     fn creation_request() {
         for vxlan in [example(), Vxlan { local: None, link: None, learning: true, port: 4789, ..example() }] {
-            assert_eq!(vxlan_request("flannel.1", Some(1450), &vxlan).payload(), emitted(&reference(&vxlan)), "{vxlan:?}");
+            assert_eq!(
+                vxlan_request("flannel.1", Some(1450), &vxlan).payload(),
+                emitted(&reference(&vxlan)),
+                "{vxlan:?}"
+            );
         }
     }
 

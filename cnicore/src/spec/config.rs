@@ -1,7 +1,7 @@
 //! Network configurations: the fields every plugin shares, and conflists.
 
-use super::error::{codes, Error, Result};
 use super::env::truncate;
+use super::error::{codes, Error, Result};
 use super::gojson;
 use super::result::Dns;
 use serde::{Deserialize, Serialize};
@@ -160,8 +160,10 @@ fn json_error_excerpt(e: &serde_json::Error, input: &[u8]) -> Option<String> {
     let line = input.split(|&b| b == b'\n').nth(e.line() - 1)?;
     let end = e.column().min(line.len());
     let start = end.saturating_sub(MAX_EXCERPT);
-    let excerpt: String =
-        String::from_utf8_lossy(&line[start..end]).chars().map(|c| if c.is_control() || c == '`' { '?' } else { c }).collect();
+    let excerpt: String = String::from_utf8_lossy(&line[start..end])
+        .chars()
+        .map(|c| if c.is_control() || c == '`' { '?' } else { c })
+        .collect();
     // The cut may split a character: its remains are not worth showing.
     let excerpt = excerpt.trim_start_matches('\u{FFFD}').trim();
     (!excerpt.is_empty()).then(|| excerpt.to_string())

@@ -81,7 +81,9 @@ impl Env {
         }
         let value = |name: &str| -> Result<Option<String>> {
             match get(name) {
-                Some(v) if v.len() > MAX_ENV_VALUE => Err(Error::env(format!("{name} is longer than {MAX_ENV_VALUE} bytes"))),
+                Some(v) if v.len() > MAX_ENV_VALUE => {
+                    Err(Error::env(format!("{name} is longer than {MAX_ENV_VALUE} bytes")))
+                }
                 Some(v) if v.is_empty() => Ok(None),
                 v => Ok(v),
             }
@@ -274,9 +276,11 @@ mod tests {
     #[test]
     fn version_ignores_everything_else() {
         // libcni's ValidateNetworkList (podman) and hostile or stale runtimes.
-        let dummy = [("CNI_COMMAND", "VERSION"), ("CNI_NETNS", "dummy"), ("CNI_IFNAME", "dummy"), ("CNI_PATH", "dummy")];
+        let dummy =
+            [("CNI_COMMAND", "VERSION"), ("CNI_NETNS", "dummy"), ("CNI_IFNAME", "dummy"), ("CNI_PATH", "dummy")];
         assert_eq!(env(&dummy).unwrap().command, Command::Version);
-        let hostile = [("CNI_COMMAND", "VERSION"), ("CNI_CONTAINERID", "a/b"), ("CNI_ARGS", "nonsense"), ("CNI_IFNAME", "x/y")];
+        let hostile =
+            [("CNI_COMMAND", "VERSION"), ("CNI_CONTAINERID", "a/b"), ("CNI_ARGS", "nonsense"), ("CNI_IFNAME", "x/y")];
         assert!(env(&hostile).unwrap().netns.is_none());
         assert!(env(&[("CNI_COMMAND", "VERSION")]).is_ok());
     }

@@ -137,8 +137,10 @@ impl Errors {
     pub fn into_result(self) -> Result<()> {
         let mut errors = self.0.into_iter();
         let Some(first) = errors.next() else { return Ok(()) };
-        let details: Vec<String> =
-            std::iter::once(first.details.clone()).filter(|d| !d.is_empty()).chain(errors.map(|e| e.to_string())).collect();
+        let details: Vec<String> = std::iter::once(first.details.clone())
+            .filter(|d| !d.is_empty())
+            .chain(errors.map(|e| e.to_string()))
+            .collect();
         Err(Error { details: details.join("; "), ..first })
     }
 }

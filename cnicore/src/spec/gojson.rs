@@ -47,7 +47,10 @@ pub fn field<'a>(object: &'a Value, name: &str) -> Option<&'a Value> {
 /// [`field`] in an object already taken apart.
 pub fn member<'a>(object: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     let present = |v: &&Value| !v.is_null();
-    object.get(name).filter(present).or_else(|| object.iter().rev().filter(|(k, _)| fold_eq(k, name)).map(|(_, v)| v).find(present))
+    object
+        .get(name)
+        .filter(present)
+        .or_else(|| object.iter().rev().filter(|(k, _)| fold_eq(k, name)).map(|(_, v)| v).find(present))
 }
 
 /// Equality under Go's case folding (`encoding/json` uses Unicode simple folding for field names): lower-case
@@ -266,7 +269,11 @@ impl<'de> Deserializer<'de> for GoDeserializer<'de, '_> {
         deserialize_byte_buf deserialize_unit deserialize_identifier
     }
 
-    fn deserialize_unit_struct<V: Visitor<'de>>(self, name: &'static str, visitor: V) -> Result<V::Value, serde_json::Error> {
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, serde_json::Error> {
         self.value.deserialize_unit_struct(name, visitor)
     }
 }
@@ -369,7 +376,10 @@ mod tests {
         assert_eq!(c.name, "n");
         assert_eq!(c.mtu, 1400);
         let m = &c.runtime_config.port_mappings[0];
-        assert_eq!((m.host_port, m.container_port, m.protocol.as_str(), m.host_ip.as_deref()), (Some(8082), 80, "tcp", Some("")));
+        assert_eq!(
+            (m.host_port, m.container_port, m.protocol.as_str(), m.host_ip.as_deref()),
+            (Some(8082), 80, "tcp", Some(""))
+        );
     }
 
     #[test]

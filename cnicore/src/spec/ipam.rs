@@ -50,14 +50,16 @@ pub fn run_with_stdin(mut p: Process, binary: &Path, stdin: &[u8]) -> Result<Opt
     let json: Option<Value> = if text.trim().is_empty() { None } else { serde_json::from_str(text.trim()).ok() };
     if out.status.success() {
         if json.is_none() && !text.trim().is_empty() {
-            return Err(Error::decode(format!("plugin {name} printed something that is not JSON: {:.200}", text.trim())));
+            return Err(Error::decode(format!(
+                "plugin {name} printed something that is not JSON: {:.200}",
+                text.trim()
+            )));
         }
         return Ok(json);
     }
-    Err(json
-        .as_ref()
-        .and_then(Error::from_json)
-        .unwrap_or_else(|| Error::new(codes::INTERNAL, format!("plugin {name} failed ({}): {:.200}", out.status, text.trim()))))
+    Err(json.as_ref().and_then(Error::from_json).unwrap_or_else(|| {
+        Error::new(codes::INTERNAL, format!("plugin {name} failed ({}): {:.200}", out.status, text.trim()))
+    }))
 }
 
 fn ipam_binary(ctx: &Context) -> Result<PathBuf> {

@@ -140,7 +140,10 @@ impl CniResult {
         let version = super::gojson::field(v, "cniVersion").and_then(Value::as_str).unwrap_or("");
         let version = Version::parse_supported(version)?;
         let bad = |e: serde_json::Error| {
-            Error::new(codes::DECODE, format!("failed to parse {version} result: {}", super::config::shorten_json_error(&e)))
+            Error::new(
+                codes::DECODE,
+                format!("failed to parse {version} result: {}", super::config::shorten_json_error(&e)),
+            )
         };
         if version.legacy_result() {
             let l: LegacyShape = super::gojson::from_value(v).map_err(bad)?;
@@ -163,7 +166,10 @@ impl CniResult {
             dns: c.dns.unwrap_or_default(),
         };
         if let Some(bad_ref) = r.ips.iter().find_map(|i| i.interface.filter(|&n| n >= r.interfaces.len())) {
-            return Err(Error::new(codes::DECODE, format!("result ip refers to interface {bad_ref}, which does not exist")));
+            return Err(Error::new(
+                codes::DECODE,
+                format!("result ip refers to interface {bad_ref}, which does not exist"),
+            ));
         }
         Ok(r)
     }
@@ -180,7 +186,13 @@ impl CniResult {
         let interfaces: Vec<Interface> = self
             .interfaces
             .iter()
-            .map(|i| if v1 { i.clone() } else { Interface { mtu: None, socket_path: String::new(), pci_id: String::new(), ..i.clone() } })
+            .map(|i| {
+                if v1 {
+                    i.clone()
+                } else {
+                    Interface { mtu: None, socket_path: String::new(), pci_id: String::new(), ..i.clone() }
+                }
+            })
             .collect();
         let ips: Vec<Value> = self
             .ips
@@ -268,15 +280,30 @@ mod tests {
                 },
             ],
             ips: vec![
-                IpConfig { address: "10.1.0.5/24".parse().unwrap(), gateway: Some("10.1.0.1".parse().unwrap()), interface: Some(1) },
+                IpConfig {
+                    address: "10.1.0.5/24".parse().unwrap(),
+                    gateway: Some("10.1.0.1".parse().unwrap()),
+                    interface: Some(1),
+                },
                 IpConfig { address: "10.1.0.6/24".parse().unwrap(), gateway: None, interface: Some(1) },
-                IpConfig { address: "fd00::5/64".parse().unwrap(), gateway: Some("fd00::1".parse().unwrap()), interface: Some(1) },
+                IpConfig {
+                    address: "fd00::5/64".parse().unwrap(),
+                    gateway: Some("fd00::1".parse().unwrap()),
+                    interface: Some(1),
+                },
             ],
             routes: vec![
-                Route { mtu: Some(1400), ..Route::new("0.0.0.0/0".parse().unwrap(), Some("10.1.0.1".parse().unwrap())) },
+                Route {
+                    mtu: Some(1400),
+                    ..Route::new("0.0.0.0/0".parse().unwrap(), Some("10.1.0.1".parse().unwrap()))
+                },
                 Route::new("::/0".parse().unwrap(), None),
             ],
-            dns: Dns { nameservers: vec!["10.96.0.10".into()], search: vec!["svc.cluster.local".into()], ..Default::default() },
+            dns: Dns {
+                nameservers: vec!["10.96.0.10".into()],
+                search: vec!["svc.cluster.local".into()],
+                ..Default::default()
+            },
         }
     }
 
@@ -302,14 +329,19 @@ mod tests {
                     assert!(converted.get("ips").is_none());
                     assert_eq!(converted["dns"]["nameservers"][0], "10.96.0.10");
                 } else if to_v < Version::V100 {
-                    assert!(converted["ips"].as_array().unwrap().iter().all(|i| i["version"] == "4" || i["version"] == "6"));
+                    assert!(converted["ips"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|i| i["version"] == "4" || i["version"] == "6"));
                 } else {
                     assert!(converted["ips"][0].get("version").is_none());
                 }
                 // libcni keeps route fields in every version, and interface mtu from 1.0.0 on.
                 let route = if to_v.legacy_result() { &converted["ip4"]["routes"][0] } else { &converted["routes"][0] };
                 assert!(route.get("mtu").is_some(), "{from} -> {to}: {route}");
-                let iface_mtu = converted["interfaces"].as_array().into_iter().flatten().any(|i| i.get("mtu").is_some());
+                let iface_mtu =
+                    converted["interfaces"].as_array().into_iter().flatten().any(|i| i.get("mtu").is_some());
                 assert_eq!(iface_mtu, from_v >= Version::V100 && to_v >= Version::V100, "{from} -> {to}");
             }
         }
@@ -347,7 +379,8 @@ mod tests {
         let r = CniResult::from_json(&v).unwrap();
         assert_eq!(r.ips[0].interface, Some(0));
         assert_eq!(r.sandbox_interface("eth0"), Some(0));
-        let bad: Value = serde_json::from_str(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24","interface":3}]}"#).unwrap();
+        let bad: Value =
+            serde_json::from_str(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24","interface":3}]}"#).unwrap();
         assert_eq!(CniResult::from_json(&bad).unwrap_err().code, codes::DECODE);
         let unknown: Value = serde_json::from_str(r#"{"cniVersion":"9.9.9"}"#).unwrap();
         assert_eq!(CniResult::from_json(&unknown).unwrap_err().code, codes::INCOMPATIBLE_VERSION);

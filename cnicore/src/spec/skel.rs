@@ -88,7 +88,8 @@ impl Context {
     pub fn open_netns(&self) -> Result<crate::netns::NetNs> {
         let path = self.netns()?;
         crate::netns::NetNs::open(path).map_err(|e| {
-            let code = if e.kind() == std::io::ErrorKind::NotFound { codes::UNKNOWN_CONTAINER } else { codes::INTERNAL };
+            let code =
+                if e.kind() == std::io::ErrorKind::NotFound { codes::UNKNOWN_CONTAINER } else { codes::INTERNAL };
             Error::new(code, format!("failed to open netns {}: {e}", path.display()))
         })
     }
@@ -118,18 +119,19 @@ impl Context {
                         o.insert("cniVersion".into(), self.version.to_string().into());
                     }
                 }
-                CniResult::from_json(&v).map(Some).map_err(|e| Error::decode(format!("failed to parse prevResult: {}", e.msg)))
+                CniResult::from_json(&v)
+                    .map(Some)
+                    .map_err(|e| Error::decode(format!("failed to parse prevResult: {}", e.msg)))
             }
         }
     }
 
     /// The `prevResult`, required (chained plugins such as portmap and bandwidth).
     pub fn require_prev_result(&self) -> Result<CniResult> {
-        self.prev_result()?
-            .ok_or_else(|| {
-                let plugin = super::env::truncate(&self.conf.plugin_type);
-                Error::config(format!("must be called as a chained plugin: {plugin} needs prevResult"))
-            })
+        self.prev_result()?.ok_or_else(|| {
+            let plugin = super::env::truncate(&self.conf.plugin_type);
+            Error::config(format!("must be called as a chained plugin: {plugin} needs prevResult"))
+        })
     }
 
     /// `cni.dev/valid-attachments` (or the older `cni.dev/attachments`) of a GC call, as (containerID, ifname).
@@ -185,7 +187,11 @@ pub fn plugin_main(about: &str, plugin: &dyn Plugin) -> ! {
     let mut stdin = Vec::new();
     let env = Env::from_process();
     let read_stdin = |buf: &mut Vec<u8>| -> Result<()> {
-        std::io::stdin().lock().take(MAX_STDIN + 1).read_to_end(buf).map_err(|e| Error::io(format!("reading stdin: {e}")))?;
+        std::io::stdin()
+            .lock()
+            .take(MAX_STDIN + 1)
+            .read_to_end(buf)
+            .map_err(|e| Error::io(format!("reading stdin: {e}")))?;
         if buf.len() as u64 > MAX_STDIN {
             return Err(Error::decode(format!("config on stdin is larger than {MAX_STDIN} bytes")));
         }
@@ -286,7 +292,11 @@ mod tests {
         fn add(&self, ctx: &Context) -> Result<CniResult> {
             let mut r = ctx.prev_result()?.unwrap_or_default();
             r.interfaces.push(Interface { name: ctx.env.ifname.clone(), ..Default::default() });
-            r.ips.push(crate::spec::IpConfig { address: "10.0.0.2/24".parse().unwrap(), gateway: None, interface: Some(0) });
+            r.ips.push(crate::spec::IpConfig {
+                address: "10.0.0.2/24".parse().unwrap(),
+                gateway: None,
+                interface: Some(0),
+            });
             Ok(r)
         }
         fn del(&self, _: &Context) -> Result<()> {
@@ -327,16 +337,25 @@ mod tests {
             assert_eq!(call(cmd, "{").1.unwrap_err().code, codes::DECODE);
             assert_eq!(call(cmd, "").1.unwrap_err().code, codes::DECODE);
             assert_eq!(call(cmd, "[1]").1.unwrap_err().code, codes::INVALID_CONFIG);
-            assert_eq!(call(cmd, r#"{"cniVersion":"7.0.0","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+            assert_eq!(
+                call(cmd, r#"{"cniVersion":"7.0.0","name":"n"}"#).1.unwrap_err().code,
+                codes::INCOMPATIBLE_VERSION
+            );
             assert_eq!(call(cmd, r#"{"cniVersion":"1.1.0","name":"../x"}"#).1.unwrap_err().code, codes::INVALID_CONFIG);
         }
     }
 
     #[test]
     fn verbs_gated_by_version() {
-        assert_eq!(call(Command::Check, r#"{"cniVersion":"0.3.1","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+        assert_eq!(
+            call(Command::Check, r#"{"cniVersion":"0.3.1","name":"n"}"#).1.unwrap_err().code,
+            codes::INCOMPATIBLE_VERSION
+        );
         assert_eq!(call(Command::Check, r#"{"cniVersion":"0.4.0","name":"n"}"#).1.unwrap_err().msg, "checked");
-        assert_eq!(call(Command::Gc, r#"{"cniVersion":"1.0.0","name":"n"}"#).1.unwrap_err().code, codes::INCOMPATIBLE_VERSION);
+        assert_eq!(
+            call(Command::Gc, r#"{"cniVersion":"1.0.0","name":"n"}"#).1.unwrap_err().code,
+            codes::INCOMPATIBLE_VERSION
+        );
         assert!(call(Command::Status, r#"{"cniVersion":"1.1.0","name":"n"}"#).1.is_ok());
     }
 

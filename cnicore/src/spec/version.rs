@@ -25,7 +25,12 @@ impl Version {
             return Ok(Version::V010);
         }
         // The version comes from the config: quoted shortened, so that a hostile one cannot flood the message.
-        let bad = || Error::new(codes::DECODE, format!("invalid version {:?}: expected major.minor.patch", super::env::truncate(s)));
+        let bad = || {
+            Error::new(
+                codes::DECODE,
+                format!("invalid version {:?}: expected major.minor.patch", super::env::truncate(s)),
+            )
+        };
         let mut parts = s.split('.');
         let mut next = || -> Result<u16> {
             let p = parts.next().ok_or_else(bad)?;

@@ -260,7 +260,10 @@ mod tests {
         assert_eq!(request.payload(), emitted(&expected));
 
         let qdisc = Qdisc::parse(&emitted(&expected)).unwrap();
-        assert_eq!(qdisc, Qdisc { index: 3, handle: handle::make(1, 0), parent: handle::ROOT, kind: QdiscKind::Tbf(Some(tbf)) });
+        assert_eq!(
+            qdisc,
+            Qdisc { index: 3, handle: handle::make(1, 0), parent: handle::ROOT, kind: QdiscKind::Tbf(Some(tbf)) }
+        );
 
         let mut request = tc_request(libc::RTM_NEWQDISC, 3, handle::INGRESS, handle::INGRESS_PARENT, 0).unwrap();
         request.attr_str(libc::TCA_KIND, "clsact");

@@ -101,9 +101,8 @@ fn redirect_of(action: &[u8]) -> Option<Redirect> {
     if kind.as_deref() != Some("mirred") {
         return None;
     }
-    let parms = attributes(options?)
-        .find(|(option, value)| *option == TCA_MIRRED_PARMS && value.len() >= TC_MIRRED_LEN)?
-        .1;
+    let parms =
+        attributes(options?).find(|(option, value)| *option == TCA_MIRRED_PARMS && value.len() >= TC_MIRRED_LEN)?.1;
     Some(Redirect {
         ifindex: wire::u32_at(parms, 24)?,
         egress_redirect: wire::u32_at(parms, 20)? == TCA_EGRESS_REDIR,
@@ -271,7 +270,11 @@ mod tests {
                     prio: 1,
                     protocol: ETH_P_ALL,
                     kind: "u32".into(),
-                    redirects: vec![Redirect { ifindex: 9, egress_redirect: true, cookie: cookie.unwrap_or(&[]).to_vec() }],
+                    redirects: vec![Redirect {
+                        ifindex: 9,
+                        egress_redirect: true,
+                        cookie: cookie.unwrap_or(&[]).to_vec()
+                    }],
                 }
             );
         }

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, PutOptions,
-    TlsOptions, Txn, TxnOp, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, PutOptions, TlsOptions,
+    Txn, TxnOp, WatchOptions,
 };
 use ipnet::Ipv4Net;
 use tokio::sync::watch;
@@ -72,7 +72,14 @@ fn describe(e: etcd_client::Error) -> String {
 
 /// True for the ways a connection shows as closed by the server once TLS is set up (rather than not made).
 fn closed_after_handshake(error: &str) -> bool {
-    let not_connected = ["tcp connect", "Connection refused", "timed out", "No route to host", "certificate verify", "InvalidCertificate"];
+    let not_connected = [
+        "tcp connect",
+        "Connection refused",
+        "timed out",
+        "No route to host",
+        "certificate verify",
+        "InvalidCertificate",
+    ];
     let closed = ["connection closed", "canceled", "broken pipe", "Connection reset", "transport error"];
     closed.iter().any(|c| error.contains(c)) && !not_connected.iter().any(|c| error.contains(c))
 }
@@ -99,7 +106,8 @@ impl Store {
             }
             match (&options.certfile, &options.keyfile) {
                 (Some(cert), Some(key)) => {
-                    let cert_pem = std::fs::read(cert).map_err(|e| format!("--etcd-certfile {}: {e}", cert.display()))?;
+                    let cert_pem =
+                        std::fs::read(cert).map_err(|e| format!("--etcd-certfile {}: {e}", cert.display()))?;
                     let key_pem = std::fs::read(key).map_err(|e| format!("--etcd-keyfile {}: {e}", key.display()))?;
                     tls = tls.identity(Identity::from_pem(cert_pem, key_pem));
                 }
@@ -193,7 +201,13 @@ impl Store {
 
     /// Writes `attrs` at `subnet`'s key on a new etcd lease if `compare` holds; the new lease id, or None when
     /// the condition failed (someone else got there first).
-    async fn put_if(&mut self, subnet: &Ipv4Net, attrs: &LeaseAttrs, compare: Compare, ttl: Duration) -> Result<Option<i64>, Error> {
+    async fn put_if(
+        &mut self,
+        subnet: &Ipv4Net,
+        attrs: &LeaseAttrs,
+        compare: Compare,
+        ttl: Duration,
+    ) -> Result<Option<i64>, Error> {
         let id = self.grant(ttl).await?;
         let put = TxnOp::put(self.lease_key(subnet), attrs.to_json(), Some(PutOptions::new().with_lease(id)));
         let response = self.client.txn(Txn::new().when([compare]).and_then([put])).await;
@@ -221,13 +235,16 @@ impl Store {
         for attempt in 0u32.. {
             let (leases, _) = self.leases().await?;
             // Ours by public IP: keep it (rewritten only when its value changed or its etcd lease is gone).
-            let mine = leases.iter().find(|(subnet, (a, _, _))| a.public_ip == attrs.public_ip && config.allows(subnet));
+            let mine =
+                leases.iter().find(|(subnet, (a, _, _))| a.public_ip == attrs.public_ip && config.allows(subnet));
             if let Some((subnet, (current, id, revision))) = mine {
                 let key = self.lease_key(subnet);
                 if current == attrs && self.remaining(*id).await? > 0 {
                     return Ok((*subnet, *id));
                 }
-                if let Some(id) = self.put_if(subnet, attrs, Compare::mod_revision(key, CompareOp::Equal, *revision), ttl).await? {
+                if let Some(id) =
+                    self.put_if(subnet, attrs, Compare::mod_revision(key, CompareOp::Equal, *revision), ttl).await?
+                {
                     return Ok((*subnet, id));
                 }
                 continue;
@@ -238,7 +255,9 @@ impl Store {
                 let outcome = match leases.get(&subnet) {
                     None => self.put_if(&subnet, attrs, Compare::version(key, CompareOp::Equal, 0), ttl).await?,
                     Some((_, id, revision)) if Some(*id) == previous.lease_id => {
-                        let taken = self.put_if(&subnet, attrs, Compare::mod_revision(key, CompareOp::Equal, *revision), ttl).await?;
+                        let taken = self
+                            .put_if(&subnet, attrs, Compare::mod_revision(key, CompareOp::Equal, *revision), ttl)
+                            .await?;
                         if taken.is_some() {
                             self.revoke(*id).await;
                         }
@@ -294,7 +313,9 @@ impl Store {
 fn random_below(n: usize) -> usize {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
     (hasher.finish() % n.max(1) as u64) as usize
 }
 
@@ -318,7 +339,11 @@ pub async fn run(
         let Ended::Failed(e) = session(&options, &node, &mut previous, &tx, &metrics).await;
         Metrics::set(&metrics.store_connected, 0);
         Metrics::inc(&metrics.etcd_errors_total);
-        log!(error, "etcd {}: {e}; the data plane is kept as it is, retrying in {backoff:?}", options.endpoints.join(","));
+        log!(
+            error,
+            "etcd {}: {e}; the data plane is kept as it is, retrying in {backoff:?}",
+            options.endpoints.join(",")
+        );
         if started.elapsed() > Duration::from_secs(30) {
             backoff = Duration::from_millis(100);
         }

@@ -285,11 +285,14 @@ fn requested_ips(ctx: &Context, runtime: Option<Vec<String>>, args: Option<Vec<S
         }
     }
     for s in &args.unwrap_or_default() {
-        ips.push(parse(s).ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?);
+        ips.push(
+            parse(s).ok_or_else(|| Error::config(format!("args.cni.ips: {:?} is not an IP address", truncate(s))))?,
+        );
     }
     for s in &runtime.unwrap_or_default() {
         ips.push(
-            parse(s).ok_or_else(|| Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s))))?,
+            parse(s)
+                .ok_or_else(|| Error::config(format!("runtimeConfig.ips: {:?} is not an IP address", truncate(s))))?,
         );
     }
     let mut unique = Vec::with_capacity(ips.len());

@@ -143,7 +143,8 @@ fn reclaim_earlier_boot(reserver: &mut Reserver, set: &RangeSet, last: Option<Ip
             _ => ip.to_string(),
         })
         .collect();
-    let more = if freed.len() > holders.len() { format!(" and {} more", freed.len() - holders.len()) } else { String::new() };
+    let more =
+        if freed.len() > holders.len() { format!(" and {} more", freed.len() - holders.len()) } else { String::new() };
     cnicore::warn!(
         "range set {set} is full: freed {} leases written before this boot: {}{more}",
         freed.len(),

@@ -44,9 +44,7 @@ impl Cri {
         let channel = loop {
             match runtime.block_on(connect_unix(socket.to_path_buf())) {
                 Ok(channel) => break channel,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(format!("connect to {}: {e}", socket.display()))
-                }
+                Err(e) if Instant::now() >= deadline => return Err(format!("connect to {}: {e}", socket.display())),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         };
@@ -70,53 +68,37 @@ impl Cri {
     /// `Version`: the runtime's name and version.
     pub fn version(&mut self) -> Result<VersionResponse, Status> {
         let request = VersionRequest { version: "v1".into() };
-        self.runtime
-            .block_on(self.service.version(request))
-            .map(|r| r.into_inner())
+        self.runtime.block_on(self.service.version(request)).map(|r| r.into_inner())
     }
 
     /// `RunPodSandbox`: the sandbox id.
     pub fn run_pod_sandbox(&mut self, config: PodSandboxConfig) -> Result<String, Status> {
         let request = RunPodSandboxRequest { config: Some(config), runtime_handler: String::new() };
-        self.runtime
-            .block_on(self.service.run_pod_sandbox(request))
-            .map(|r| r.into_inner().pod_sandbox_id)
+        self.runtime.block_on(self.service.run_pod_sandbox(request)).map(|r| r.into_inner().pod_sandbox_id)
     }
 
     /// `PodSandboxStatus` (verbose: with the runtime's `info`, e.g. containerd's netns path).
-    pub fn pod_sandbox_status(
-        &mut self,
-        id: &str,
-        verbose: bool,
-    ) -> Result<PodSandboxStatusResponse, Status> {
+    pub fn pod_sandbox_status(&mut self, id: &str, verbose: bool) -> Result<PodSandboxStatusResponse, Status> {
         let request = PodSandboxStatusRequest { pod_sandbox_id: id.into(), verbose };
-        self.runtime
-            .block_on(self.service.pod_sandbox_status(request))
-            .map(|r| r.into_inner())
+        self.runtime.block_on(self.service.pod_sandbox_status(request)).map(|r| r.into_inner())
     }
 
     /// `StopPodSandbox`.
     pub fn stop_pod_sandbox(&mut self, id: &str) -> Result<(), Status> {
         let request = StopPodSandboxRequest { pod_sandbox_id: id.into() };
-        self.runtime
-            .block_on(self.service.stop_pod_sandbox(request))
-            .map(|_| ())
+        self.runtime.block_on(self.service.stop_pod_sandbox(request)).map(|_| ())
     }
 
     /// `RemovePodSandbox`.
     pub fn remove_pod_sandbox(&mut self, id: &str) -> Result<(), Status> {
         let request = RemovePodSandboxRequest { pod_sandbox_id: id.into() };
-        self.runtime
-            .block_on(self.service.remove_pod_sandbox(request))
-            .map(|_| ())
+        self.runtime.block_on(self.service.remove_pod_sandbox(request)).map(|_| ())
     }
 
     /// `ListPodSandbox`, unfiltered.
     pub fn list_pod_sandbox(&mut self) -> Result<Vec<PodSandbox>, Status> {
         let request = ListPodSandboxRequest { filter: None };
-        self.runtime
-            .block_on(self.service.list_pod_sandbox(request))
-            .map(|r| r.into_inner().items)
+        self.runtime.block_on(self.service.list_pod_sandbox(request)).map(|r| r.into_inner().items)
     }
 
     /// `CreateContainer` in a sandbox (`sandbox` is the config the sandbox was run with, as the kubelet
@@ -132,45 +114,33 @@ impl Cri {
             config: Some(config),
             sandbox_config: Some(sandbox),
         };
-        self.runtime
-            .block_on(self.service.create_container(request))
-            .map(|r| r.into_inner().container_id)
+        self.runtime.block_on(self.service.create_container(request)).map(|r| r.into_inner().container_id)
     }
 
     /// `StartContainer`.
     pub fn start_container(&mut self, id: &str) -> Result<(), Status> {
         let request = StartContainerRequest { container_id: id.into() };
-        self.runtime
-            .block_on(self.service.start_container(request))
-            .map(|_| ())
+        self.runtime.block_on(self.service.start_container(request)).map(|_| ())
     }
 
     /// `ContainerStatus`.
     pub fn container_status(&mut self, id: &str) -> Result<ContainerStatus, Status> {
         let request = ContainerStatusRequest { container_id: id.into(), verbose: false };
-        self.runtime
-            .block_on(self.service.container_status(request))
-            .map(|r| r.into_inner().status.unwrap_or_default())
+        self.runtime.block_on(self.service.container_status(request)).map(|r| r.into_inner().status.unwrap_or_default())
     }
 
     /// `UpdateRuntimeConfig` with the node's pod CIDR (what the kubelet sends once it knows it).
     pub fn update_pod_cidr(&mut self, cidr: &str) -> Result<(), Status> {
         let request = UpdateRuntimeConfigRequest {
-            runtime_config: Some(RuntimeConfig {
-                network_config: Some(NetworkConfig { pod_cidr: cidr.into() }),
-            }),
+            runtime_config: Some(RuntimeConfig { network_config: Some(NetworkConfig { pod_cidr: cidr.into() }) }),
         };
-        self.runtime
-            .block_on(self.service.update_runtime_config(request))
-            .map(|_| ())
+        self.runtime.block_on(self.service.update_runtime_config(request)).map(|_| ())
     }
 
     /// `Status` (verbose): the runtime's conditions, e.g. `NetworkReady`.
     pub fn status(&mut self) -> Result<StatusResponse, Status> {
         let request = StatusRequest { verbose: true };
-        self.runtime
-            .block_on(self.service.status(request))
-            .map(|r| r.into_inner())
+        self.runtime.block_on(self.service.status(request)).map(|r| r.into_inner())
     }
 
     /// `ListImages`: the references of the images the runtime has.
@@ -229,10 +199,7 @@ pub fn pod_config(
             })
             .collect(),
         labels: HashMap::from([("app".to_string(), name.to_string())]),
-        annotations: annotations
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         linux: Some(LinuxPodSandboxConfig::default()),
         ..Default::default()
     }

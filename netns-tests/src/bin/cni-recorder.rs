@@ -11,8 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::{exit, Command, ExitStatus, Output, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -54,8 +54,8 @@ fn main() {
     let _ = std::io::stderr().write_all(&output.stderr);
 
     let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("CNI_")).collect();
-    let stdin_value = serde_json::from_slice(&stdin)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&stdin).into_owned()));
+    let stdin_value =
+        serde_json::from_slice(&stdin).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&stdin).into_owned()));
     let record = json!({
         "plugin": name,
         "env": env,

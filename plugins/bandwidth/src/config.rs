@@ -55,7 +55,9 @@ impl RawEntry {
     /// The reference embeds the entry in its config as a pointer, allocated as soon as one of its fields appears
     /// (v1.6 to v1.9 have no subnet fields: those alone do not make an entry).
     fn is_present(&self) -> bool {
-        [&self.ingress_rate, &self.ingress_burst, &self.egress_rate, &self.egress_burst].into_iter().any(Option::is_some)
+        [&self.ingress_rate, &self.ingress_burst, &self.egress_rate, &self.egress_burst]
+            .into_iter()
+            .any(Option::is_some)
     }
 
     fn has_subnets(&self) -> bool {
@@ -230,9 +232,16 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(l.ingress.unwrap().rate, 1000);
-        assert!(entry(&ctx(r#"{"unshapedSubnets":["10.0.0.0/8"],"egressRate":8000,"egressBurst":800}"#)).unwrap().unwrap().subnets);
+        assert!(
+            entry(&ctx(r#"{"unshapedSubnets":["10.0.0.0/8"],"egressRate":8000,"egressBurst":800}"#))
+                .unwrap()
+                .unwrap()
+                .subnets
+        );
         // Subnets alone are no entry (v1.9 does not know the fields): runtimeConfig still applies.
-        let c = ctx(r#"{"shapedSubnets":["10.0.0.0/8"],"runtimeConfig":{"bandwidth":{"egressRate":16000,"egressBurst":1600}}}"#);
+        let c = ctx(
+            r#"{"shapedSubnets":["10.0.0.0/8"],"runtimeConfig":{"bandwidth":{"egressRate":16000,"egressBurst":1600}}}"#,
+        );
         let e = entry(&c).unwrap().unwrap();
         assert!(e.subnets && e.egress_rate == 16000);
         assert!(limits(&ctx(r#"{"shapedSubnets":["10.0.0.0/8"]}"#)).unwrap().is_empty());

@@ -5,7 +5,6 @@ use cnicore::netlink::{Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{CniResult, Error, ErrorContext, Result};
 
-
 /// The host veth of pod interface `ifname` in `pod`, which must be listed in `prev` without a sandbox.
 pub fn find(host: &mut Netlink, pod: &NetNs, ifname: &str, prev: &CniResult) -> Result<Link> {
     if prev.interfaces.is_empty() {

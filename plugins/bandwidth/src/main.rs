@@ -23,7 +23,6 @@ use config::Limits;
 
 struct Bandwidth;
 
-
 fn host_netlink() -> Result<Netlink> {
     Netlink::new().context("opening netlink")
 }
@@ -76,13 +75,18 @@ impl Plugin for Bandwidth {
         let host = host::find(&mut nl, &pod, &ctx.env.ifname, &result)?;
         let ifb_name = ifb::name(&ctx.conf.name, &ctx.env.container_id);
         match apply(&mut nl, &host, ctx, &ifb_name, &limits) {
-            Ok(Some(ifb)) => {
-                result.interfaces.push(Interface { name: ifb.name, mac: ifb.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default(), ..Default::default() })
-            }
+            Ok(Some(ifb)) => result.interfaces.push(Interface {
+                name: ifb.name,
+                mac: ifb.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default(),
+                ..Default::default()
+            }),
             Ok(None) => {}
             Err(e) => {
                 // Leave nothing half-made behind; the error that matters is the first one.
-                report_rollback(format_args!("removing the shaping of {}", host.name), remove(&mut nl, std::slice::from_ref(&host), &ifb_name));
+                report_rollback(
+                    format_args!("removing the shaping of {}", host.name),
+                    remove(&mut nl, std::slice::from_ref(&host), &ifb_name),
+                );
                 return Err(e);
             }
         }
@@ -125,8 +129,7 @@ impl Plugin for Bandwidth {
             let stale = device.network == ctx.conf.name && !valid.contains(&device.container_id);
             // Only names we derive ourselves: an alias is easy to set by hand.
             if stale && device.name == ifb::name(&device.network, &device.container_id) {
-                nl.delete_link_by_name(&device.name)
-                    .with_context(|| format!("deleting ifb device {}", device.name))?;
+                nl.delete_link_by_name(&device.name).with_context(|| format!("deleting ifb device {}", device.name))?;
             }
         }
         Ok(())

@@ -21,7 +21,6 @@ const U32_NODE_MASK: u32 = 0xFFF;
 /// Priority of our filter when the ingress qdisc is ours (the reference's).
 const PREFERRED_PRIO: u16 = 1;
 
-
 /// Ignores "it is gone" errors, as DEL must.
 fn tolerate_gone(result: io::Result<()>) -> io::Result<()> {
     match result {

@@ -8,17 +8,17 @@ use std::time::Duration;
 use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route, ipam};
+use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route};
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use cnicore::firewall::masq::{self, Attachment as Masq};
-use cnicore::firewall::Backend;
+use crate::mtu;
 use crate::node;
 use crate::pod;
 use crate::spoofchk::SpoofCheck;
 use crate::undo::Undo;
-use crate::mtu;
+use cnicore::firewall::masq::{self, Attachment as Masq};
+use cnicore::firewall::Backend;
 
 /// Bound on the host veth becoming operationally up (the reference polls for up to 2.55 s).
 const PORT_UP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -127,7 +127,10 @@ fn apply<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
 }
 
 /// The links (see [`setup_links`]) and, with IPAM, the lease.
-fn links_and_lease<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<(Result<Links>, Option<Result<CniResult>>)> {
+fn links_and_lease<'a>(
+    p: &mut Preflight<'a>,
+    undo: &mut Undo<'a>,
+) -> Result<(Result<Links>, Option<Result<CniResult>>)> {
     let ctx = p.ctx;
     let layer3 = p.conf.layer3;
     let ipam_add = move || ipam::add(ctx).inspect(|_| failpoint::hit("bridge/after-ipam"));
@@ -356,14 +359,9 @@ fn first_address(net: &IpNet) -> Option<IpAddr> {
 
 /// Re-reads the bridge and host veth for their final MACs and MTUs.
 fn finish_interfaces(nl: &mut Netlink, result: &mut CniResult, bridge: &Link, host: &Link) -> Result<()> {
-    let bridge = nl
-        .link_by_index(bridge.index)
-        .context("failed to look up the bridge")?
-        .unwrap_or_else(|| bridge.clone());
-    let host = nl
-        .link_by_index(host.index)
-        .context("failed to look up the host veth")?
-        .unwrap_or_else(|| host.clone());
+    let bridge =
+        nl.link_by_index(bridge.index).context("failed to look up the bridge")?.unwrap_or_else(|| bridge.clone());
+    let host = nl.link_by_index(host.index).context("failed to look up the host veth")?.unwrap_or_else(|| host.clone());
     for (i, link) in [(0, &bridge), (1, &host)] {
         result.interfaces[i].mac = link.mac.map(|m| format_mac(&m)).unwrap_or_default();
         result.interfaces[i].mtu = Some(link.mtu);

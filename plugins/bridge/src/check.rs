@@ -2,14 +2,14 @@
 //! the bridge, the pod's addresses and routes, and with ipMasq the masquerade rules (exceptions included).
 
 use cnicore::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
-use cnicore::spec::{CniResult, Command, Context, Error, ErrorContext, Interface, Result, ipam};
+use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result};
 
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
-use cnicore::firewall::{masq, reference_nft};
-use cnicore::firewall::Backend;
 use crate::node::is_bridge;
+use cnicore::firewall::Backend;
+use cnicore::firewall::{masq, reference_nft};
 
 pub fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx)?;

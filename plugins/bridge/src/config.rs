@@ -381,8 +381,9 @@ mod tests {
     fn non_masquerade_cidrs() {
         assert!(Config::load(&ctx(base())).unwrap().non_masquerade.is_empty());
         assert!(Config::load(&ctx(with("nonMasqueradeCIDRs", Value::Null))).unwrap().non_masquerade.is_empty());
-        let c = Config::load(&ctx(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.7.1/16", "fd00:10:244::/56"]))))
-            .unwrap();
+        let c =
+            Config::load(&ctx(with("nonMasqueradeCIDRs", serde_json::json!(["10.244.7.1/16", "fd00:10:244::/56"]))))
+                .unwrap();
         let want: Vec<IpNet> = vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()];
         assert_eq!(c.non_masquerade, want);
         // Go's key matching: any case.
@@ -431,7 +432,10 @@ mod tests {
             "IPAM":{"Type":"host-local"},"Bridge":"cbr0","IsGateway":true,"IPMasq":true,"MTU":1460,
             "HairpinMode":true,"RuntimeConfig":{"MAC":"02:00:00:00:00:07"}})))
         .unwrap();
-        assert_eq!((c.bridge.as_str(), c.is_gateway, c.ip_masq, c.mtu, c.hairpin), ("cbr0", true, true, Some(1460), true));
+        assert_eq!(
+            (c.bridge.as_str(), c.is_gateway, c.ip_masq, c.mtu, c.hairpin),
+            ("cbr0", true, true, Some(1460), true)
+        );
         assert!(c.layer3);
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 7]));
         let c = Config::load(&ctx(with("args", serde_json::json!({"CNI":{"Mac":"02:00:00:00:00:08"}})))).unwrap();

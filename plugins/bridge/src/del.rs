@@ -11,8 +11,8 @@ use cnicore::spec::{ipam, Command, Context, Error, ErrorContext, Errors, Result}
 use ipnet::IpNet;
 
 use crate::config::Config;
-use cnicore::firewall::masq;
 use crate::spoofchk::SpoofCheck;
+use cnicore::firewall::masq;
 
 /// Removes the reference's nftables ipMasq rule of the attachment, when `nft` is installed.
 fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {

@@ -50,9 +50,7 @@ pub fn sysctl_best_effort(name: &str, value: &str) {
 
 /// Sets a sysctl that must be set.
 pub fn sysctl_required(name: &str, value: &str) -> Result<()> {
-    sysctl::write_if_different(name, value)
-        .map(|_| ())
-        .with_context(|| format!("failed to set {name}={value}"))
+    sysctl::write_if_different(name, value).map(|_| ()).with_context(|| format!("failed to set {name}={value}"))
 }
 
 /// Finds the bridge or creates it (with `mtu`), tolerating a concurrent ADD creating it at the same moment,
@@ -115,12 +113,10 @@ pub fn attach_port(
     nl.set_master(port.index, bridge.index)
         .with_context(|| format!("failed to connect {name:?} to bridge {:?}", bridge.name))?;
     if conf.hairpin {
-        nl.set_hairpin(port.index, true)
-            .with_context(|| format!("failed to set hairpin mode on {name:?}"))?;
+        nl.set_hairpin(port.index, true).with_context(|| format!("failed to set hairpin mode on {name:?}"))?;
     }
     if conf.port_isolation {
-        nl.set_port_isolated(port.index, true)
-            .with_context(|| format!("failed to set port isolation on {name:?}"))?;
+        nl.set_port_isolated(port.index, true).with_context(|| format!("failed to set port isolation on {name:?}"))?;
     }
     if vlan.is_some() || !trunk.is_empty() {
         set_port_vlans(nl, port, vlan, trunk, conf.preserve_default_vlan)?;
@@ -134,7 +130,8 @@ pub fn attach_port(
 /// as tagged would clear its PVID and untagged flags).
 pub fn port_vlans(vlan: Option<u16>, trunk: &[u16]) -> Vec<PortVlan> {
     let native = vlan.map(|vid| PortVlan { vid, pvid: true, untagged: true });
-    let tagged = trunk.iter().filter(|&&vid| Some(vid) != vlan).map(|&vid| PortVlan { vid, pvid: false, untagged: false });
+    let tagged =
+        trunk.iter().filter(|&&vid| Some(vid) != vlan).map(|&vid| PortVlan { vid, pvid: false, untagged: false });
     native.into_iter().chain(tagged).collect()
 }
 
@@ -177,9 +174,7 @@ pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid
     let peer_name = random_veth_name()?;
     let link = match nl.create_veth(&name, &peer_name, &node_ns, Some(mtu), None) {
         Ok(link) => link,
-        Err(e) if is_exists(&e) => {
-            return nl.require_link(&name).with_context(|| format!("failed to find {name:?}"))
-        }
+        Err(e) if is_exists(&e) => return nl.require_link(&name).with_context(|| format!("failed to find {name:?}")),
         Err(e) => return Err(Error::os(format!("failed to create VLAN gateway {name:?}"), e)),
     };
     let peer = nl.require_link(&peer_name).with_context(|| format!("failed to find {peer_name:?}"))?;
@@ -258,9 +253,7 @@ pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
         match sysctl::write_if_different(name, "1") {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                cnicore::warn!(
-                    "{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables"
-                );
+                cnicore::warn!("{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables");
             }
             Err(e) => cnicore::warn!("failed to set {name}=1: {e}"),
         }
@@ -277,7 +270,6 @@ pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
     }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod vlan_tests {

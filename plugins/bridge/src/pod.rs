@@ -25,9 +25,7 @@ pub fn configure(
 ) -> Result<()> {
     let has_v4 = result.ips.iter().any(|ip| ip.address.addr().is_ipv4());
     let has_v6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
-    pod_ns
-        .run(|| set_pod_sysctls(ifname, has_v4, has_v6, enable_dad))
-        .context("failed to enter the pod netns")??;
+    pod_ns.run(|| set_pod_sysctls(ifname, has_v4, has_v6, enable_dad)).context("failed to enter the pod netns")??;
 
     // IPv6 addresses are not added with IFA_F_NODAD but with accept_dad 0 (unless enabledad), so that they
     // are tentative until the kernel has joined their solicited-node groups, which is then waited for below:
@@ -78,8 +76,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
             let name = format!("net/ipv6/conf/{iface}/disable_ipv6");
             match sysctl::read(&name) {
                 Ok(v) if v.trim() == "0" => {}
-                Ok(_) => sysctl::write(&name, "0")
-                    .with_context(|| format!("failed to enable IPv6 on {iface:?}"))?,
+                Ok(_) => sysctl::write(&name, "0").with_context(|| format!("failed to enable IPv6 on {iface:?}"))?,
                 Err(e) => cnicore::warn!("failed to read {name}: {e}"),
             }
         }

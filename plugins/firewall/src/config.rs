@@ -89,16 +89,17 @@ impl Config {
         let ingress_policy = match raw.ingress_policy.as_deref().unwrap_or("") {
             "" | "open" => IngressPolicy::Open,
             "same-bridge" => IngressPolicy::SameBridge,
-            "isolated" => {
-                return Err(Error::config(
-                    "ingressPolicy \"isolated\" (reference plugins v1.7) is not supported: use \"open\" or \"same-bridge\"",
-                ))
-            }
+            "isolated" => return Err(Error::config(
+                "ingressPolicy \"isolated\" (reference plugins v1.7) is not supported: use \"open\" or \"same-bridge\"",
+            )),
             other => return Err(Error::config(format!("unknown ingress policy: {:?}", truncate_for_msg(other)))),
         };
         let data_dir = raw.data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into());
         if !data_dir.is_absolute() {
-            return Err(Error::config(format!("dataDir {:?} must be an absolute path", data_dir.display().to_string())));
+            return Err(Error::config(format!(
+                "dataDir {:?} must be an absolute path",
+                data_dir.display().to_string()
+            )));
         }
         Ok(Config {
             network: ctx.conf.name.clone(),
@@ -175,7 +176,10 @@ mod tests {
         let c = parse(r#"{"name":"n","Backend":null,"IPTABLESADMINCHAINNAME":"MY-ADMIN","firewalldZone":"internal","ingressPolicy":"same-bridge"}"#).unwrap();
         assert_eq!((c.requested, c.admin_chain.as_str(), c.zone.as_str()), (Requested::Auto, "MY-ADMIN", "internal"));
         assert_eq!(c.ingress_policy, IngressPolicy::SameBridge);
-        assert_eq!(parse(r#"{"name":"n","backend":"nftables"}"#).unwrap().requested, Requested::Kernel(Backend::Nftables));
+        assert_eq!(
+            parse(r#"{"name":"n","backend":"nftables"}"#).unwrap().requested,
+            Requested::Kernel(Backend::Nftables)
+        );
         assert_eq!(parse(r#"{"name":"n","backend":"firewalld"}"#).unwrap().requested, Requested::Firewalld);
     }
 
@@ -205,7 +209,8 @@ mod tests {
 
     #[test]
     fn host_addresses_are_deduplicated_host_prefixes() {
-        let ips: Vec<IpNet> = ["10.88.0.2/16", "fd00::2/64", "10.88.0.2/24"].iter().map(|s| s.parse().unwrap()).collect();
+        let ips: Vec<IpNet> =
+            ["10.88.0.2/16", "fd00::2/64", "10.88.0.2/24"].iter().map(|s| s.parse().unwrap()).collect();
         let hosts: Vec<String> = host_addresses(ips).iter().map(ToString::to_string).collect();
         assert_eq!(hosts, ["10.88.0.2/32", "fd00::2/128"]);
     }

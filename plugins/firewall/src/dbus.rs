@@ -133,13 +133,23 @@ impl Connection {
         let mut line = String::new();
         self.reader.by_ref().take(512).read_line(&mut line)?;
         if !line.starts_with("OK ") {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("D-Bus authentication refused: {:?}", line.trim())));
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("D-Bus authentication refused: {:?}", line.trim()),
+            ));
         }
         self.writer.write_all(b"BEGIN\r\n")
     }
 
     /// Calls `interface.member` on `path` of `destination` with string arguments; the reply's values.
-    pub fn call(&mut self, destination: &str, path: &str, interface: &str, member: &str, args: &[&str]) -> Result<Vec<Value>, CallError> {
+    pub fn call(
+        &mut self,
+        destination: &str,
+        path: &str,
+        interface: &str,
+        member: &str,
+        args: &[&str],
+    ) -> Result<Vec<Value>, CallError> {
         self.serial += 1;
         let serial = self.serial;
         let message = encode_call(serial, destination, path, interface, member, args);
@@ -171,7 +181,11 @@ impl Connection {
         };
         let u32_at = |b: &[u8], at: usize| {
             let bytes = [b[at], b[at + 1], b[at + 2], b[at + 3]];
-            if little { u32::from_le_bytes(bytes) } else { u32::from_be_bytes(bytes) }
+            if little {
+                u32::from_le_bytes(bytes)
+            } else {
+                u32::from_be_bytes(bytes)
+            }
         };
         let body_len = u32_at(&fixed, 4) as usize;
         let fields_len = u32_at(&fixed, 12) as usize;
@@ -291,7 +305,8 @@ impl Reader<'_> {
     }
 
     fn bytes(&mut self, n: usize) -> io::Result<&[u8]> {
-        let end = self.at.checked_add(n).filter(|end| *end <= self.buf.len()).ok_or_else(|| protocol("truncated message"))?;
+        let end =
+            self.at.checked_add(n).filter(|end| *end <= self.buf.len()).ok_or_else(|| protocol("truncated message"))?;
         let out = &self.buf[self.at..end];
         self.at = end;
         Ok(out)
@@ -381,7 +396,14 @@ mod tests {
 
     #[test]
     fn call_encoding_byte_for_byte() {
-        let m = encode_call(2, "org.fedoraproject.FirewallD1", "/org/fedoraproject/FirewallD1", "org.fedoraproject.FirewallD1.zone", "addSource", &["trusted", "10.88.0.2/32"]);
+        let m = encode_call(
+            2,
+            "org.fedoraproject.FirewallD1",
+            "/org/fedoraproject/FirewallD1",
+            "org.fedoraproject.FirewallD1.zone",
+            "addSource",
+            &["trusted", "10.88.0.2/32"],
+        );
         // Fixed header: little-endian, METHOD_CALL, no flags, version 1, body length, serial.
         assert_eq!(&m[..12], &[b'l', 1, 0, 1, 29, 0, 0, 0, 2, 0, 0, 0]);
         let fields_len = u32::from_le_bytes([m[12], m[13], m[14], m[15]]) as usize;

@@ -55,7 +55,9 @@ impl Firewalld {
                 Err(CallError::Remote { message, .. }) if message.starts_with("ZONE_ALREADY_SET") => {}
                 Err(e) => {
                     report_rollback("removing the addresses just added to firewalld", self.del(zone, &added));
-                    return Err(Error::internal(format!("failed to add the address {ip} to the {zone} zone of firewalld: {e}")));
+                    return Err(Error::internal(format!(
+                        "failed to add the address {ip} to the {zone} zone of firewalld: {e}"
+                    )));
                 }
             }
         }
@@ -68,7 +70,11 @@ impl Firewalld {
             match self.zone_call("removeSource", zone, ip) {
                 Ok(_) => {}
                 Err(CallError::Remote { message, .. }) if message.starts_with("UNKNOWN_SOURCE") => {}
-                Err(e) => return Err(Error::internal(format!("failed to remove the address {ip} from the {zone} zone of firewalld: {e}"))),
+                Err(e) => {
+                    return Err(Error::internal(format!(
+                        "failed to remove the address {ip} from the {zone} zone of firewalld: {e}"
+                    )))
+                }
             }
         }
         Ok(())
@@ -79,8 +85,14 @@ impl Firewalld {
         for ip in ips {
             match self.zone_call("querySource", zone, ip) {
                 Ok(answer) if answer.first() == Some(&Value::Bool(true)) => {}
-                Ok(_) => return Err(Error::internal(format!("the address {ip} is not in the {zone} zone of firewalld"))),
-                Err(e) => return Err(Error::internal(format!("failed to find the address {ip} in the {zone} zone of firewalld: {e}"))),
+                Ok(_) => {
+                    return Err(Error::internal(format!("the address {ip} is not in the {zone} zone of firewalld")))
+                }
+                Err(e) => {
+                    return Err(Error::internal(format!(
+                        "failed to find the address {ip} in the {zone} zone of firewalld: {e}"
+                    )))
+                }
             }
         }
         Ok(())

@@ -169,7 +169,10 @@ pub fn check(plan: &Plan, container_id: &str) -> Result<()> {
         return Ok(());
     }
     plan.check_script().apply(plan.family).map_err(|failure| {
-        Error::internal(format!("firewall rules of container {container_id} are missing or differ: {}", failure.describe()))
+        Error::internal(format!(
+            "firewall rules of container {container_id} are missing or differ: {}",
+            failure.describe()
+        ))
     })
 }
 

@@ -142,7 +142,10 @@ impl Plugin for Firewall {
         match resolve(&config)? {
             Active::Kernel(Backend::Iptables) => {
                 for family in families_of(&ips) {
-                    iptables::check(&iptables::Plan::new(&config, family, &ips, bridge.as_deref())?, &config.container_id)?;
+                    iptables::check(
+                        &iptables::Plan::new(&config, family, &ips, bridge.as_deref())?,
+                        &config.container_id,
+                    )?;
                 }
                 Ok(())
             }

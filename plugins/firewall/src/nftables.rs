@@ -88,7 +88,9 @@ pub fn add(network: &str, container_id: &str, ips: &[IpNet], bridge: Option<&str
     let mut adds = Script::new();
     for (set, element) in elements(ips, bridge)? {
         match set {
-            "containers4" | "containers6" => adds.push(format!("add element {t} {set} {{ {element} comment \"{tag}\" }}")),
+            "containers4" | "containers6" => {
+                adds.push(format!("add element {t} {set} {{ {element} comment \"{tag}\" }}"))
+            }
             _ => adds.push(format!("add element {t} {set} {{ {element} }}")),
         };
     }
@@ -111,7 +113,9 @@ pub fn check(container_id: &str, ips: &[IpNet], bridge: Option<&str>) -> Result<
         // Keys come back without the quotes of interface names.
         let key = element.replace('"', "");
         if !present.iter().any(|e| e.set == set && e.key == key) {
-            return Err(Error::internal(format!("firewall element {element} of container {container_id} is missing from set {set}")));
+            return Err(Error::internal(format!(
+                "firewall element {element} of container {container_id} is missing from set {set}"
+            )));
         }
     }
     Ok(())
@@ -162,7 +166,8 @@ mod tests {
         let mut script = Script::new();
         base(&mut script);
         let text = script.render();
-        assert!(text.contains("add rule inet cni_firewall forward ip daddr @containers4 ct state established,related accept"));
+        assert!(text
+            .contains("add rule inet cni_firewall forward ip daddr @containers4 ct state established,related accept"));
         assert!(!text.contains("flush chain inet cni_firewall admin"), "the admin chain is the administrator's");
     }
 }

@@ -81,12 +81,20 @@ fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
     let mut ipam = conf.ipam.clone().unwrap_or_default();
     ipam.entry("type").or_insert(json!("host-local"));
     // The subnets as Go's net.ParseCIDR gives them: the network, not the node's first address.
-    let ranges: Vec<Value> = [env.subnet, env.ipv6_subnet].into_iter().flatten().map(|s| json!([{ "subnet": s.trunc().to_string() }])).collect();
+    let ranges: Vec<Value> = [env.subnet, env.ipv6_subnet]
+        .into_iter()
+        .flatten()
+        .map(|s| json!([{ "subnet": s.trunc().to_string() }]))
+        .collect();
     ipam.insert("ranges".into(), Value::Array(ranges));
     let mut routes = match ipam.get("routes") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(routes)) => routes.clone(),
-        Some(_) => return Err(Error::config("failed to assemble Delegate IPAM: failed to read IPAM routes: ipam.routes must be a list")),
+        Some(_) => {
+            return Err(Error::config(
+                "failed to assemble Delegate IPAM: failed to read IPAM routes: ipam.routes must be a list",
+            ))
+        }
     };
     routes.extend(env.networks.iter().chain(&env.ipv6_networks).map(|n| json!({ "dst": n.to_string() })));
     ipam.insert("routes".into(), Value::Array(routes));
@@ -112,11 +120,14 @@ impl Plugin for Flannel {
         let env = load_subnet_env(conf.subnet_file())?;
         let delegate = delegate_conf(&conf, &env)?;
         let binary = delegate_binary(ctx, &delegate)?;
-        let bytes = serde_json::to_vec(&delegate).map_err(|e| Error::internal(format!("error serializing delegate netconf: {e}")))?;
+        let bytes = serde_json::to_vec(&delegate)
+            .map_err(|e| Error::internal(format!("error serializing delegate netconf: {e}")))?;
         // Saved first, so that DEL can undo even an ADD that failed half-way.
         let path = scratch_path(ctx, &conf)?;
-        cnicore::state::ensure_dir(conf.data_dir(), 0o700).map_err(|e| Error::io(format!("{}: {e}", conf.data_dir().display())))?;
-        cnicore::state::write_atomic(&path, &bytes, 0o600).map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
+        cnicore::state::ensure_dir(conf.data_dir(), 0o700)
+            .map_err(|e| Error::io(format!("{}: {e}", conf.data_dir().display())))?;
+        cnicore::state::write_atomic(&path, &bytes, 0o600)
+            .map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
         let answer = exec_plugin(&binary, Command::Add, ctx, &bytes)
             .map_err(|e| Error::new(e.code, format!("failed to delegate add: {}", e.msg)))?
             .ok_or_else(|| Error::decode(format!("delegate {} returned no result", binary.display())))?;
@@ -158,7 +169,10 @@ mod tests {
     use super::*;
 
     fn env() -> SubnetEnv {
-        SubnetEnv::parse("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n").unwrap()
+        SubnetEnv::parse(
+            "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+        )
+        .unwrap()
     }
 
     fn conf(value: Value) -> Conf {
@@ -206,7 +220,11 @@ mod tests {
         let path = dir.join("subnet.env");
         std::fs::write(&path, "FLANNEL_NETWORK=10.244.0.0/16\n").unwrap();
         let e = load_subnet_env(&path).unwrap_err();
-        assert!(e.msg.contains("is missing FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ"), "{}", e.msg);
+        assert!(
+            e.msg.contains("is missing FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ"),
+            "{}",
+            e.msg
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,10 +1,9 @@
 //! `loopback`: brings the loopback interface up in the pod's network namespace (Kubernetes requires it).
 
 use cnicore::netlink::Netlink;
-use cnicore::spec::{CniResult, Context, Error, ErrorContext, Interface, IpConfig, Plugin, Result, plugin_main};
+use cnicore::spec::{plugin_main, CniResult, Context, Error, ErrorContext, Interface, IpConfig, Plugin, Result};
 
 struct Loopback;
-
 
 /// The interface this plugin manages. `CNI_IFNAME` is ignored, as the reference plugin does: runtimes pass `lo`,
 /// but cnitool passes its default `eth0`, and only `lo` is ever meant.
@@ -31,7 +30,10 @@ impl Plugin for Loopback {
         // Checked before the link is set up, so that a refused ADD changes nothing.
         let addrs = nl.addresses(Some(link.index)).context("listing loopback addresses")?;
         if let Some(bad) = addrs.iter().find(|a| !a.addr.addr().is_loopback()) {
-            return Err(Error::internal(format!("loopback interface found with non-loopback address {:?}", bad.addr.addr().to_string())));
+            return Err(Error::internal(format!(
+                "loopback interface found with non-loopback address {:?}",
+                bad.addr.addr().to_string()
+            )));
         }
         nl.set_up(link.index).context("setting the loopback link up")?;
         // A previous plugin's result is passed through unchanged, as the reference does.

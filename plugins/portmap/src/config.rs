@@ -126,8 +126,10 @@ impl Config {
             validate_owner(&ctx.conf.name, &ctx.env.container_id)?;
         }
 
-        let conditions_v4 = Conditions::parse_any("conditionsV4", Family::V4, raw.conditions_v4.as_deref().unwrap_or_default())?;
-        let conditions_v6 = Conditions::parse_any("conditionsV6", Family::V6, raw.conditions_v6.as_deref().unwrap_or_default())?;
+        let conditions_v4 =
+            Conditions::parse_any("conditionsV4", Family::V4, raw.conditions_v4.as_deref().unwrap_or_default())?;
+        let conditions_v6 =
+            Conditions::parse_any("conditionsV6", Family::V6, raw.conditions_v6.as_deref().unwrap_or_default())?;
         let backend = resolve_backend(raw.backend.as_deref(), [&conditions_v4, &conditions_v6])?;
         if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
             return Err(Error::config("cannot specify externalSetMarkChain and markMasqBit together"));
@@ -189,7 +191,9 @@ fn resolve_backend(configured: Option<&str>, conditions: [&Conditions; 2]) -> Re
     let names = ["conditionsV4", "conditionsV6"];
     let wrong: Vec<&str> = match backend {
         Backend::Iptables => names.iter().zip(conditions).filter(|(_, c)| c.is_nft()).map(|(n, _)| *n).collect(),
-        Backend::Nftables => names.iter().zip(conditions).filter(|(_, c)| c.has_passthrough()).map(|(n, _)| *n).collect(),
+        Backend::Nftables => {
+            names.iter().zip(conditions).filter(|(_, c)| c.has_passthrough()).map(|(n, _)| *n).collect()
+        }
     };
     if !wrong.is_empty() {
         let other = match backend {
@@ -216,7 +220,10 @@ fn parse_mapping(raw: &RawMapping) -> Result<PortMapping> {
     let container_port = port("container port", raw.container_port)?;
     let protocol_text = raw.protocol.as_deref().unwrap_or("");
     let protocol = Protocol::parse(protocol_text).ok_or_else(|| {
-        Error::config(format!("unknown protocol {:?} in port mapping: must be tcp, udp or sctp", truncate_for_msg(protocol_text)))
+        Error::config(format!(
+            "unknown protocol {:?} in port mapping: must be tcp, udp or sctp",
+            truncate_for_msg(protocol_text)
+        ))
     })?;
     let host_ip = match raw.host_ip.as_deref() {
         None | Some("") => None,
@@ -281,7 +288,12 @@ mod tests {
     use super::*;
 
     fn mapping(proto: Protocol, port: u16, host_ip: Option<&str>) -> PortMapping {
-        PortMapping { host_port: port, container_port: 80, protocol: proto, host_ip: host_ip.map(|h| h.parse().unwrap()) }
+        PortMapping {
+            host_port: port,
+            container_port: 80,
+            protocol: proto,
+            host_ip: host_ip.map(|h| h.parse().unwrap()),
+        }
     }
 
     #[test]
@@ -305,7 +317,14 @@ mod tests {
             host_ip: Some(ip.into()),
         };
         assert_eq!(parse_mapping(&raw(8080, 80, "TCP", "")).unwrap().protocol, Protocol::Tcp);
-        for bad in [raw(0, 80, "tcp", ""), raw(70000, 80, "tcp", ""), raw(80, -1, "tcp", ""), raw(80, 80, "icmp", ""), raw(80, 80, "", ""), raw(80, 80, "tcp", "1.2.3")] {
+        for bad in [
+            raw(0, 80, "tcp", ""),
+            raw(70000, 80, "tcp", ""),
+            raw(80, -1, "tcp", ""),
+            raw(80, 80, "icmp", ""),
+            raw(80, 80, "", ""),
+            raw(80, 80, "tcp", "1.2.3"),
+        ] {
             assert_eq!(parse_mapping(&bad).unwrap_err().code, cnicore::spec::codes::INVALID_CONFIG);
         }
         let m = parse_mapping(&raw(80, 80, "udp", "0.0.0.0")).unwrap();
@@ -319,11 +338,20 @@ mod tests {
             "portMappings":[{"HostPort":8082,"ContainerPort":80,"Protocol":"tcp","HostIP":""},
                             {"HostPort":5353,"ContainerPort":53,"Protocol":"UDP","HostIP":"10.0.0.1"}]}}"#;
         let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
-        assert_eq!(c.mappings, vec![
-            mapping(Protocol::Tcp, 8082, None),
-            PortMapping { host_port: 5353, container_port: 53, protocol: Protocol::Udp, host_ip: Some("10.0.0.1".parse().unwrap()) },
-        ]);
-        let conf = r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","SNAT":false,"MarkMasqBit":5,"Backend":"iptables"}"#;
+        assert_eq!(
+            c.mappings,
+            vec![
+                mapping(Protocol::Tcp, 8082, None),
+                PortMapping {
+                    host_port: 5353,
+                    container_port: 53,
+                    protocol: Protocol::Udp,
+                    host_ip: Some("10.0.0.1".parse().unwrap())
+                },
+            ]
+        );
+        let conf =
+            r#"{"cniVersion":"1.0.0","name":"n","type":"portmap","SNAT":false,"MarkMasqBit":5,"Backend":"iptables"}"#;
         let c = Config::load(&Context::for_test(cnicore::spec::Command::Add, conf, "")).unwrap();
         assert_eq!((c.snat, c.mark_bit), (false, 5));
     }
@@ -346,7 +374,10 @@ mod tests {
         let e = load(r#","backend":"nftables","conditionsV4":["-m","conntrack","--ctstate","NEW"]"#).unwrap_err();
         assert!(e.msg.contains("iptables-specific options"), "{}", e.msg);
         // Translated ones still work with nftables.
-        assert_eq!(load(r#","backend":"nftables","conditionsV4":["!","-d","192.0.2.0/24"]"#).unwrap().backend, Backend::Nftables);
+        assert_eq!(
+            load(r#","backend":"nftables","conditionsV4":["!","-d","192.0.2.0/24"]"#).unwrap().backend,
+            Backend::Nftables
+        );
         // Hostile ones stay errors, in both forms.
         assert!(load(r#","conditionsV4":["ip","saddr","1.2.3.4","accept"]"#).is_err());
         assert!(load(r#","backend":"iptables","conditionsV4":["-j","ACCEPT"]"#).is_err());

@@ -252,12 +252,18 @@ pub fn del(config: &Config, family: Family, container: Option<&IpNet>) -> Result
             return Ok(());
         }
     }
-    let chains = [dnat_chain(&config.network, &config.container_id), old_snat_chain(&config.network, &config.container_id)];
-    iptables::cleanup(family, TABLE, &format!("removing port mappings of {}", config.container_id), |snapshot, script| {
-        for chain in &chains {
-            iptables::remove_chain(script, snapshot, chain);
-        }
-    })
+    let chains =
+        [dnat_chain(&config.network, &config.container_id), old_snat_chain(&config.network, &config.container_id)];
+    iptables::cleanup(
+        family,
+        TABLE,
+        &format!("removing port mappings of {}", config.container_id),
+        |snapshot, script| {
+            for chain in &chains {
+                iptables::remove_chain(script, snapshot, chain);
+            }
+        },
+    )
 }
 
 /// GC in one family: the chains of containers of this network that are not in `valid`.
@@ -265,7 +271,8 @@ pub fn gc(network: &str, valid: &std::collections::BTreeSet<&str>, family: Famil
     if !iptables::available(family) {
         return Ok(());
     }
-    let owned = iptables::OwnedChains { table: TABLE, jumps_from: DNAT_CHAIN, comment_prefix: "dnat ", chain_of: dnat_chain };
+    let owned =
+        iptables::OwnedChains { table: TABLE, jumps_from: DNAT_CHAIN, comment_prefix: "dnat ", chain_of: dnat_chain };
     iptables::remove_stale_owners(family, &owned, network, valid, "port mapping garbage collection")
 }
 
@@ -291,7 +298,12 @@ mod tests {
     }
 
     fn mapping(host: u16, container: u16, protocol: Protocol, host_ip: Option<&str>) -> PortMapping {
-        PortMapping { host_port: host, container_port: container, protocol, host_ip: host_ip.map(|h| h.parse().unwrap()) }
+        PortMapping {
+            host_port: host,
+            container_port: container,
+            protocol,
+            host_ip: host_ip.map(|h| h.parse().unwrap()),
+        }
     }
 
     /// The exact lines /usr/lib/cni/portmap v1.1.1 made for this config (iptables-save output).
@@ -335,9 +347,15 @@ mod tests {
                 "-d fd00::1/128 -p tcp -m tcp --dport 9090 -j DNAT --to-destination [fd22::5]:90",
             ]
         );
-        assert_eq!(setmark_rule(0x2000).render(), r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#);
+        assert_eq!(
+            setmark_rule(0x2000).render(),
+            r#"-m comment --comment "CNI portfwd masquerade mark" -j MARK --set-xmark 0x2000/0x2000"#
+        );
         assert_eq!(masq_rule(0x2000).render(), "-m mark --mark 0x2000/0x2000 -j MASQUERADE");
-        assert_eq!(masq_jump().render(), r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#);
+        assert_eq!(
+            masq_jump().render(),
+            r#"-m comment --comment "CNI portfwd requiring masquerade" -j CNI-HOSTPORT-MASQ"#
+        );
         assert_eq!(toplevel_jump().render(), "-m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT");
     }
 

@@ -136,7 +136,8 @@ fn reference_rules_present(config: &Config, containers: &[IpNet]) -> Result<bool
             (true, Family::V4) => 2,
             (true, Family::V6) => 1,
         };
-        if !reference_nft::portmap_has_rules(family, &config.container_id, [wildcard.len(), hostip.len(), masquerades])? {
+        if !reference_nft::portmap_has_rules(family, &config.container_id, [wildcard.len(), hostip.len(), masquerades])?
+        {
             return Ok(false);
         }
     }

@@ -92,7 +92,14 @@ fn elements(config: &Config, containers: &[IpNet]) -> Result<Vec<Element>> {
     Ok(out)
 }
 
-fn mapping_elements(config: &Config, container: &IpNet, m: &PortMapping, v: &str, wildcard_chain: &str, hostip_chain: &str) -> Vec<Element> {
+fn mapping_elements(
+    config: &Config,
+    container: &IpNet,
+    m: &PortMapping,
+    v: &str,
+    wildcard_chain: &str,
+    hostip_chain: &str,
+) -> Vec<Element> {
     let family = Family::of_net(container);
     let proto = m.protocol.as_str();
     let target = format!("{} . {}", container.addr(), m.container_port);
@@ -177,7 +184,9 @@ fn base(script: &mut Script, config: &Config, containers: &[IpNet]) -> Result<()
     script.push(format!("flush chain {t} hostports"));
     for family in [Family::V4, Family::V6] {
         let (v, ip, proto) = (family.digit(), family.nft_keyword(), family.nfproto());
-        script.push(format!("add rule {t} hostports meta nfproto {proto} {ip} daddr . meta l4proto . th dport vmap @hostip_ports{v}"));
+        script.push(format!(
+            "add rule {t} hostports meta nfproto {proto} {ip} daddr . meta l4proto . th dport vmap @hostip_ports{v}"
+        ));
     }
     for family in [Family::V4, Family::V6] {
         let (v, proto) = (family.digit(), family.nfproto());
@@ -285,7 +294,12 @@ pub fn check(config: &Config, containers: &[IpNet]) -> Result<()> {
     for element in elements(config, containers)? {
         let found = present.iter().any(|p| p.set == element.set && p.key == element.key && p.value == element.value);
         if !found {
-            return Err(missing(format!("{} {} not found in {}", element.key, element.value.unwrap_or_default(), element.set)));
+            return Err(missing(format!(
+                "{} {} not found in {}",
+                element.key,
+                element.value.unwrap_or_default(),
+                element.set
+            )));
         }
     }
     Ok(())
@@ -317,7 +331,12 @@ mod tests {
             conditions_v6: Conditions::none(Family::V6),
             mappings: vec![
                 PortMapping { host_port: 8080, container_port: 80, protocol: Protocol::Tcp, host_ip: None },
-                PortMapping { host_port: 53, container_port: 5353, protocol: Protocol::Udp, host_ip: Some("10.1.0.1".parse().unwrap()) },
+                PortMapping {
+                    host_port: 53,
+                    container_port: 5353,
+                    protocol: Protocol::Udp,
+                    host_ip: Some("10.1.0.1".parse().unwrap()),
+                },
             ],
         }
     }

@@ -195,7 +195,11 @@ fn check_allowlist(keys: &BTreeMap<String, String>, allowlist: &Path) -> Result<
         .iter()
         .map(|p| {
             regex_lite::Regex::new(p).map_err(|e| {
-                Error::config(format!("{}: invalid regular expression {:?}: {e}", allowlist.display(), truncate_for_msg(p)))
+                Error::config(format!(
+                    "{}: invalid regular expression {:?}: {e}",
+                    allowlist.display(),
+                    truncate_for_msg(p)
+                ))
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -264,7 +268,9 @@ fn refuse_duplicate_sysctl_keys(stdin: &[u8]) -> Result<()> {
     let mut deserializer = serde_json::Deserializer::from_slice(stdin);
     match de::Deserializer::deserialize_map(&mut deserializer, Config) {
         Ok(None) => Ok(()),
-        Ok(Some(key)) => Err(Error::config(format!("duplicated sysctl keys are not allowed: {:?}", truncate_for_msg(&key)))),
+        Ok(Some(key)) => {
+            Err(Error::config(format!("duplicated sysctl keys are not allowed: {:?}", truncate_for_msg(&key))))
+        }
         Err(e) => Err(cnicore::spec::json_error_in("invalid network config", &e, stdin)),
     }
 }
@@ -351,9 +357,17 @@ mod tests {
 
     #[test]
     fn hostile_sysctl_keys() {
-        for key in ["kernel.hostname", "net/../kernel/hostname", "net.ipv4/../../kernel", "net", "net.", "../net/core",
-            "./net/core/x", "vm.swappiness", "net.core.IFNAME"]
-        {
+        for key in [
+            "kernel.hostname",
+            "net/../kernel/hostname",
+            "net.ipv4/../../kernel",
+            "net",
+            "net.",
+            "../net/core",
+            "./net/core/x",
+            "vm.swappiness",
+            "net.core.IFNAME",
+        ] {
             let conf = with(json!({"sysctl": {key: "1"}}));
             match load(conf, "") {
                 Err(e) => assert_eq!(e.code, codes::INVALID_CONFIG, "{key}: {e:?}"),
@@ -361,8 +375,14 @@ mod tests {
                 Ok(t) => assert_eq!((key, t.sysctls[0].name.as_str()), ("net.core.IFNAME", "net/core/eth0")),
             }
         }
-        assert_eq!(sysctl_name("net/ipv4/conf/eth0.100/rp_filter", "eth0").unwrap(), "net/ipv4/conf/eth0.100/rp_filter");
-        assert_eq!(sysctl_name("net.ipv4.conf.IFNAME.rp_filter", "eth0.100").unwrap(), "net/ipv4/conf/eth0.100/rp_filter");
+        assert_eq!(
+            sysctl_name("net/ipv4/conf/eth0.100/rp_filter", "eth0").unwrap(),
+            "net/ipv4/conf/eth0.100/rp_filter"
+        );
+        assert_eq!(
+            sysctl_name("net.ipv4.conf.IFNAME.rp_filter", "eth0.100").unwrap(),
+            "net/ipv4/conf/eth0.100/rp_filter"
+        );
     }
 
     #[test]
@@ -408,7 +428,10 @@ mod tests {
         let e = Tuning::load_with_allowlist(&ctx("net.ipv4.conf.other.log_martians"), &file).unwrap_err();
         assert!(e.msg.contains("not allowed"), "{e:?}");
         std::fs::write(&file, "^net\\.(\n").unwrap();
-        assert_eq!(Tuning::load_with_allowlist(&ctx("net.core.somaxconn"), &file).unwrap_err().code, codes::INVALID_CONFIG);
+        assert_eq!(
+            Tuning::load_with_allowlist(&ctx("net.core.somaxconn"), &file).unwrap_err().code,
+            codes::INVALID_CONFIG
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -103,7 +103,9 @@ fn restore(saved: &Saved, pod: &NetNs, nl: &mut Netlink, link: Option<&Link>) ->
             for (name, value) in &saved.sysctl {
                 match sysctl::read(name) {
                     Ok(now) if same_value(&now, &value.set) => {
-                        errors.record(sysctl::write(name, &value.was).with_context(|| format!("failed to restore sysctl {name}")));
+                        errors.record(
+                            sysctl::write(name, &value.was).with_context(|| format!("failed to restore sysctl {name}")),
+                        );
                     }
                     Ok(_) => cnicore::warn!("sysctl {name} changed since ADD set it; left as it is"),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -134,11 +136,11 @@ impl Plugin for TuningPlugin {
         let mut nl = netlink_in(&pod)?;
         let link = match tuning.touches_link() {
             false => None,
-            true => Some(
-                nl.link_by_name(ifname)
-                    .with_context(|| format!("looking up {ifname}"))?
-                    .ok_or_else(|| Error::internal(format!("failed to get {ifname:?}: no such interface in the pod")))?,
-            ),
+            true => {
+                Some(nl.link_by_name(ifname).with_context(|| format!("looking up {ifname}"))?.ok_or_else(|| {
+                    Error::internal(format!("failed to get {ifname:?}: no such interface in the pod"))
+                })?)
+            }
         };
         let originals = read_sysctls(&pod, &tuning)?;
         let before = Saved::before(&tuning, link.as_ref(), &originals);
@@ -214,7 +216,9 @@ impl Plugin for TuningPlugin {
             .with_context(|| format!("looking up {ifname}"))?
             .ok_or_else(|| Error::internal(format!("Cannot find container link {ifname}")))?;
         let drift = |what: &str, configured: String, current: String| {
-            Err(Error::internal(format!("Error: Tuning configured {what} of {ifname} is {configured}, current value is {current}")))
+            Err(Error::internal(format!(
+                "Error: Tuning configured {what} of {ifname} is {configured}, current value is {current}"
+            )))
         };
         let mac_of = |mac: Option<[u8; 6]>| mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default();
         if tuning.mac.is_some() && tuning.mac != link.mac {

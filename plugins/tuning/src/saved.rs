@@ -129,7 +129,8 @@ mod tests {
     #[test]
     fn renders_as_the_reference() {
         // Bytes the reference 1.1.1 wrote for mac, mtu, promisc and allmulti.
-        let reference = "{\n \"mac\": \"3e:1d:4f:fc:21:b8\",\n \"promisc\": false,\n \"mtu\": 1500,\n \"allmulti\": false\n}";
+        let reference =
+            "{\n \"mac\": \"3e:1d:4f:fc:21:b8\",\n \"promisc\": false,\n \"mtu\": 1500,\n \"allmulti\": false\n}";
         let saved = Saved {
             mac: "3e:1d:4f:fc:21:b8".into(),
             promisc: Some(false),
