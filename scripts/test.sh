@@ -7,6 +7,10 @@ scripts/setup.sh
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
 # Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.
 features=(--features cnicore/failpoints)
+# Gates: the tree is formatted (rustfmt.toml) and clippy finds nothing, in every target.
+command -v rustfmt >/dev/null && cargo clippy --version >/dev/null 2>&1 || rustup component add rustfmt clippy
+cargo fmt --all --check || { echo "test: the tree is not formatted: run cargo fmt --all" >&2; exit 1; }
+cargo clippy --workspace --all-targets --quiet "${features[@]}" -- -D warnings
 cargo build --workspace --bins --quiet "${features[@]}"
 # A short fuzzing run (10 s per target; about 5 minutes on a fresh machine, most of it installing cargo-fuzz and
 # building the targets). CNI_TEST_FUZZ=0 skips it; scripts/fuzz.sh SECONDS runs longer campaigns.

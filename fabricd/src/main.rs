@@ -116,7 +116,7 @@ fn go_style_args() -> Vec<String> {
                 && bytes.len() > 2
                 && bytes[0] == b'-'
                 && bytes[1].is_ascii_alphabetic()
-                && arg.contains(|c| c == '-' || c == '=')
+                && arg.contains(['-', '='])
                 && bytes[1] != b'h'
             {
                 format!("-{arg}")

@@ -167,7 +167,8 @@ fn main() {
     println!();
     println!("| figure (median) | reference | ours | speed-up |");
     println!("| --- | --- | --- | --- |");
-    let rows: [(&str, fn(&Side) -> &Vec<f64>); 4] = [
+    type Figure = fn(&Side) -> &Vec<f64>;
+    let rows: [(&str, Figure); 4] = [
         ("CNI ADD, containerd's set_up_pod metric", |s| &s.add),
         ("CNI DEL, containerd's tear_down_pod metric (first StopPodSandbox)", |s| &s.del),
         ("RunPodSandbox (wall, CRI client)", |s| &s.run),

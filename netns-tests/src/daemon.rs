@@ -59,7 +59,7 @@ pub fn with_private_mounts<'a>(command: &'a mut Command, var_lib_cni: &VarLibCni
 
 /// Makes `command` enter the mount namespace `mnt` (an open `/proc/PID/ns/mnt`) and the network namespace
 /// `net` before it runs: a client of a runtime started with [`with_private_mounts`], seeing what it sees.
-pub fn entering<'a>(command: &'a mut Command, mnt: fs::File, net: NetNs) -> &'a mut Command {
+pub fn entering(command: &mut Command, mnt: fs::File, net: NetNs) -> &mut Command {
     // SAFETY: setns is a plain system call on descriptors the closure owns, safe between fork and exec.
     unsafe {
         command.pre_exec(move || {
@@ -212,7 +212,7 @@ pub fn http_get(ns: &TestNetns, addr: SocketAddr, path: &str) -> Result<String, 
     let mut response = String::new();
     stream.read_to_string(&mut response).map_err(|e| format!("read from {addr}: {e}"))?;
     let (head, body) = response.split_once("\r\n\r\n").ok_or_else(|| format!("no HTTP response: {response:?}"))?;
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|code| code == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1) != Some("200") {
         return Err(format!("HTTP error from {addr}: {head}"));
     }
     Ok(body.to_string())
