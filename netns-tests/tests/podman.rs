@@ -9,8 +9,9 @@
 //!
 //! Networks: a hand-written conflist of the plugin types in [`OUR_CHAIN`] (bridge with host-local, portmap,
 //! firewall, tuning, as podman writes them; podman adds loopback itself), and the network `podman network
-//! create` writes (the same chain, host-local's default dataDir). [`created_network_ours`] runs only when
-//! [`OUR_CHAIN`] has every plugin of podman's chain.
+//! create` writes (the same chain, host-local's default dataDir), and podman's default network `podman`
+//! (10.88.0.0/16, which podman writes itself for a container that names no network). [`created_network_ours`]
+//! runs only when [`OUR_CHAIN`] has every plugin of podman's chain.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -44,7 +45,14 @@ enum Network<'a> {
     Conflist(&'a [&'a str]),
     /// What `podman network create` writes.
     Created,
+    /// podman's default network (`podman`, 10.88.0.0/16 on `cni-podman0`), which it writes itself when a
+    /// container names no network.
+    Default,
 }
+
+/// podman 4.3's default network.
+const DEFAULT_NETWORK: &str = "podman";
+const DEFAULT_SUBNET: &str = "10.88.0.0/16";
 
 /// One entry of a hand-written conflist; the bridge and its subnet are those of the kubenet conflist, so
 /// that `netns_tests::kubenet` tells pod state from shared state.
@@ -80,7 +88,7 @@ fn hostport_container(plugins: Plugins, network: Network) {
     let podman = Podman::new(&node, &recorder.dir);
     let data_dir = node.dir().join("ipam");
 
-    let (net_name, bridge) = match network {
+    let (net_name, bridge, subnet) = match network {
         Network::Conflist(kinds) => {
             let conf = json!({
                 "cniVersion": "0.4.0",
@@ -88,7 +96,7 @@ fn hostport_container(plugins: Plugins, network: Network) {
                 "plugins": kinds.iter().map(|k| plugin_conf(k, &data_dir)).collect::<Vec<_>>(),
             });
             std::fs::write(podman.net_dir.join(format!("{NETWORK}.conflist")), conf.to_string()).expect("conflist");
-            (NETWORK.to_string(), kubenet::BRIDGE.to_string())
+            (NETWORK.to_string(), kubenet::BRIDGE.to_string(), kubenet::SUBNET_V4)
         }
         Network::Created => {
             let args = ["network", "create", "--subnet", kubenet::SUBNET_V4, "--gateway", kubenet::GATEWAY_V4, NETWORK];
@@ -101,8 +109,9 @@ fn hostport_container(plugins: Plugins, network: Network) {
                 conf["plugins"].as_array().expect("plugins").iter().filter_map(|p| p["type"].as_str()).collect();
             assert_eq!(kinds, PODMAN_CHAIN, "the chain podman network create writes: {conf}");
             let bridge = conf["plugins"][0]["bridge"].as_str().expect("bridge name").to_string();
-            (NETWORK.to_string(), bridge)
+            (NETWORK.to_string(), bridge, kubenet::SUBNET_V4)
         }
+        Network::Default => (DEFAULT_NETWORK.to_string(), "cni-podman0".to_string(), DEFAULT_SUBNET),
     };
     // podman checks every network's plugins (VERSION) and hides a network whose plugins fail it.
     let listed = podman.ok(&["network", "ls", "--format", "{{.Name}}"]);
@@ -118,7 +127,10 @@ fn hostport_container(plugins: Plugins, network: Network) {
     recorder.clear();
 
     let publish = format!("{HOST_PORT}:80");
-    let mut args = vec!["run", "-d", "--name", "web", "--network", &net_name, "-p", &publish];
+    let mut args = vec!["run", "-d", "--name", "web", "-p", &publish];
+    if !matches!(network, Network::Default) {
+        args.extend(["--network", &net_name]);
+    }
     args.extend_from_slice(RUN_LIMITS);
     args.push(BUSYBOX_IMAGE);
     args.extend_from_slice(HTTPD_COMMAND);
@@ -138,7 +150,7 @@ fn hostport_container(plugins: Plugins, network: Network) {
     let settings = &inspect["NetworkSettings"];
     let ip = settings["Networks"][&net_name]["IPAddress"].as_str().unwrap_or_else(|| panic!("no IP: {settings}"));
     let pod_ip: IpAddr = ip.parse().expect("IP");
-    assert!(net(kubenet::SUBNET_V4).contains(&pod_ip), "{pod_ip} in {}", kubenet::SUBNET_V4);
+    assert!(net(subnet).contains(&pod_ip), "{pod_ip} in {subnet}");
     let sandbox = settings["SandboxKey"].as_str().expect("SandboxKey");
     assert_eq!(podman.netns_names().len(), 1, "one container netns");
     let sandbox_netns = NetNs::open(podman.path_in_daemon(sandbox)).expect("open the container's netns");
@@ -202,4 +214,16 @@ fn created_network_ours() {
         return;
     }
     hostport_container(Plugins::Ours, Network::Created);
+}
+
+/// podman's default network, on our plugins alone: podman writes its chain (bridge + host-local, portmap,
+/// firewall, tuning) when a container names no network.
+#[test]
+fn default_network_ours() {
+    hostport_container(Plugins::Ours, Network::Default);
+}
+
+#[test]
+fn default_network_reference() {
+    hostport_container(Plugins::Reference, Network::Default);
 }
