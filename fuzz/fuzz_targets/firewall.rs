@@ -21,6 +21,36 @@ struct Input {
     burst: u64,
 }
 
+/// The arguments `iptables-restore` makes of a rule line: split at blanks outside double quotes, a backslash
+/// taking the next character literally.
+fn restore_words(line: &str) -> Vec<String> {
+    let (mut words, mut word, mut quoted, mut escaped, mut started) = (Vec::new(), String::new(), false, false, false);
+    for c in line.chars() {
+        if escaped {
+            word.push(c);
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+            started = true;
+        } else if c == '"' {
+            quoted = !quoted;
+            started = true;
+        } else if (c == ' ' || c == '\t') && !quoted {
+            if started {
+                words.push(std::mem::take(&mut word));
+                started = false;
+            }
+        } else {
+            word.push(c);
+            started = true;
+        }
+    }
+    if started {
+        words.push(word);
+    }
+    words
+}
+
 fuzz_target!(|input: Input| {
     let family = if input.v6 { Family::V6 } else { Family::V4 };
     match Conditions::parse("conditionsV4", family, &input.tokens) {
@@ -33,10 +63,12 @@ fuzz_target!(|input: Input| {
                         !text.contains(['\n', '\r', '\0']),
                         "line break in rule {text:?}"
                     );
-                    for word in text.split(' ') {
+                    // Matches are passed through, each word quoted: what counts is the words
+                    // iptables-restore reads, not the text between the spaces.
+                    for word in restore_words(&text) {
                         assert!(
                             !matches!(
-                                word,
+                                word.as_str(),
                                 "-j" | "-g" | "-A" | "-I" | "-D" | "-N" | "-X" | "-F" | "-t"
                             ),
                             "{text:?}"
