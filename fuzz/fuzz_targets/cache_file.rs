@@ -3,18 +3,18 @@
 //! the conf dir (`ConfList::from_bytes`, `ConfList::from_single_conf`).
 #![no_main]
 
-use cnicore::spec::{validate_container_id, validate_ifname, validate_network_name};
+use cnicore::spec::{gojson, validate_container_id, validate_ifname, validate_network_name};
 use cnitool::base64;
 use cnitool::libcni::{CachedAttachment, CniConfig, ConfList};
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 
-/// What a loaded list guarantees to the code that runs it.
+/// What a parsed list guarantees to the code that runs it. It may have no plugins: as in libcni 1.3, they can
+/// come from the network's directory, and `load_conf_list` refuses a list that ends up with none.
 fn check_list(list: &ConfList) {
     validate_network_name(&list.name).expect("a loaded list has a valid name");
-    assert!(!list.plugins.is_empty(), "a loaded list has plugins");
     for plugin in &list.plugins {
-        let t = plugin.get("type").and_then(|t| t.as_str()).unwrap_or("");
+        let t = gojson::member(plugin, "type").and_then(|t| t.as_str()).unwrap_or("");
         assert!(!t.is_empty(), "a loaded plugin has a type");
     }
 }

@@ -7,7 +7,7 @@
 
 use cni_fuzz::{check_error, check_rendered_result};
 use cnicore::spec::{
-    parse_cni_args, run, validate_network_name, CniResult, Command, Context, Env, Interface,
+    gojson, parse_cni_args, run, validate_network_name, CniResult, Command, Context, Env, Interface,
     IpConfig, NetConf, Plugin, Result, RuntimeConfig, Version, MAX_STDIN,
 };
 use libfuzzer_sys::fuzz_target;
@@ -120,7 +120,7 @@ fuzz_target!(|data: &[u8]| {
     }
     // Whatever a verb accepted had a supported version and a valid network name.
     if accepted && command != Command::Version {
-        let conf: NetConf = serde_json::from_slice(stdin).expect("accepted config parses");
+        let conf: NetConf = gojson::from_slice(stdin).expect("accepted config parses");
         assert_eq!(
             Version::parse_supported(&conf.cni_version).ok(),
             Some(version)
