@@ -248,9 +248,24 @@ impl Etcd {
 
     /// etcdctl against this etcd.
     pub fn ctl_in(&self, infra: &TestNetns, args: &[&str]) -> Output {
+        self.ctl_command(infra, args).output().expect("etcdctl")
+    }
+
+    /// etcdctl with `stdin` (`put <key>` reads the value there: values larger than an argument can be).
+    pub fn ctl_in_with_stdin(&self, infra: &TestNetns, args: &[&str], stdin: &[u8]) -> Output {
+        crate::run_with_stdin(&mut self.ctl_command(infra, args), stdin)
+    }
+
+    fn ctl_command(&self, infra: &TestNetns, args: &[&str]) -> Command {
         let mut command = clean_command(infra, "etcdctl");
         command.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", self.endpoint)).args(&self.ctl_tls).args(args);
-        command.output().expect("etcdctl")
+        command
+    }
+
+    /// etcd's Prometheus metrics (plain HTTP only).
+    pub fn metrics(&self, infra: &TestNetns) -> String {
+        assert!(!self.tls, "metrics of a TLS etcd are not needed by the tests");
+        http_get(infra, SocketAddr::new(self.ip.into(), 2379), "/metrics").unwrap_or_default()
     }
 
     pub fn ip(&self) -> Ipv4Addr {
@@ -318,6 +333,11 @@ impl FabricNode {
         if let Some(mut agent) = self.agent.take() {
             agent.stop(signal);
         }
+    }
+
+    /// The agent's Prometheus metrics (its default `--metrics-addr`, 127.0.0.1:9799 in the node).
+    pub fn metrics(&self) -> String {
+        http_get(&self.node, SocketAddr::from(([127, 0, 0, 1], 9799)), "/metrics").unwrap_or_default()
     }
 
     /// Runs `fabricd <extra>` to completion (status, cleanup).
@@ -514,4 +534,20 @@ pub fn tcp_source(from: &TestNetns, to: &TestNetns, to_ip: IpAddr) -> Option<IpA
     });
     drop(stream);
     seen
+}
+
+/// `GET <path>` over HTTP/1.0 to `addr` from namespace `ns`: the body, None when nothing answers within 2 s.
+pub fn http_get(ns: &TestNetns, addr: SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = ns.run(|| TcpStream::connect_timeout(&addr, Duration::from_secs(2))).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
+}
+
+/// The value of the unlabelled sample `name` in a Prometheus text exposition.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }

@@ -1,7 +1,8 @@
 //! fabricd, the node agent, on a real etcd (Debian's etcd-server 3.4) with nodes in namespaces: host-gw on
 //! one L2 segment, vxlan across two segments joined by a router, direct routing, path MTU, nodes joining,
-//! leaving and changing address, etcd killed and restarted, an agent killed and restarted, drift repaired, 50
-//! concurrent allocations, TLS with client certificates, static mode, cleanup.
+//! leaving and changing address, etcd killed and restarted, an agent killed and restarted, a watch fallen
+//! behind compaction while connected, drift repaired, 50 concurrent allocations, TLS with client certificates,
+//! static mode, cleanup.
 //!
 //! Timings printed here are for information; the figures are measured by scripts/bench-fabric.sh.
 
@@ -9,7 +10,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use netns_tests::fabric::{segment_ip, tcp_source, wait_for, Cluster, TlsFiles, WAN_IP};
+use netns_tests::fabric::{metric, segment_ip, tcp_source, wait_for, Cluster, TlsFiles, WAN_IP};
 use netns_tests::{bin, json, TestNetns, Value};
 use nix::sys::signal::Signal;
 
@@ -414,6 +415,110 @@ fn etcd_outage_and_agent_restart_keep_the_data_plane() {
     }
     assert_eq!(cluster.nodes[2].fabric_routes().len(), 2);
     mesh(&cluster, &pods);
+}
+
+/// A watch that falls behind compaction while connected relists and converges.
+///
+/// A watch that merely waits is never compacted away: etcd sends it each event as it happens, and a stopped
+/// reader only lets them queue in the stream. So the agent is stopped (SIGSTOP) with its watch open, and
+/// writes under the watched prefix fill the stream until etcd gives up sending to the watcher (a "slow
+/// watcher": its `etcd_debugging_mvcc_slow_watcher_total` gauge). Peers then change, and the store is
+/// compacted at its current revision, past every revision the watcher was sent. Resumed, the agent reads
+/// what was queued, and then etcd can only tell it that its next revision is compacted: it must relist, and
+/// its routes must match the store (a peer deleted meanwhile gone, one changed and one added present).
+#[test]
+fn a_watch_behind_compaction_relists_and_converges() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
+    cluster.add_node(0, &[]);
+    start_all(&mut cluster);
+    let ok = |out: std::process::Output| {
+        assert!(out.status.success(), "etcdctl: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Peers as agents write them: on an etcd lease, host-gw on this L2 segment.
+    let granted = ok(cluster.etcdctl(&["lease", "grant", "600"]));
+    let lease = granted.split_whitespace().nth(1).expect("lease id").to_string();
+    let key = |third: u8| format!("/coreos.com/network/subnets/10.244.{third}.0-24");
+    let put_peer = |third: u8, host: u8| {
+        let attrs = json!({ "PublicIP": segment_ip(0, host).to_string(), "BackendType": "host-gw" });
+        ok(cluster.etcdctl(&["put", &format!("--lease={lease}"), &key(third), &attrs.to_string()]));
+    };
+    put_peer(201, 101);
+    put_peer(202, 102);
+    let node = &cluster.nodes[0];
+    let routes_are = |wanted: &[(u8, u8)]| {
+        let routes = node.fabric_routes();
+        routes.len() == wanted.len()
+            && wanted.iter().all(|(third, host)| {
+                let line = format!("10.244.{third}.0/24 via {} dev eth0", segment_ip(0, *host));
+                routes.iter().any(|r| r.starts_with(&line))
+            })
+    };
+    let listed = wait_for(CONVERGE, || routes_are(&[(201, 101), (202, 102)]));
+    assert!(listed.is_some(), "routes {:?}\n{}", node.fabric_routes(), node.log());
+    let before = node.metrics();
+    let counter = |text: &str, name: &str| metric(text, name).unwrap_or_else(|| panic!("{name} in:\n{text}"));
+    let restarts = counter(&before, "fabricd_watch_restarts_total");
+    let errors = counter(&before, "fabricd_etcd_errors_total");
+    let infra = &cluster.infra;
+    let etcd = cluster.etcd.as_ref().expect("etcd");
+    let slow_watchers = || counter(&etcd.metrics(infra), "etcd_debugging_mvcc_slow_watcher_total");
+    assert_eq!(slow_watchers(), 0.0, "the agent's watch is in sync");
+
+    // Stopped with its watch open, until etcd stops sending to it. The first writes are large (they fill the
+    // HTTP/2 windows and socket buffers), the next small ones fill etcd's queue of responses (128).
+    let agent = node.agent.as_ref().expect("agent running");
+    agent.signal(Signal::SIGSTOP);
+    let stopped = Instant::now();
+    let filler = "/coreos.com/network/subnets/filler";
+    let large = vec![b'x'; 1 << 20];
+    let mut writes = 0;
+    let became_slow = loop {
+        let value: &[u8] = if writes < 16 { &large } else { b"x" };
+        ok(etcd.ctl_in_with_stdin(infra, &["put", filler], value));
+        writes += 1;
+        if writes > 16 && slow_watchers() > 0.0 {
+            break true;
+        }
+        if writes == 1000 {
+            break false;
+        }
+    };
+    if !became_slow {
+        agent.signal(Signal::SIGCONT);
+        panic!("etcd still sends to the stopped agent's watch after {writes} writes");
+    }
+    eprintln!("etcd gave up sending to the stopped agent after {writes} writes ({:?})", stopped.elapsed());
+
+    // What changes meanwhile: a peer leaves, one moves to another address, one joins; the filler goes.
+    ok(cluster.etcdctl(&["del", &key(201)]));
+    put_peer(202, 112);
+    put_peer(203, 103);
+    ok(cluster.etcdctl(&["del", filler]));
+    let status: Value = serde_json::from_str(&ok(cluster.etcdctl(&["get", &key(203), "-w", "json"]))).expect("json");
+    let revision = status["header"]["revision"].as_u64().expect("revision");
+    ok(cluster.etcdctl(&["compact", &revision.to_string()]));
+    let agent = cluster.nodes[0].agent.as_ref().expect("agent");
+    agent.signal(Signal::SIGCONT);
+    let resumed = Instant::now();
+
+    let node = &cluster.nodes[0];
+    let converged = wait_for(CONVERGE, || routes_are(&[(202, 112), (203, 103)]));
+    assert!(converged.is_some(), "routes {:?} after the compaction\n{}", node.fabric_routes(), node.log());
+    eprintln!("converged {:?} after the agent resumed (stopped {:?})", resumed.elapsed(), resumed - stopped);
+    // It relisted because of the compaction: one more watch start, and no lost connection.
+    let wanted = format!("watch fell behind compaction (revision {revision}): relisting");
+    assert!(node.log().contains(&wanted), "no {wanted:?} in the log:\n{}", node.log());
+    let after = node.metrics();
+    assert_eq!(counter(&after, "fabricd_watch_restarts_total"), restarts + 1.0, "{after}");
+    assert_eq!(counter(&after, "fabricd_etcd_errors_total"), errors, "{after}");
+    assert_eq!(counter(&after, "fabricd_peers"), 2.0, "{after}");
+    // And it keeps watching from there: a change now arrives as an event.
+    put_peer(204, 104);
+    let watched = wait_for(CONVERGE, || routes_are(&[(202, 112), (203, 103), (204, 104)]));
+    assert!(watched.is_some(), "routes {:?}\n{}", node.fabric_routes(), node.log());
+    assert_eq!(counter(&node.metrics(), "fabricd_watch_restarts_total"), restarts + 1.0);
 }
 
 #[test]

@@ -7,17 +7,25 @@
 //! networks, `runtimeConfig`), saves it as `<dataDir>/<containerID>` (default `/var/lib/cni/flannel`) and
 //! runs the delegate's ADD with it. DEL runs the delegate's DEL with the saved config and removes the file;
 //! nothing saved is success. CHECK succeeds, as flannel's does.
+//!
+//! Stricter than flannel where its input is hostile: `dataDir` and `subnetFile` are absolute paths without
+//! `..`; `subnet.env` is a regular file of at most 64 KiB; `runtimeConfig` is an object; a `prevResult` is read
+//! as every plugin reads it; everything is checked, and the pod's netns opened, before the config is saved.
 
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 
 use cnicore::spec::ipam::{exec_plugin, find_plugin};
-use cnicore::spec::{plugin_main, CniResult, Command, Context, Error, Plugin, Result};
+use cnicore::spec::{plugin_main, truncate_for_msg, CniResult, Command, Context, Error, Plugin, Result};
 use cnicore::subnet_env::SubnetEnv;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 const DEFAULT_SUBNET_FILE: &str = "/run/flannel/subnet.env";
 const DEFAULT_DATA_DIR: &str = "/var/lib/cni/flannel";
+/// The node agent writes a few hundred bytes; more is not a subnet.env.
+const MAX_SUBNET_FILE: u64 = 64 * 1024;
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
@@ -30,22 +38,47 @@ struct Conf {
     subnet_file: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     delegate: Option<Map<String, Value>>,
-    runtime_config: Option<Value>,
+    runtime_config: Option<Map<String, Value>>,
 }
 
 impl Conf {
-    fn data_dir(&self) -> &Path {
-        self.data_dir.as_deref().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(DEFAULT_DATA_DIR))
+    fn data_dir(&self) -> Result<&Path> {
+        configured_path("dataDir", self.data_dir.as_deref(), DEFAULT_DATA_DIR)
     }
 
-    fn subnet_file(&self) -> &Path {
-        self.subnet_file.as_deref().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(DEFAULT_SUBNET_FILE))
+    fn subnet_file(&self) -> Result<&Path> {
+        configured_path("subnetFile", self.subnet_file.as_deref(), DEFAULT_SUBNET_FILE)
     }
 }
 
+/// `dataDir` or `subnetFile` (the default when absent or empty): an absolute path without `..`, so that what
+/// is written and read does not depend on the runtime's working directory or climb out of the named place.
+fn configured_path<'a>(what: &str, path: Option<&'a Path>, default: &'static str) -> Result<&'a Path> {
+    let Some(path) = path.filter(|p| !p.as_os_str().is_empty()) else { return Ok(Path::new(default)) };
+    let hostile = !path.is_absolute()
+        || path.components().any(|c| c == Component::ParentDir)
+        || path.as_os_str().as_bytes().contains(&0);
+    if hostile {
+        let shown = truncate_for_msg(&path.to_string_lossy());
+        return Err(Error::config(format!("{what} must be an absolute path without '..' or NUL, got {shown:?}")));
+    }
+    Ok(path)
+}
+
 fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("open {}: {e}", path.display())))?;
-    let env = SubnetEnv::parse(&text).map_err(|e| Error::config(format!("{}: {e}", path.display())))?;
+    let failed = |e: std::io::Error| Error::io(format!("open {}: {e}", path.display()));
+    // A regular file only: a FIFO would block the plugin forever, a device such as /dev/zero never end.
+    if !std::fs::metadata(path).map_err(failed)?.is_file() {
+        return Err(Error::io(format!("{} is not a regular file", path.display())));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).map_err(failed)?.take(MAX_SUBNET_FILE + 1).read_to_end(&mut bytes).map_err(failed)?;
+    if bytes.len() as u64 > MAX_SUBNET_FILE {
+        return Err(Error::io(format!("{} is larger than {MAX_SUBNET_FILE} bytes", path.display())));
+    }
+    // As flannel's line scanner: bytes that are not text matter only in the values they spoil.
+    let env = SubnetEnv::parse(&String::from_utf8_lossy(&bytes))
+        .map_err(|e| Error::config(format!("{}: {e}", path.display())))?;
     let missing = env.missing();
     if !missing.is_empty() {
         return Err(Error::config(format!("{} is missing {}", path.display(), missing.join(", "))));
@@ -66,7 +99,7 @@ fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
         return Err(Error::config("'delegate' dictionary must not have 'ipam' field, it'll be set by flannel"));
     }
     if let Some(runtime_config) = &conf.runtime_config {
-        delegate.insert("runtimeConfig".into(), runtime_config.clone());
+        delegate.insert("runtimeConfig".into(), Value::Object(runtime_config.clone()));
     }
     delegate.insert("name".into(), json!(conf.name));
     delegate.entry("type").or_insert(json!("bridge"));
@@ -104,7 +137,7 @@ fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
 
 fn scratch_path(ctx: &Context, conf: &Conf) -> Result<PathBuf> {
     cnicore::state::validate_path_component("container ID", &ctx.env.container_id)?;
-    Ok(conf.data_dir().join(&ctx.env.container_id))
+    Ok(conf.data_dir()?.join(&ctx.env.container_id))
 }
 
 fn delegate_binary(ctx: &Context, delegate: &Map<String, Value>) -> Result<PathBuf> {
@@ -117,15 +150,20 @@ struct Flannel;
 impl Plugin for Flannel {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let conf: Conf = ctx.parse_conf()?;
-        let env = load_subnet_env(conf.subnet_file())?;
+        let path = scratch_path(ctx, &conf)?;
+        // flannel is the first plugin of its chain and does not use a prevResult, but one it cannot read is
+        // refused as every plugin refuses it, not passed over.
+        ctx.prev_result()?;
+        let env = load_subnet_env(conf.subnet_file()?)?;
         let delegate = delegate_conf(&conf, &env)?;
         let binary = delegate_binary(ctx, &delegate)?;
         let bytes = serde_json::to_vec(&delegate)
             .map_err(|e| Error::internal(format!("error serializing delegate netconf: {e}")))?;
+        // The delegate would refuse a pod netns that is not there, after the config below is saved.
+        ctx.open_netns()?;
         // Saved first, so that DEL can undo even an ADD that failed half-way.
-        let path = scratch_path(ctx, &conf)?;
-        cnicore::state::ensure_dir(conf.data_dir(), 0o700)
-            .map_err(|e| Error::io(format!("{}: {e}", conf.data_dir().display())))?;
+        let data_dir = conf.data_dir()?;
+        cnicore::state::ensure_dir(data_dir, 0o700).map_err(|e| Error::io(format!("{}: {e}", data_dir.display())))?;
         cnicore::state::write_atomic(&path, &bytes, 0o600)
             .map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
         let answer = exec_plugin(&binary, Command::Add, ctx, &bytes)
@@ -135,7 +173,7 @@ impl Plugin for Flannel {
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
-        let conf: Conf = ctx.parse_conf()?;
+        let conf: Conf = ctx.load_for_teardown(Context::parse_conf)?;
         let path = scratch_path(ctx, &conf)?;
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
