@@ -14,9 +14,11 @@ while (($#)); do
   esac
   shift
 done
-cargo build --release --quiet
+cargo build --release --quiet --workspace --exclude netns-tests --exclude cri-client
 install -d -m 0755 "$prefix"
-for b in bridge host-local portmap bandwidth loopback tuning firewall cnitool; do
+# The plugins (flannel: flannel's meta-plugin, for conflists whose first plugin is "type": "flannel") and the
+# runner. fabricd, the node agent, is a daemon: see fabricd/README.md and conf/fabricd.service.
+for b in bridge host-local portmap bandwidth loopback tuning firewall flannel cnitool; do
   # Install through a temporary name and rename, so a running kubelet never executes a half-written binary.
   install -m 0755 "target/release/$b" "$prefix/.$b.new"
   mv -f "$prefix/.$b.new" "$prefix/$b"
