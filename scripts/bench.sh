@@ -246,6 +246,8 @@ if [[ -n $cri_table ]]; then
   { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
 fi
 if [[ -n $OUT ]]; then
+  # scripts/bench-fabric.sh keeps its figures between markers in the same file: carried over as they are.
+  fabric_section=$(sed -n '/<!-- fabric:begin -->/,/<!-- fabric:end -->/p' "$root/$OUT" 2>/dev/null || true)
   {
     echo "# Benchmarks"
     echo
@@ -285,6 +287,11 @@ Per-plugin benchmarks, each a script of its own: `scripts/bench-host-local.sh` (
 `scripts/bench-bandwidth.sh` (ADD/DEL and the achieved rate), `scripts/bench-bridge.sh` (bridge + host-local),
 `scripts/bench-version.sh` (VERSION exec); their last figures are in `docs/plugin-benchmarks.md`.
 NOTES
-  } >"$root/$OUT"
+    if [[ -n $fabric_section ]]; then
+      echo
+      echo "$fabric_section"
+    fi
+  } >"$root/$OUT.new"
+  mv "$root/$OUT.new" "$root/$OUT"
   echo "bench: written to $OUT" >&2
 fi
