@@ -14,8 +14,9 @@ use std::time::Duration;
 use cnicore::netlink::{self, Event, FdbEntry, IpFamily, Neighbour, Netlink, Route, Vxlan, RT_TABLE_MAIN};
 use ipnet::{IpNet, Ipv4Net};
 
-use crate::flannel::{format_mac, BackendKind, NetworkConfig, VXLAN_OVERHEAD};
+use crate::flannel::{BackendKind, NetworkConfig, VXLAN_OVERHEAD};
 use crate::source::Cluster;
+use cnicore::mac::format as format_mac;
 
 /// `proto 75` in `ip route`: the routes fabricd made (and will remove).
 pub const ROUTE_PROTOCOL: u8 = 75;

@@ -67,21 +67,10 @@ struct RawBackend {
     directrouting: Option<bool>,
 }
 
-/// Go's encoding/json matches keys case-insensitively and treats null as absent: lower-case every key and
-/// drop nulls, then parse with lower-case field names.
-fn go_keys(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.to_ascii_lowercase(), go_keys(v))).collect(),
-        ),
-        Value::Array(items) => Value::Array(items.into_iter().map(go_keys).collect()),
-        other => other,
-    }
-}
-
-fn parse_go<T: for<'de> Deserialize<'de>>(text: &[u8]) -> Result<T, String> {
-    let value: Value = serde_json::from_slice(text).map_err(|e| e.to_string())?;
-    serde_json::from_value(go_keys(value)).map_err(|e| e.to_string())
+/// flannel writes and reads these with Go's encoding/json: keys match case-insensitively and null is absent,
+/// as `cnicore::spec::gojson` decodes them.
+fn parse_go<T: serde::de::DeserializeOwned>(text: &[u8]) -> Result<T, String> {
+    cnicore::spec::gojson::from_slice(text).map_err(|e| e.to_string())
 }
 
 impl NetworkConfig {
@@ -187,10 +176,6 @@ struct RawBackendData {
     vtepmac: Option<String>,
 }
 
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
 pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
     let bytes: Vec<u8> = text.split(':').map(|part| u8::from_str_radix(part, 16).ok()).collect::<Option<_>>()?;
     bytes.try_into().ok()
@@ -199,7 +184,7 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
 impl LeaseAttrs {
     pub fn to_json(&self) -> String {
         let backend_data = match (self.vni, self.vtep_mac) {
-            (Some(vni), Some(mac)) => Some(serde_json::json!({ "VNI": vni, "VtepMAC": format_mac(&mac) })),
+            (Some(vni), Some(mac)) => Some(serde_json::json!({ "VNI": vni, "VtepMAC": cnicore::mac::format(&mac) })),
             _ => None,
         };
         let json = LeaseJson {

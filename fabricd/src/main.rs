@@ -378,7 +378,7 @@ async fn status(cli: &Cli) -> Result<i32, String> {
         let how = match &paths[subnet] {
             dataplane::PeerPath::Direct { gateway } => format!("route via {gateway}"),
             dataplane::PeerPath::Overlay { vtep_mac, endpoint } => {
-                format!("vxlan to {endpoint} (VTEP {})", flannel::format_mac(vtep_mac))
+                format!("vxlan to {endpoint} (VTEP {})", cnicore::mac::format(vtep_mac))
             }
             dataplane::PeerPath::Refused(reason) => format!("REFUSED: {reason}"),
         };
