@@ -75,8 +75,18 @@ pub async fn serve(address: String, metrics: Arc<Metrics>) {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut request = [0u8; 1024];
-            let _ = stream.read(&mut request).await;
+            // The whole request head is read before answering: closing a socket with unread bytes resets the
+            // connection, and a client whose request came in several segments would lose the answer.
+            let read_head = async {
+                let (mut head, mut buf) = (Vec::new(), [0u8; 1024]);
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read_head).await;
             let body = metrics.render();
             let response = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
