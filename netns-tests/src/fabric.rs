@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 
+use crate::daemon::http_get;
 use crate::upstream::{clean_command, output};
 use crate::{bin, bin_dir, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
@@ -534,17 +535,6 @@ pub fn tcp_source(from: &TestNetns, to: &TestNetns, to_ip: IpAddr) -> Option<IpA
     });
     drop(stream);
     seen
-}
-
-/// `GET <path>` over HTTP/1.0 to `addr` from namespace `ns`: the body, None when nothing answers within 2 s.
-pub fn http_get(ns: &TestNetns, addr: SocketAddr, path: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut stream = ns.run(|| TcpStream::connect_timeout(&addr, Duration::from_secs(2))).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    response.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }
 
 /// The value of the unlabelled sample `name` in a Prometheus text exposition.
