@@ -177,7 +177,9 @@ impl NodeSnapshot {
     /// moment after a link comes up), for at most `timeout`; returns the last one.
     ///
     /// IPv6 duplicate address detection adds a `local` route when it completes (a second or so after the link
-    /// came up): the wait also lasts until no address of the namespace is tentative.
+    /// came up): the wait also lasts until no address of the namespace is tentative. The link-local address
+    /// itself only appears once the kernel's linkwatch has seen the carrier (up to a second after it came on),
+    /// so the wait also lasts while a link has its carrier but not yet its operational state.
     pub fn settled(ns: &TestNetns, state_dirs: &[&Path], timeout: Duration) -> NodeSnapshot {
         let deadline = Instant::now() + timeout;
         let mut netlink = ns.netlink();
@@ -189,7 +191,7 @@ impl NodeSnapshot {
         loop {
             std::thread::sleep(Duration::from_millis(50));
             // Checked before the snapshot: DAD completing between the two would go unseen.
-            let quiet = !tentative();
+            let quiet = !tentative() && !carrier_pending(ns);
             let next = NodeSnapshot::take(ns, state_dirs);
             if (quiet && next == last) || Instant::now() >= deadline {
                 return next;
@@ -251,6 +253,16 @@ fn minus<'a>(a: &'a [String], b: &[String]) -> Vec<&'a String> {
             _ => true,
         })
         .collect()
+}
+
+/// Whether a link of `ns` is up with its carrier on (`LOWER_UP`) while its operational state still says
+/// otherwise: linkwatch has not handled the carrier yet, and IPv6 has not yet given the link its address.
+fn carrier_pending(ns: &TestNetns) -> bool {
+    command_lines(ns, "ip", &["-o", "link", "show"]).iter().any(|line| {
+        let flags = line.split(['<', '>']).nth(1).unwrap_or_default().split(',').collect::<Vec<_>>();
+        let pending = line.contains(" state DOWN ") || line.contains(" state LOWERLAYERDOWN ");
+        flags.contains(&"UP") && flags.contains(&"LOWER_UP") && pending
+    })
 }
 
 /// The non-empty output lines of `program args` run in `ns`; a missing program or a failure is one line saying
