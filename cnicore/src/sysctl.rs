@@ -59,6 +59,22 @@ pub fn write_if_different(name: &str, value: &str) -> io::Result<bool> {
     Ok(true)
 }
 
+/// `net.bridge.bridge-nf-call-iptables=1` (and ip6tables), as kubenet and Docker set them, so that the
+/// firewall sees bridged traffic between ports of one bridge. The files only exist with br_netfilter; without
+/// it, or when the write fails, this is a warning: the plugin's own work is done either way.
+pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
+    let names = [(v4, "net/bridge/bridge-nf-call-iptables"), (v6, "net/bridge/bridge-nf-call-ip6tables")];
+    for (_, name) in names.iter().filter(|(wanted, _)| *wanted) {
+        match write_if_different(name, "1") {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                crate::warn!("{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables");
+            }
+            Err(e) => crate::warn!("failed to set {name}=1: {e}"),
+        }
+    }
+}
+
 /// Names the file in the error while keeping its kind (NotFound for a missing interface directory).
 fn with_path(err: io::Error, path: &Path) -> io::Error {
     io::Error::new(err.kind(), format!("{}: {err}", path.display()))

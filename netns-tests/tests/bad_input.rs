@@ -1081,7 +1081,6 @@ fn firewall_cases(rig: &Rig) -> Vec<Case> {
         add("admin chain of 29 chars", "iptablesAdminChainName", json!("A".repeat(29)), "iptablesAdminChainName"),
         add("admin chain starting with dash", "iptablesAdminChainName", json!("-j"), "iptablesAdminChainName"),
         add("unknown ingressPolicy", "ingressPolicy", json!("closed"), "closed"),
-        add("ingressPolicy isolated", "ingressPolicy", json!("isolated"), "isolated"),
         add("ingressPolicy a list", "ingressPolicy", json!(["same-bridge"]), "ingressPolicy"),
         add("firewalldZone with NUL", "firewalldZone", json!("a\u{0}b"), "firewalldZone"),
         add("firewalldZone a number", "firewalldZone", json!(7), "firewalldZone"),
@@ -1098,6 +1097,20 @@ fn firewall_cases(rig: &Rig) -> Vec<Case> {
         Case::conf("same-bridge, bridge name of 16 bytes", "ADD", &bridge_named(&"b".repeat(16)), INVALID_CONFIG)
             .needle("bridge name"),
         Case::conf("same-bridge, empty bridge name", "ADD", &bridge_named(""), INVALID_CONFIG).needle("same-bridge"),
+        Case::conf(
+            "isolated, bridge name injection",
+            "ADD",
+            &with(&bridge_named("br0 -j ACCEPT"), "ingressPolicy", json!("isolated")),
+            INVALID_CONFIG,
+        )
+        .needle("bridge name"),
+        Case::conf(
+            "isolated, empty bridge name",
+            "ADD",
+            &with(&bridge_named(""), "ingressPolicy", json!("isolated")),
+            INVALID_CONFIG,
+        )
+        .needle("isolated"),
         Case::conf("missing prevResult", "ADD", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
             .needle("prevResult"),
         Case::conf("CHECK missing prevResult", "CHECK", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)

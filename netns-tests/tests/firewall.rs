@@ -63,22 +63,8 @@ impl Lab {
         );
         wan.ip(&["route", "add", "10.88.0.0/16", "via", "192.168.60.1"]);
         wan.ip(&["-6", "route", "add", "fd88::/16", "via", "fd60::1"]);
-        let pod = |bridge: &'static str, veth: &str, n: u8, v4: &'static str, v6: &'static str| {
-            let ns = node.pod_netns();
-            if !node.links().iter().any(|l| l == bridge) {
-                node.ip(&["link", "add", bridge, "type", "bridge"]);
-                node.ip(&["addr", "add", &format!("10.88.{n}.1/24"), "dev", bridge]);
-                node.ip(&["addr", "add", &format!("fd88:{n}::1/64"), "dev", bridge, "nodad"]);
-                node.ip(&["link", "set", bridge, "up"]);
-            }
-            veth_between(&node, &ns, veth, "eth0", &[], &[net(&format!("{v4}/24")), net(&format!("{v6}/64"))]);
-            node.ip(&["link", "set", veth, "master", bridge]);
-            ns.ip(&["route", "add", "default", "via", &format!("10.88.{n}.1")]);
-            ns.ip(&["-6", "route", "add", "default", "via", &format!("fd88:{n}::1")]);
-            Pod { ns, bridge, v4, v6 }
-        };
-        let a = pod("br-a", "va", 1, "10.88.1.2", "fd88:1::2");
-        let b = pod("br-b", "vb", 2, "10.88.2.2", "fd88:2::2");
+        let a = pod_on(&node, "br-a", "va", 1, "10.88.1.2", "fd88:1::2");
+        let b = pod_on(&node, "br-b", "vb", 2, "10.88.2.2", "fd88:2::2");
         node.run(|| {
             cnicore::sysctl::write("net/ipv4/ip_forward", "1").expect("ip_forward");
             cnicore::sysctl::write("net/ipv6/conf/all/forwarding", "1").expect("ipv6 forwarding");
@@ -182,6 +168,23 @@ impl Lab {
     }
 }
 
+/// A pod on bridge `bridge` (made with gateway 10.88.<n>.1 and fd88:<n>::1 when missing), through host veth
+/// `veth`.
+fn pod_on(node: &Node, bridge: &'static str, veth: &str, n: u8, v4: &'static str, v6: &'static str) -> Pod {
+    let ns = node.pod_netns();
+    if !node.links().iter().any(|l| l == bridge) {
+        node.ip(&["link", "add", bridge, "type", "bridge"]);
+        node.ip(&["addr", "add", &format!("10.88.{n}.1/24"), "dev", bridge]);
+        node.ip(&["addr", "add", &format!("fd88:{n}::1/64"), "dev", bridge, "nodad"]);
+        node.ip(&["link", "set", bridge, "up"]);
+    }
+    veth_between(node, &ns, veth, "eth0", &[], &[net(&format!("{v4}/24")), net(&format!("{v6}/64"))]);
+    node.ip(&["link", "set", veth, "master", bridge]);
+    ns.ip(&["route", "add", "default", "via", &format!("10.88.{n}.1")]);
+    ns.ip(&["-6", "route", "add", "default", "via", &format!("fd88:{n}::1")]);
+    Pod { ns, bridge, v4, v6 }
+}
+
 fn both(v4: bool, v6: bool, what: &str) -> bool {
     assert_eq!(v4, v6, "{what}: IPv4 answered {v4}, IPv6 answered {v6}");
     v4
@@ -273,6 +276,69 @@ fn same_bridge_isolates_bridges_from_each_other() {
     let mut no_bridge = isolated(&lab.a);
     no_bridge["prevResult"]["interfaces"][0]["name"] = json!("");
     assert_eq!(code(&lab.ours("ADD", "cx", &lab.a, &no_bridge)), 7);
+}
+
+/// ingressPolicy "isolated" (v1.7): the pods of one bridge no longer reach each other, nor another bridge's,
+/// and still reach the wan; with both backends. The node's bridge-nf-call sysctls are turned on (without them
+/// traffic between two ports of a bridge never reaches the firewall).
+#[test]
+fn isolated_cuts_off_the_pods_of_one_bridge_from_each_other() {
+    for backend in ["iptables", "nftables"] {
+        let lab = Lab::new(backend == "iptables");
+        let c = pod_on(&lab.node, "br-a", "vc", 1, "10.88.1.3", "fd88:1::3");
+        for to in ["10.88.1.1", "fd88:1::1"] {
+            assert!((0..5).any(|_| c.ns.ping(ip(to))), "no ping answer from {to} in {}", c.ns.name);
+        }
+        lab.node.run(|| {
+            for name in ["net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables"] {
+                cnicore::sysctl::write(name, "0").expect(name);
+            }
+        });
+        let open = |pod| lab.conf(pod, backend, json!({}));
+        for (id, pod) in [("ca", &lab.a), ("cc", &c)] {
+            lab.ours("ADD", id, pod, &open(pod)).expect_ok();
+        }
+        // Neighbours first: the first packets between two new neighbours can be lost to neighbour discovery.
+        for to in [c.v4, c.v6] {
+            assert!((0..5).any(|_| lab.a.ns.ping(ip(to))), "{backend}: no ping answer from {to}");
+        }
+        assert!(lab.reaches(&lab.a, &c) && lab.reaches(&c, &lab.a), "{backend}, open policy: one bridge's pods talk");
+        for (id, pod) in [("ca", &lab.a), ("cc", &c)] {
+            lab.ours("DEL", id, pod, &open(pod)).expect_ok();
+        }
+
+        let isolated = |pod| lab.conf(pod, backend, json!({"ingressPolicy": "isolated"}));
+        for (id, pod) in [("ca", &lab.a), ("cc", &c), ("cb", &lab.b)] {
+            lab.ours("ADD", id, pod, &isolated(pod)).expect_ok();
+            lab.ours("CHECK", id, pod, &isolated(pod)).expect_ok();
+        }
+        let sysctls = lab.node.run(|| {
+            ["net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables"]
+                .map(|name| cnicore::sysctl::read(name).expect(name))
+        });
+        assert_eq!(sysctls, ["1", "1"], "{backend}");
+        assert!(!lab.reaches(&lab.a, &c) && !lab.reaches(&c, &lab.a), "{backend}, isolated: same-bridge pods cut off");
+        assert!(!lab.reaches(&lab.a, &lab.b), "{backend}, isolated: bridges cut off");
+        assert!(lab.reaches_wan(&lab.a) && lab.reaches_wan(&c), "{backend}, isolated: the wan is reachable");
+        match backend {
+            "iptables" => {
+                let saved = lab.iptables();
+                let stage1: Vec<&str> =
+                    saved.lines().filter(|l| l.starts_with("-A CNI-ISOLATION-STAGE-1 -i br-a ")).collect();
+                assert_eq!(stage1.len(), 4, "one drop and one across-bridges rule per family:\n{saved}");
+                assert!(stage1[0].contains("-i br-a -o br-a ") && stage1[0].ends_with("-j DROP"), "{stage1:?}");
+            }
+            _ => assert!(lab.nft().contains("iifname . oifname @within_bridge drop"), "{}", lab.nft()),
+        }
+        // A missing bridge name is a config error that names the policy.
+        let mut no_bridge = isolated(&lab.a);
+        no_bridge["prevResult"]["interfaces"][0]["name"] = json!("");
+        let error = lab.ours("ADD", "cx", &lab.a, &no_bridge).expect_err().clone();
+        assert!(error["msg"].as_str().unwrap_or_default().contains("\"isolated\""), "{error}");
+        for (id, pod) in [("ca", &lab.a), ("cc", &c), ("cb", &lab.b)] {
+            lab.ours("DEL", id, pod, &isolated(pod)).expect_ok();
+        }
+    }
 }
 
 #[test]

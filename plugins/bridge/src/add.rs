@@ -9,6 +9,7 @@ use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route};
+use cnicore::sysctl;
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
@@ -114,7 +115,7 @@ fn apply<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
             if !p.conf.disable_container_interface {
                 p.pod.set_up(links.pod.index).with_context(|| format!("failed to set {ifname:?} up"))?;
             }
-            node::enable_bridge_netfilter(true, false);
+            sysctl::enable_bridge_netfilter(true, false);
         }
     }
 
@@ -281,7 +282,7 @@ fn finish_node_side(
     if conf.is_gateway || conf.ip_masq {
         node::enable_forwarding(v4, v6)?;
     }
-    node::enable_bridge_netfilter(v4, v6);
+    sysctl::enable_bridge_netfilter(v4, v6);
     failpoint::hit("bridge/after-sysctls");
     Ok(())
 }

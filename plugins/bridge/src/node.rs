@@ -245,21 +245,6 @@ fn usable_mac(mac: &[u8; 6]) -> bool {
     *mac != [0; 6] && mac[0] & 1 == 0
 }
 
-/// `net.bridge.bridge-nf-call-iptables=1` (and ip6tables), as kubenet sets them so that kube-proxy's rules
-/// see bridged pod-to-pod traffic. The files only exist with br_netfilter; without it this is a note.
-pub fn enable_bridge_netfilter(v4: bool, v6: bool) {
-    let names = [(v4, "net/bridge/bridge-nf-call-iptables"), (v6, "net/bridge/bridge-nf-call-ip6tables")];
-    for (_, name) in names.iter().filter(|(wanted, _)| *wanted) {
-        match sysctl::write_if_different(name, "1") {
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                cnicore::warn!("{name} does not exist (br_netfilter not loaded?); bridged traffic bypasses iptables");
-            }
-            Err(e) => cnicore::warn!("failed to set {name}=1: {e}"),
-        }
-    }
-}
-
 /// IP forwarding for the families the node routes pod traffic for.
 pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
     if v4 {

@@ -49,6 +49,27 @@ pub enum IngressPolicy {
     /// `"same-bridge"`: traffic from another isolated bridge to this one is dropped (the reference's
     /// `CNI-ISOLATION-STAGE-1/2` chains).
     SameBridge,
+    /// `"isolated"` (reference v1.7): as same-bridge, and containers on the bridge are also cut off from each
+    /// other (Docker's `enable_icc=false`).
+    Isolated,
+}
+
+impl IngressPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IngressPolicy::Open => "open",
+            IngressPolicy::SameBridge => "same-bridge",
+            IngressPolicy::Isolated => "isolated",
+        }
+    }
+}
+
+/// The bridge isolation an attachment asks for: its bridge (prevResult's first interface, as in the
+/// reference) and whether the bridge's own ports are cut off from each other too.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    pub bridge: String,
+    pub within_bridge: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -89,9 +110,7 @@ impl Config {
         let ingress_policy = match raw.ingress_policy.as_deref().unwrap_or("") {
             "" | "open" => IngressPolicy::Open,
             "same-bridge" => IngressPolicy::SameBridge,
-            "isolated" => return Err(Error::config(
-                "ingressPolicy \"isolated\" (reference plugins v1.7) is not supported: use \"open\" or \"same-bridge\"",
-            )),
+            "isolated" => IngressPolicy::Isolated,
             other => return Err(Error::config(format!("unknown ingress policy: {:?}", truncate_for_msg(other)))),
         };
         let data_dir = raw.data_dir.filter(|d| !d.as_os_str().is_empty()).unwrap_or_else(|| DEFAULT_DATA_DIR.into());
@@ -177,6 +196,10 @@ mod tests {
         assert_eq!((c.requested, c.admin_chain.as_str(), c.zone.as_str()), (Requested::Auto, "MY-ADMIN", "internal"));
         assert_eq!(c.ingress_policy, IngressPolicy::SameBridge);
         assert_eq!(
+            parse(r#"{"name":"n","ingressPolicy":"isolated"}"#).unwrap().ingress_policy,
+            IngressPolicy::Isolated
+        );
+        assert_eq!(
             parse(r#"{"name":"n","backend":"nftables"}"#).unwrap().requested,
             Requested::Kernel(Backend::Nftables)
         );
@@ -190,7 +213,6 @@ mod tests {
             r#"{"name":"n","iptablesAdminChainName":"-j ACCEPT"}"#,
             r#"{"name":"n","iptablesAdminChainName":"A-CHAIN-NAME-LONGER-THAN-28-CHARS"}"#,
             r#"{"name":"n","ingressPolicy":"closed"}"#,
-            r#"{"name":"n","ingressPolicy":"isolated"}"#,
             r#"{"name":"n","firewalldZone":"a\u0000b"}"#,
             r#"{"name":"n","dataDir":"relative/dir"}"#,
             r#"{"name":"n","backend":7}"#,

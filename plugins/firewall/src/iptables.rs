@@ -12,10 +12,14 @@
 //!                        -m comment --comment ... -j RETURN                                    (last)
 //! CNI-ISOLATION-STAGE-2: -o <br> -m comment --comment ... -j DROP                              (before RETURN)
 //!                        -m comment --comment ... -j RETURN                                    (last)
+//! ingressPolicy isolated (v1.7): the same, and first in CNI-ISOLATION-STAGE-1
+//!                        -i <br> -o <br> -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP
 //! ```
 //!
 //! `CNI-ADMIN` (or `iptablesAdminChainName`) belongs to the administrator: created when missing, never changed.
 //! The isolation rules are per bridge and shared by its containers, so DEL leaves them, as the reference does.
+//! The `isolated` drop's comment is ours: the reference's text was not available to read (its tests match
+//! the rule by `-i <br> -o <br>` and `-j DROP`), and no call of either plugin depends on it.
 //!
 //! Each call is one `iptables-save -t filter` and one `iptables-restore --noflush` per family. DEL with the
 //! addresses first tries deleting exactly the container's rules without reading.
@@ -25,13 +29,14 @@ use cnicore::firewall::Family;
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
 
-use crate::config::{Config, IngressPolicy};
+use crate::config::{Config, Isolation};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const STAGE1_CHAIN: &str = "CNI-ISOLATION-STAGE-1";
 pub const STAGE2_CHAIN: &str = "CNI-ISOLATION-STAGE-2";
 const TABLE: &str = "filter";
 const ISOLATION_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
+const WITHIN_BRIDGE_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 
 fn forward_jump() -> Rule {
     Rule::new().comment("CNI firewall plugin rules").jump(FORWARD_CHAIN)
@@ -49,18 +54,25 @@ pub fn address_rules(ip: &IpNet) -> Result<[Rule; 2]> {
     ])
 }
 
-/// The isolation rules of one bridge: (chain, rule, goes first); the RETURNs go last.
-fn isolation_rules(bridge: &str) -> Result<Vec<(&'static str, Rule, bool)>> {
+/// The isolation rules of one bridge: (chain, rule, goes first), in the order they are inserted (a later
+/// "first" rule ends up before an earlier one); the RETURNs go last.
+fn isolation_rules(isolation: &Isolation) -> Result<Vec<(&'static str, Rule, bool)>> {
+    let bridge = isolation.bridge.as_str();
     let stage1 = Rule::new().in_interface(bridge, false)?.out_interface(bridge, true)?;
     let stage2 = Rule::new().out_interface(bridge, false)?;
     let ret = || Rule::new().comment(ISOLATION_COMMENT).jump("RETURN");
-    Ok(vec![
+    let mut rules = vec![
         ("FORWARD", Rule::new().comment(ISOLATION_COMMENT).jump(STAGE1_CHAIN), true),
         (STAGE1_CHAIN, stage1.comment(ISOLATION_COMMENT).jump(STAGE2_CHAIN), true),
         (STAGE1_CHAIN, ret(), false),
         (STAGE2_CHAIN, stage2.comment(ISOLATION_COMMENT).jump("DROP"), true),
         (STAGE2_CHAIN, ret(), false),
-    ])
+    ];
+    if isolation.within_bridge {
+        let within = Rule::new().in_interface(bridge, false)?.out_interface(bridge, false)?;
+        rules.push((STAGE1_CHAIN, within.comment(WITHIN_BRIDGE_COMMENT).jump("DROP"), true));
+    }
+    Ok(rules)
 }
 
 /// Everything one container needs in one family.
@@ -69,19 +81,19 @@ pub struct Plan {
     admin_chain: String,
     /// The rules of `CNI-FORWARD` for the container's addresses of this family.
     rules: Vec<Rule>,
-    /// The isolation rules of the bridge (ingressPolicy same-bridge): (chain, rule, goes first).
+    /// The isolation rules of the bridge (ingressPolicy same-bridge or isolated): (chain, rule, goes first).
     isolation: Vec<(&'static str, Rule, bool)>,
 }
 
 impl Plan {
-    pub fn new(config: &Config, family: Family, ips: &[IpNet], bridge: Option<&str>) -> Result<Plan> {
+    pub fn new(config: &Config, family: Family, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<Plan> {
         let mut rules = Vec::new();
         for ip in ips.iter().filter(|ip| Family::of_net(ip) == family) {
             rules.extend(address_rules(ip)?);
         }
-        let isolation = match (config.ingress_policy, bridge) {
-            (IngressPolicy::SameBridge, Some(bridge)) => isolation_rules(bridge)?,
-            _ => Vec::new(),
+        let isolation = match isolation {
+            Some(isolation) => isolation_rules(isolation)?,
+            None => Vec::new(),
         };
         Ok(Plan { family, admin_chain: config.admin_chain.clone(), rules, isolation })
     }
@@ -207,7 +219,7 @@ mod tests {
     use crate::config::Requested;
     use cnicore::firewall::Backend;
 
-    fn config(policy: IngressPolicy) -> Config {
+    fn config() -> Config {
         Config {
             network: "podman".into(),
             container_id: "c1".into(),
@@ -215,9 +227,13 @@ mod tests {
             requested: Requested::Kernel(Backend::Iptables),
             admin_chain: "CNI-ADMIN".into(),
             zone: "trusted".into(),
-            ingress_policy: policy,
+            ingress_policy: crate::config::IngressPolicy::SameBridge,
             data_dir: "/tmp".into(),
         }
+    }
+
+    fn bridge(name: &str, within_bridge: bool) -> Option<Isolation> {
+        Some(Isolation { bridge: name.into(), within_bridge })
     }
 
     fn ips() -> Vec<IpNet> {
@@ -231,7 +247,7 @@ mod tests {
     /// What /usr/lib/cni/firewall v1.1.1 leaves in an empty filter table (iptables-save), in our transaction.
     #[test]
     fn first_add_makes_the_reference_layout() {
-        let plan = Plan::new(&config(IngressPolicy::SameBridge), Family::V4, &ips(), Some("cni-podman0")).unwrap();
+        let plan = Plan::new(&config(), Family::V4, &ips(), bridge("cni-podman0", false).as_ref()).unwrap();
         let mut script = Script::new(TABLE);
         plan.add_script(&Snapshot::parse("*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n", TABLE), &mut script);
         let c = r#""CNI firewall plugin rules (ingressPolicy: same-bridge)""#;
@@ -280,12 +296,12 @@ mod tests {
 -A CNI-ISOLATION-STAGE-2 -m comment --comment "CNI firewall plugin rules (ingressPolicy: same-bridge)" -j RETURN
 COMMIT
 "#;
-        let plan = Plan::new(&config(IngressPolicy::SameBridge), Family::V6, &ips(), Some("cni-podman0")).unwrap();
+        let plan = Plan::new(&config(), Family::V6, &ips(), bridge("cni-podman0", false).as_ref()).unwrap();
         let mut script = Script::new(TABLE);
         plan.add_script(&Snapshot::parse(saved, TABLE), &mut script);
         assert!(script.is_empty(), "{}", script.render());
         // A second bridge gets its rules before the RETURNs, and no second STAGE-1 jump.
-        let plan = Plan::new(&config(IngressPolicy::SameBridge), Family::V6, &ips(), Some("cni-podman1")).unwrap();
+        let plan = Plan::new(&config(), Family::V6, &ips(), bridge("cni-podman1", false).as_ref()).unwrap();
         let mut script = Script::new(TABLE);
         plan.add_script(&Snapshot::parse(saved, TABLE), &mut script);
         assert_eq!(render(&script).len(), 4, "{}", script.render());
@@ -294,12 +310,44 @@ COMMIT
 
     #[test]
     fn open_policy_and_no_addresses() {
-        let plan = Plan::new(&config(IngressPolicy::Open), Family::V4, &ips(), Some("cni-podman0")).unwrap();
+        let plan = Plan::new(&config(), Family::V4, &ips(), None).unwrap();
         assert!(plan.isolation.is_empty());
         assert_eq!(plan.rules.len(), 2);
         let check = plan.check_script().render();
         assert!(check.contains("-C CNI-FORWARD -s 10.88.0.2/32 -j ACCEPT"), "{check}");
-        let none = Plan::new(&config(IngressPolicy::Open), Family::V4, &ips()[1..], None).unwrap();
+        let none = Plan::new(&config(), Family::V4, &ips()[1..], None).unwrap();
         assert!(none.rules.is_empty());
+    }
+
+    /// ingressPolicy isolated: the same-bridge rules, and first in STAGE-1 a drop of the bridge's traffic to
+    /// itself, added once and checked; a later same-bridge container on the bridge adds nothing.
+    #[test]
+    fn isolated_drops_within_the_bridge_first() {
+        let plan = Plan::new(&config(), Family::V4, &ips(), bridge("cni-podman0", true).as_ref()).unwrap();
+        let mut script = Script::new(TABLE);
+        plan.add_script(&Snapshot::parse("*filter\n:FORWARD ACCEPT [0:0]\nCOMMIT\n", TABLE), &mut script);
+        let lines = render(&script);
+        let within = r#"-I CNI-ISOLATION-STAGE-1 1 -i cni-podman0 -o cni-podman0 -m comment --comment "CNI firewall plugin rules (ingressPolicy: isolated)" -j DROP"#;
+        let across = "-I CNI-ISOLATION-STAGE-1 1 -i cni-podman0 ! -o cni-podman0";
+        let at = |needle: &str| {
+            lines.iter().position(|l| l.starts_with(needle)).unwrap_or_else(|| panic!("{needle}: {lines:?}"))
+        };
+        // Inserted after the across-bridges rule, so it ends up before it.
+        assert!(at(across) < at(within), "{lines:?}");
+        assert!(plan
+            .check_script()
+            .render()
+            .contains(&within.replace("-I CNI-ISOLATION-STAGE-1 1", "-C CNI-ISOLATION-STAGE-1")));
+
+        let saved = "*filter\n:FORWARD ACCEPT [0:0]\n:CNI-ISOLATION-STAGE-1 - [0:0]\n:CNI-ISOLATION-STAGE-2 - [0:0]\n\
+            -A CNI-ISOLATION-STAGE-1 -i cni-podman0 -o cni-podman0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\" -j DROP\n\
+            COMMIT\n";
+        let mut script = Script::new(TABLE);
+        plan.add_script(&Snapshot::parse(saved, TABLE), &mut script);
+        assert!(!script
+            .render()
+            .contains("-o cni-podman0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\""));
+        let same_bridge = Plan::new(&config(), Family::V4, &[], bridge("cni-podman0", false).as_ref()).unwrap();
+        assert!(same_bridge.isolation.iter().all(|(_, rule, _)| !rule.render().contains("(ingressPolicy: isolated)")));
     }
 }

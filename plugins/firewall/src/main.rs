@@ -1,9 +1,11 @@
 //! firewall: a chained plugin that lets forwarded traffic to and from the container's addresses (from
-//! `prevResult`) through the node's firewall, and with `ingressPolicy: "same-bridge"` isolates bridges from
-//! each other. Backends: iptables (the reference's `CNI-FORWARD` / `CNI-ADMIN` layout), nftables (ours, one
-//! table) and firewalld (the container addresses as sources of a zone, over D-Bus). With `"backend": ""` the
-//! choice is the reference's: firewalld when it runs on the system bus, else iptables (else nftables where
-//! iptables is not installed).
+//! `prevResult`) through the node's firewall. With `ingressPolicy: "same-bridge"` it isolates bridges from
+//! each other; with `"isolated"` also the containers of one bridge from each other (and turns on
+//! br_netfilter's bridge-nf-call sysctls, without which that traffic never reaches the firewall). Backends:
+//! iptables (the reference's `CNI-FORWARD` / `CNI-ADMIN` layout), nftables (ours, one table) and firewalld
+//! (the container addresses as sources of a zone, over D-Bus). With `"backend": ""` the choice is the
+//! reference's: firewalld when it runs on the system bus, else iptables (else nftables where iptables is not
+//! installed).
 
 mod config;
 mod dbus;
@@ -16,9 +18,10 @@ use std::collections::BTreeSet;
 
 use cnicore::firewall::{families_of, Backend, Family};
 use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Error, Errors, Plugin, Result};
+use cnicore::sysctl;
 use ipnet::IpNet;
 
-use config::{host_addresses, validate_bridge_name, Config, IngressPolicy, Requested};
+use config::{host_addresses, validate_bridge_name, Config, IngressPolicy, Isolation, Requested};
 use firewalld::Firewalld;
 use record::Record;
 
@@ -51,19 +54,23 @@ fn resolve(config: &Config) -> Result<Active> {
     }
 }
 
-/// The bridge of `ingressPolicy: "same-bridge"`: the first interface of prevResult, as in the reference.
-fn isolated_bridge(config: &Config, prev: &CniResult) -> Result<Option<String>> {
-    if config.ingress_policy != IngressPolicy::SameBridge {
-        return Ok(None);
-    }
+/// The isolation of `ingressPolicy` "same-bridge" or "isolated": the bridge is the first interface of
+/// prevResult, as in the reference.
+fn isolation(config: &Config, prev: &CniResult) -> Result<Option<Isolation>> {
+    let within_bridge = match config.ingress_policy {
+        IngressPolicy::Open => return Ok(None),
+        IngressPolicy::SameBridge => false,
+        IngressPolicy::Isolated => true,
+    };
     let name = prev.interfaces.first().map(|i| i.name.as_str()).unwrap_or("");
     if name.is_empty() {
-        return Err(Error::config(
-            "interface needs to be set for ingress policy \"same-bridge\", make sure to chain \"firewall\" plugin with \"bridge\"",
-        ));
+        return Err(Error::config(format!(
+            "interface needs to be set for ingress policy {:?}, make sure to chain \"firewall\" plugin with \"bridge\"",
+            config.ingress_policy.as_str()
+        )));
     }
     validate_bridge_name(name)?;
-    Ok(Some(name.to_string()))
+    Ok(Some(Isolation { bridge: name.to_string(), within_bridge }))
 }
 
 /// The kernel backend of the isolation rules when firewalld holds the addresses: iptables as in the
@@ -78,13 +85,18 @@ impl Plugin for Firewall {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let config = Config::parse(ctx)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("missing prevResult from earlier plugin"))?;
-        let bridge = isolated_bridge(&config, &prev)?;
+        let isolation = isolation(&config, &prev)?;
         let ips = host_addresses(prev.ips.iter().map(|ip| ip.address));
         if ips.is_empty() {
             return Ok(prev);
         }
         let mut active = resolve(&config)?;
-        open(&config, &mut active, &ips, bridge.as_deref())?;
+        open(&config, &mut active, &ips, isolation.as_ref())?;
+        if isolation.as_ref().is_some_and(|i| i.within_bridge) {
+            // Traffic between two ports of one bridge reaches the firewall only through br_netfilter.
+            let families = families_of(&ips);
+            sysctl::enable_bridge_netfilter(families.contains(&Family::V4), families.contains(&Family::V6));
+        }
         let record = Record {
             container_id: config.container_id.clone(),
             ifname: config.ifname.clone(),
@@ -134,7 +146,7 @@ impl Plugin for Firewall {
     fn check(&self, ctx: &Context) -> Result<()> {
         let config = Config::parse(ctx)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("missing prevResult from earlier plugin"))?;
-        let bridge = isolated_bridge(&config, &prev)?;
+        let isolation = isolation(&config, &prev)?;
         let ips = host_addresses(prev.ips.iter().map(|ip| ip.address));
         if ips.is_empty() {
             return Ok(());
@@ -143,16 +155,16 @@ impl Plugin for Firewall {
             Active::Kernel(Backend::Iptables) => {
                 for family in families_of(&ips) {
                     iptables::check(
-                        &iptables::Plan::new(&config, family, &ips, bridge.as_deref())?,
+                        &iptables::Plan::new(&config, family, &ips, isolation.as_ref())?,
                         &config.container_id,
                     )?;
                 }
                 Ok(())
             }
-            Active::Kernel(Backend::Nftables) => nftables::check(&config.container_id, &ips, bridge.as_deref()),
+            Active::Kernel(Backend::Nftables) => nftables::check(&config.container_id, &ips, isolation.as_ref()),
             Active::Firewalld(mut firewalld) => {
                 firewalld.check(&config.zone, &ips)?;
-                check_isolation(&config, &ips, bridge.as_deref())
+                check_isolation(&config, &ips, isolation.as_ref())
             }
         }
     }
@@ -191,12 +203,12 @@ impl Plugin for Firewall {
 }
 
 /// Opens the firewall for `ips`; on failure, what was done is undone.
-fn open(config: &Config, active: &mut Active, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+fn open(config: &Config, active: &mut Active, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     match active {
         Active::Kernel(Backend::Iptables) => {
             let mut done: Vec<Family> = Vec::new();
             for family in families_of(ips) {
-                let outcome = iptables::Plan::new(config, family, ips, bridge).and_then(|plan| iptables::add(&plan));
+                let outcome = iptables::Plan::new(config, family, ips, isolation).and_then(|plan| iptables::add(&plan));
                 if let Err(e) = outcome {
                     for family in done {
                         report_rollback("removing firewall rules", iptables::del(family, ips));
@@ -207,10 +219,10 @@ fn open(config: &Config, active: &mut Active, ips: &[IpNet], bridge: Option<&str
             }
             Ok(())
         }
-        Active::Kernel(Backend::Nftables) => nftables::add(&config.network, &config.container_id, ips, bridge),
+        Active::Kernel(Backend::Nftables) => nftables::add(&config.network, &config.container_id, ips, isolation),
         Active::Firewalld(firewalld) => {
             firewalld.add(&config.zone, ips)?;
-            if let Err(e) = isolate(ips, bridge, config) {
+            if let Err(e) = isolate(ips, isolation, config) {
                 report_rollback("removing the addresses from firewalld", firewalld.del(&config.zone, ips));
                 return Err(e);
             }
@@ -220,27 +232,27 @@ fn open(config: &Config, active: &mut Active, ips: &[IpNet], bridge: Option<&str
 }
 
 /// The isolation rules of the firewalld backend, which firewalld does not make (the reference runs iptables).
-fn isolate(ips: &[IpNet], bridge: Option<&str>, config: &Config) -> Result<()> {
-    if bridge.is_none() {
+fn isolate(ips: &[IpNet], isolation: Option<&Isolation>, config: &Config) -> Result<()> {
+    if isolation.is_none() {
         return Ok(());
     }
     match isolation_backend()? {
         Backend::Iptables => families_of(ips)
             .into_iter()
-            .try_for_each(|family| iptables::add(&iptables::Plan::new(config, family, &[], bridge)?)),
-        Backend::Nftables => nftables::add(&config.network, &config.container_id, &[], bridge),
+            .try_for_each(|family| iptables::add(&iptables::Plan::new(config, family, &[], isolation)?)),
+        Backend::Nftables => nftables::add(&config.network, &config.container_id, &[], isolation),
     }
 }
 
-fn check_isolation(config: &Config, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
-    if bridge.is_none() {
+fn check_isolation(config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+    if isolation.is_none() {
         return Ok(());
     }
     match isolation_backend()? {
         Backend::Iptables => families_of(ips).into_iter().try_for_each(|family| {
-            iptables::check(&iptables::Plan::new(config, family, &[], bridge)?, &config.container_id)
+            iptables::check(&iptables::Plan::new(config, family, &[], isolation)?, &config.container_id)
         }),
-        Backend::Nftables => nftables::check(&config.container_id, &[], bridge),
+        Backend::Nftables => nftables::check(&config.container_id, &[], isolation),
     }
 }
 

@@ -5,8 +5,9 @@
 //! table inet cni_firewall {
 //!   set containers4 { type ipv4_addr }          # container addresses, each commented with its owner tag
 //!   set containers6 { type ipv6_addr }
-//!   set isolated    { type ifname }             # bridges of ingressPolicy same-bridge
+//!   set isolated    { type ifname }             # bridges of ingressPolicy same-bridge or isolated
 //!   set same_bridge { type ifname . ifname }    # "<br>" . "<br>" for each of them
+//!   set within_bridge { type ifname . ifname }  # "<br>" . "<br>" for bridges of ingressPolicy isolated
 //!   chain forward { type filter hook forward priority filter; policy accept;
 //!     jump isolation
 //!     jump admin
@@ -14,7 +15,8 @@
 //!     ip saddr @containers4 accept
 //!     ip6 daddr @containers6 ct state established,related accept
 //!     ip6 saddr @containers6 accept }
-//!   chain isolation {                           # the reference's CNI-ISOLATION-STAGE-1/2 in two rules
+//!   chain isolation {                           # the reference's CNI-ISOLATION-STAGE-1/2 in three rules
+//!     iifname . oifname @within_bridge drop
 //!     iifname . oifname @same_bridge return
 //!     iifname @isolated oifname @isolated drop }
 //!   chain admin { }                             # the administrator's (CNI-ADMIN): created, never changed
@@ -36,6 +38,8 @@ use cnicore::firewall::{nft_tag, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
 
+use crate::config::Isolation;
+
 pub const TABLE: &str = "cni_firewall";
 const TAG_KIND: &str = "fw";
 
@@ -54,9 +58,11 @@ fn base(script: &mut Script) {
     script.push(format!("add set {t} containers6 {{ type ipv6_addr ; }}"));
     script.push(format!("add set {t} isolated {{ type ifname ; }}"));
     script.push(format!("add set {t} same_bridge {{ type ifname . ifname ; }}"));
+    script.push(format!("add set {t} within_bridge {{ type ifname . ifname ; }}"));
     script.push(format!("add chain {t} admin"));
     script.push(format!("add chain {t} isolation"));
     script.push(format!("flush chain {t} isolation"));
+    script.push(format!("add rule {t} isolation iifname . oifname @within_bridge drop"));
     script.push(format!("add rule {t} isolation iifname . oifname @same_bridge return"));
     script.push(format!("add rule {t} isolation iifname @isolated oifname @isolated drop"));
     script.push(format!("add chain {t} forward {{ type filter hook forward priority filter ; policy accept ; }}"));
@@ -70,23 +76,26 @@ fn base(script: &mut Script) {
 }
 
 /// The elements of one attachment: (set, element as written in `add element`, without the comment).
-fn elements(ips: &[IpNet], bridge: Option<&str>) -> Result<Vec<(&'static str, String)>> {
+fn elements(ips: &[IpNet], isolation: Option<&Isolation>) -> Result<Vec<(&'static str, String)>> {
     let mut out: Vec<(&'static str, String)> = ips.iter().map(|ip| (set_of(ip), ip.addr().to_string())).collect();
-    if let Some(bridge) = bridge {
-        let name = nftables::string(bridge)?;
+    if let Some(isolation) = isolation {
+        let name = nftables::string(&isolation.bridge)?;
         out.push(("isolated", name.clone()));
         out.push(("same_bridge", format!("{name} . {name}")));
+        if isolation.within_bridge {
+            out.push(("within_bridge", format!("{name} . {name}")));
+        }
     }
     Ok(out)
 }
 
 /// ADD: one transaction adding the elements (container addresses tagged with their owner); the table is set
 /// up in the same transaction only when that fails (first container, or the table was removed).
-pub fn add(network: &str, container_id: &str, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+pub fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     let t = format!("inet {TABLE}");
     let tag = nft_tag(TAG_KIND, network, container_id);
     let mut adds = Script::new();
-    for (set, element) in elements(ips, bridge)? {
+    for (set, element) in elements(ips, isolation)? {
         match set {
             "containers4" | "containers6" => {
                 adds.push(format!("add element {t} {set} {{ {element} comment \"{tag}\" }}"))
@@ -106,10 +115,10 @@ pub fn add(network: &str, container_id: &str, ips: &[IpNet], bridge: Option<&str
 }
 
 /// CHECK: the table holds every element of the attachment.
-pub fn check(container_id: &str, ips: &[IpNet], bridge: Option<&str>) -> Result<()> {
+pub fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     let present = nftables::table_elements(TABLE)?
         .ok_or_else(|| Error::internal(format!("nftables table inet {TABLE} is missing")))?;
-    for (set, element) in elements(ips, bridge)? {
+    for (set, element) in elements(ips, isolation)? {
         // Keys come back without the quotes of interface names.
         let key = element.replace('"', "");
         if !present.iter().any(|e| e.set == set && e.key == key) {
@@ -152,7 +161,8 @@ mod tests {
     #[test]
     fn elements_of_an_attachment() {
         let ips: Vec<IpNet> = vec!["10.88.0.2/32".parse().unwrap(), "fd00::2/128".parse().unwrap()];
-        let e = elements(&ips, Some("cni-podman0")).unwrap();
+        let bridge = |within_bridge| Some(Isolation { bridge: "cni-podman0".into(), within_bridge });
+        let e = elements(&ips, bridge(false).as_ref()).unwrap();
         assert_eq!(
             e,
             vec![
@@ -162,7 +172,9 @@ mod tests {
                 ("same_bridge", "\"cni-podman0\" . \"cni-podman0\"".to_string()),
             ]
         );
-        assert!(elements(&ips, Some("a\"b")).is_err());
+        let within = elements(&[], bridge(true).as_ref()).unwrap();
+        assert_eq!(within.last().unwrap(), &("within_bridge", "\"cni-podman0\" . \"cni-podman0\"".to_string()));
+        assert!(elements(&ips, Some(&Isolation { bridge: "a\"b".into(), within_bridge: false })).is_err());
         let mut script = Script::new();
         base(&mut script);
         let text = script.render();
