@@ -335,9 +335,33 @@ fn isolated_cuts_off_the_pods_of_one_bridge_from_each_other() {
         no_bridge["prevResult"]["interfaces"][0]["name"] = json!("");
         let error = lab.ours("ADD", "cx", &lab.a, &no_bridge).expect_err().clone();
         assert!(error["msg"].as_str().unwrap_or_default().contains("\"isolated\""), "{error}");
-        for (id, pod) in [("ca", &lab.a), ("cc", &c), ("cb", &lab.b)] {
-            lab.ours("DEL", id, pod, &isolated(pod)).expect_ok();
+        // Unlike the reference, the drop goes with the bridge's last isolated attachment (DEL or GC), so a
+        // same-bridge network on the bridge later is not cut off by it; the same-bridge rules stay.
+        let drop_of_br_a = || match backend {
+            "iptables" => lab.iptables().lines().any(|l| l.starts_with("-A CNI-ISOLATION-STAGE-1 -i br-a -o br-a ")),
+            _ => {
+                let out = lab.node.exec("nft", &["list", "set", "inet", "cni_firewall", "within_bridge"], &[], b"");
+                String::from_utf8_lossy(&out.stdout).contains("\"br-a\" . \"br-a\"")
+            }
+        };
+        lab.ours("DEL", "ca", &lab.a, &isolated(&lab.a)).expect_ok();
+        assert!(drop_of_br_a(), "{backend}: pod c still wants the drop");
+        lab.ours("DEL", "cc", &c, &isolated(&c)).expect_ok();
+        assert!(!drop_of_br_a(), "{backend}: the drop outlived the bridge's last isolated attachment");
+        let same_bridge = |pod| lab.conf(pod, backend, json!({"ingressPolicy": "same-bridge"}));
+        for (id, pod) in [("ca", &lab.a), ("cc", &c)] {
+            lab.ours("ADD", id, pod, &same_bridge(pod)).expect_ok();
         }
+        assert!(lab.reaches(&lab.a, &c), "{backend}: same-bridge after isolated, the pods of br-a talk");
+        for (id, pod) in [("ca", &lab.a), ("cc", &c)] {
+            lab.ours("DEL", id, pod, &same_bridge(pod)).expect_ok();
+        }
+        // GC of an isolated attachment not valid any more removes the drop too.
+        lab.ours("ADD", "ca", &lab.a, &isolated(&lab.a)).expect_ok();
+        assert!(drop_of_br_a(), "{backend}");
+        lab.ours("GC", "", &lab.a, &gc_conf(&lab, backend, &["cb"])).expect_ok();
+        assert!(!drop_of_br_a(), "{backend}: GC left the drop");
+        lab.ours("DEL", "cb", &lab.b, &isolated(&lab.b)).expect_ok();
     }
 }
 

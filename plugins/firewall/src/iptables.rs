@@ -69,10 +69,29 @@ fn isolation_rules(isolation: &Isolation) -> Result<Vec<(&'static str, Rule, boo
         (STAGE2_CHAIN, ret(), false),
     ];
     if isolation.within_bridge {
-        let within = Rule::new().in_interface(bridge, false)?.out_interface(bridge, false)?;
-        rules.push((STAGE1_CHAIN, within.comment(WITHIN_BRIDGE_COMMENT).jump("DROP"), true));
+        rules.push((STAGE1_CHAIN, within_bridge_rule(bridge)?, true));
     }
     Ok(rules)
+}
+
+/// ingressPolicy isolated: the drop of the bridge's traffic to itself.
+fn within_bridge_rule(bridge: &str) -> Result<Rule> {
+    let rule = Rule::new().in_interface(bridge, false)?.out_interface(bridge, false)?;
+    Ok(rule.comment(WITHIN_BRIDGE_COMMENT).jump("DROP"))
+}
+
+/// Removes the bridge's `isolated` drop (every copy) once no attachment asks for it; the same-bridge rules stay.
+pub fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
+    if !iptables::available(family) {
+        return Ok(());
+    }
+    let rule = within_bridge_rule(bridge)?;
+    let text = rule.render();
+    iptables::cleanup(family, TABLE, "removing the isolated drop of the bridge", |snapshot, script| {
+        for _ in snapshot.rules(STAGE1_CHAIN).filter(|spec| *spec == text) {
+            script.delete(STAGE1_CHAIN, &rule);
+        }
+    })
 }
 
 /// Everything one container needs in one family.

@@ -91,8 +91,11 @@ impl Plugin for Firewall {
             return Ok(prev);
         }
         let mut active = resolve(&config)?;
+        let isolated_bridge = isolation.as_ref().filter(|i| i.within_bridge).map(|i| i.bridge.clone());
+        // Held until the record is written: a DEL of the bridge's last other isolated attachment waits.
+        let _lock = isolated_bridge.as_ref().map(|_| record::isolation_lock(&config)).transpose()?;
         open(&config, &mut active, &ips, isolation.as_ref())?;
-        if isolation.as_ref().is_some_and(|i| i.within_bridge) {
+        if isolated_bridge.is_some() {
             // Traffic between two ports of one bridge reaches the firewall only through br_netfilter.
             let families = families_of(&ips);
             sysctl::enable_bridge_netfilter(families.contains(&Family::V4), families.contains(&Family::V6));
@@ -103,9 +106,13 @@ impl Plugin for Firewall {
             backend: active.name().into(),
             zone: if matches!(active, Active::Firewalld(_)) { config.zone.clone() } else { String::new() },
             ips: ips.clone(),
+            isolated_bridge: isolated_bridge.clone().unwrap_or_default(),
         };
         if let Err(e) = record::save(&config, &record) {
             report_rollback("removing the firewall rules just added", close(&config, &mut active, &ips, &[]));
+            if let Some(bridge) = &isolated_bridge {
+                report_rollback("removing the isolated drop just added", release_bridge(&config, bridge));
+            }
             return Err(e);
         }
         Ok(prev)
@@ -118,6 +125,15 @@ impl Plugin for Firewall {
             None
         });
         let record = record::load(&config);
+        // The bridge whose isolated drop this attachment may have been the last to want. Only a record of ours
+        // says so: an attachment without one was made by the reference (or the record was lost), and the
+        // drop may serve other such attachments, which nothing counts; it stays, as the reference leaves it.
+        let isolated_bridge = record.as_ref().map(|r| r.isolated_bridge.clone()).filter(|b| !b.is_empty());
+        let _lock = isolated_bridge.as_ref().and_then(|_| {
+            record::isolation_lock(&config)
+                .inspect_err(|e| cnicore::warn!("removing the attachment without the isolation lock: {}", e.msg))
+                .ok()
+        });
         let mut ips = prev.map(|p| host_addresses(p.ips.iter().map(|ip| ip.address))).unwrap_or_default();
         if ips.is_empty() {
             ips = record.as_ref().map(|r| r.ips.clone()).unwrap_or_default();
@@ -137,8 +153,10 @@ impl Plugin for Firewall {
         if let Some(record) = record.as_ref().filter(|r| !done.contains(&r.backend.as_str())) {
             errors.record(close_recorded(&config, record, &[]));
         }
-        if errors.is_empty() {
-            errors.record(record::remove(&config));
+        if errors.is_empty() && errors.record(record::remove(&config)).is_some() {
+            if let Some(bridge) = &isolated_bridge {
+                errors.record(release_bridge(&config, bridge));
+            }
         }
         errors.into_result()
     }
@@ -179,10 +197,19 @@ impl Plugin for Firewall {
         // An address a valid attachment holds now keeps its rules (the reference's rules name no owner).
         let in_use: Vec<IpNet> = kept.iter().flat_map(|(_, r)| r.ips.iter().copied()).collect();
         let mut errors = Errors::new();
+        let has_isolated = stale.iter().any(|(_, r)| !r.isolated_bridge.is_empty());
+        let _lock = has_isolated.then(|| record::isolation_lock(&config)).transpose()?;
+        let mut released = BTreeSet::new();
         for (path, record) in stale {
-            if errors.record(close_recorded(&config, &record, &in_use)).is_some() {
-                errors.record(record::remove_listed(path));
+            if errors.record(close_recorded(&config, &record, &in_use)).is_some()
+                && errors.record(record::remove_listed(path)).is_some()
+                && !record.isolated_bridge.is_empty()
+            {
+                released.insert(record.isolated_bridge);
             }
+        }
+        for bridge in released {
+            errors.record(release_bridge(&config, &bridge));
         }
         if Backend::Nftables.available() {
             let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
@@ -256,8 +283,26 @@ fn check_isolation(config: &Config, ips: &[IpNet], isolation: Option<&Isolation>
     }
 }
 
+/// Removes the `isolated` drop of `bridge` unless a record still asks for it (called with the isolation lock
+/// held, after the caller's record is gone). Every kernel backend is tried: the drop is where the ADD put it,
+/// which a changed config or firewalld (whose isolation is the kernel's) does not tell.
+fn release_bridge(config: &Config, bridge: &str) -> Result<()> {
+    if record::bridge_isolated_by_any(config, bridge) {
+        return Ok(());
+    }
+    let mut errors = Errors::new();
+    for family in [Family::V4, Family::V6] {
+        errors.record(iptables::remove_within_bridge(family, bridge));
+    }
+    if Backend::Nftables.available() {
+        errors.record(nftables::remove_within_bridge(bridge));
+    }
+    errors.into_result()
+}
+
 /// Closes the firewall for `ips` except the addresses in `keep`. The isolation rules stay: they are the
-/// bridge's, shared by its containers (as in the reference).
+/// bridge's, shared by its containers (as in the reference); only an `isolated` drop goes, in
+/// [`release_bridge`].
 fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet]) -> Result<()> {
     let ips: Vec<IpNet> = ips.iter().filter(|ip| !keep.contains(ip)).copied().collect();
     match active {

@@ -149,6 +149,23 @@ pub fn del(network: &str, container_id: &str, ips: &[IpNet]) -> Result<()> {
     nftables::delete_tagged(TABLE, |comment| comment == tag)
 }
 
+/// Removes the bridge's `isolated` drop (its `within_bridge` element) once no attachment asks for it; the
+/// same-bridge elements stay. A table or set that is not there holds nothing to remove.
+pub fn remove_within_bridge(bridge: &str) -> Result<()> {
+    let present = match nftables::table_elements(TABLE)? {
+        Some(elements) => elements,
+        None => return Ok(()),
+    };
+    let key = format!("{bridge} . {bridge}");
+    if !present.iter().any(|e| e.set == "within_bridge" && e.key == key) {
+        return Ok(());
+    }
+    let name = nftables::string(bridge)?;
+    let mut script = Script::new();
+    script.push(format!("delete element inet {TABLE} within_bridge {{ {name} . {name} }}"));
+    script.apply().map_err(|f| f.to_error(&format!("removing the isolated drop of bridge {bridge}")))
+}
+
 /// GC: the addresses of attachments of `network` whose container is not in `valid`.
 pub fn gc(network: &str, valid: &BTreeSet<&str>) -> Result<()> {
     nftables::gc_tagged(TABLE, TAG_KIND, network, valid)

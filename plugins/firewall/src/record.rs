@@ -1,5 +1,6 @@
 //! Attachment records (ours): what an ADD opened, kept in `<dataDir>/<network>/<containerID>:<ifname>`, so
-//! that GC and a DEL without prevResult can find the addresses again. The reference's rules carry no owner
+//! that GC and a DEL without prevResult can find the addresses again, and so that the `isolated` drop of a
+//! bridge goes with the last attachment that asked for it. The reference's rules carry no owner
 //! (`-s <ip> -j ACCEPT`), and they must stay exactly the reference's for takeover either way, so the owner is
 //! kept here instead. Written atomically, mode 0600; a record that cannot be read is ignored.
 
@@ -8,7 +9,7 @@ use std::io::ErrorKind;
 use std::path::PathBuf;
 
 use cnicore::spec::{ErrorContext, Result};
-use cnicore::state;
+use cnicore::state::{self, FileLock};
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,10 @@ pub struct Record {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub zone: String,
     pub ips: Vec<IpNet>,
+    /// With ingressPolicy isolated: the bridge whose ports this attachment cut off from each other. The drop
+    /// goes when the last record naming the bridge does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub isolated_bridge: String,
 }
 
 fn network_dir(config: &Config) -> PathBuf {
@@ -75,7 +80,79 @@ pub fn list(config: &Config) -> Vec<(PathBuf, Record)> {
         .collect()
 }
 
+/// Serializes the calls that add or may remove a bridge's `isolated` drop (across networks: two networks can
+/// share a bridge), so that a DEL never removes the drop between an ADD's rule and its record.
+pub fn isolation_lock(config: &Config) -> Result<FileLock> {
+    state::ensure_dir(&config.data_dir, 0o700).with_context(|| format!("creating {}", config.data_dir.display()))?;
+    let path = config.data_dir.join(".isolation.lock");
+    FileLock::exclusive(&path).with_context(|| format!("locking {}", path.display()))
+}
+
+/// Whether a record of any network still cuts off the ports of `bridge` from each other.
+pub fn bridge_isolated_by_any(config: &Config, bridge: &str) -> bool {
+    let Ok(networks) = fs::read_dir(&config.data_dir) else { return false };
+    networks.flatten().filter(|network| network.path().is_dir()).any(|network| {
+        let Ok(entries) = fs::read_dir(network.path()) else { return false };
+        entries
+            .flatten()
+            .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+            .filter_map(|entry| serde_json::from_slice::<Record>(&fs::read(entry.path()).ok()?).ok())
+            .any(|record| record.isolated_bridge == bridge)
+    })
+}
+
 /// Removes a record found by [`list`].
 pub fn remove_listed(path: PathBuf) -> Result<()> {
     remove_path(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{IngressPolicy, Requested};
+
+    fn config(data_dir: &std::path::Path, network: &str, container_id: &str) -> Config {
+        Config {
+            network: network.into(),
+            container_id: container_id.into(),
+            ifname: "eth0".into(),
+            requested: Requested::Auto,
+            admin_chain: "CNI-ADMIN".into(),
+            zone: "trusted".into(),
+            ingress_policy: IngressPolicy::Isolated,
+            data_dir: data_dir.into(),
+        }
+    }
+
+    fn record(container_id: &str, isolated_bridge: &str) -> Record {
+        Record {
+            container_id: container_id.into(),
+            ifname: "eth0".into(),
+            backend: "iptables".into(),
+            zone: String::new(),
+            ips: vec!["10.88.0.2/32".parse().unwrap()],
+            isolated_bridge: isolated_bridge.into(),
+        }
+    }
+
+    /// Records of every network count; a record without the field (written before it existed) names no bridge.
+    #[test]
+    fn a_bridge_is_isolated_while_any_record_names_it() {
+        let dir = std::env::temp_dir().join(format!("firewall-records-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let a = config(&dir, "net-a", "c1");
+        let b = config(&dir, "net-b", "c2");
+        save(&a, &record("c1", "br0")).unwrap();
+        save(&b, &record("c2", "")).unwrap();
+        let _lock = isolation_lock(&a).unwrap();
+        assert!(bridge_isolated_by_any(&b, "br0") && !bridge_isolated_by_any(&a, "br1"));
+        let text = fs::read_to_string(dir.join("net-b/c2:eth0")).unwrap();
+        assert!(!text.contains("isolatedBridge"), "{text}");
+        fs::write(dir.join("net-b/c3:eth0"), r#"{"containerID":"c3","ifname":"eth0","backend":"nftables","ips":[]}"#)
+            .unwrap();
+        assert_eq!(list(&b).len(), 2);
+        remove(&a).unwrap();
+        assert!(!bridge_isolated_by_any(&b, "br0"));
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
