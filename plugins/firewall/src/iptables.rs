@@ -80,20 +80,6 @@ fn within_bridge_rule(bridge: &str) -> Result<Rule> {
     Ok(rule.comment(WITHIN_BRIDGE_COMMENT).jump("DROP"))
 }
 
-/// Removes the bridge's `isolated` drop (every copy) once no attachment asks for it; the same-bridge rules stay.
-pub fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
-    if !iptables::available(family) {
-        return Ok(());
-    }
-    let rule = within_bridge_rule(bridge)?;
-    let text = rule.render();
-    iptables::cleanup(family, TABLE, "removing the isolated drop of the bridge", |snapshot, script| {
-        for _ in snapshot.rules(STAGE1_CHAIN).filter(|spec| *spec == text) {
-            script.delete(STAGE1_CHAIN, &rule);
-        }
-    })
-}
-
 /// Everything one container needs in one family.
 pub struct Plan {
     family: Family,
@@ -175,15 +161,6 @@ impl Plan {
         }
         script
     }
-
-    /// Deletes exactly the container's rules; fails when one of them is missing.
-    fn exact_del_script(&self) -> Script {
-        let mut script = Script::new(TABLE);
-        for rule in &self.rules {
-            script.delete(FORWARD_CHAIN, rule);
-        }
-        script
-    }
 }
 
 /// ADD in one family: one read of the table, one transaction adding what is missing.
@@ -207,27 +184,48 @@ pub fn check(plan: &Plan, container_id: &str) -> Result<()> {
     })
 }
 
-/// Removes the rules of `ips` (this family's) from `CNI-FORWARD`. Rules already gone are fine.
-pub fn del(family: Family, ips: &[IpNet]) -> Result<()> {
+/// Removes the rules of `ips` (this family's) from `CNI-FORWARD`, and with `drop_of` that bridge's `isolated`
+/// drop, in one transaction when they are all there. Rules already gone are fine.
+pub fn del(family: Family, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let ips: Vec<IpNet> = ips.iter().filter(|ip| Family::of_net(ip) == family).copied().collect();
     if ips.is_empty() || !iptables::available(family) {
         return Ok(());
     }
     let mut rules = Vec::new();
     for ip in &ips {
-        rules.extend(address_rules(ip)?);
+        rules.extend(address_rules(ip)?.map(|rule| (FORWARD_CHAIN, rule)));
     }
-    let exact = Plan { family, admin_chain: String::new(), rules: rules.clone(), isolation: Vec::new() };
-    if exact.exact_del_script().apply(family).is_ok() {
+    if let Some(bridge) = drop_of {
+        rules.push((STAGE1_CHAIN, within_bridge_rule(bridge)?));
+    }
+    let mut exact = Script::new(TABLE);
+    for (chain, rule) in &rules {
+        exact.delete(chain, rule);
+    }
+    if exact.apply(family).is_ok() {
         return Ok(());
     }
     iptables::cleanup(family, TABLE, "removing firewall rules", |snapshot, script| {
-        for rule in &rules {
+        for (chain, rule) in &rules {
             let text = rule.render();
             // Every copy: an older plugin or a race may have added one twice.
-            for _ in snapshot.rules(FORWARD_CHAIN).filter(|spec| *spec == text) {
-                script.delete(FORWARD_CHAIN, rule);
+            for _ in snapshot.rules(chain).filter(|spec| *spec == text) {
+                script.delete(chain, rule);
             }
+        }
+    })
+}
+
+/// Removes the bridge's `isolated` drop (every copy); the same-bridge rules stay.
+pub fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
+    if !iptables::available(family) {
+        return Ok(());
+    }
+    let rule = within_bridge_rule(bridge)?;
+    let text = rule.render();
+    iptables::cleanup(family, TABLE, "removing the isolated drop of the bridge", |snapshot, script| {
+        for _ in snapshot.rules(STAGE1_CHAIN).filter(|spec| *spec == text) {
+            script.delete(STAGE1_CHAIN, &rule);
         }
     })
 }

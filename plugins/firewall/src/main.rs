@@ -109,9 +109,9 @@ impl Plugin for Firewall {
             isolated_bridge: isolated_bridge.clone().unwrap_or_default(),
         };
         if let Err(e) = record::save(&config, &record) {
-            report_rollback("removing the firewall rules just added", close(&config, &mut active, &ips, &[]));
-            if let Some(bridge) = &isolated_bridge {
-                report_rollback("removing the isolated drop just added", release_bridge(&config, bridge));
+            report_rollback("removing the firewall rules just added", close(&config, &mut active, &ips, &[], None));
+            if isolated_bridge.is_some() {
+                report_rollback("removing the isolated drop just added", release_bridge(&config, &record));
             }
             return Err(e);
         }
@@ -128,8 +128,8 @@ impl Plugin for Firewall {
         // The bridge whose isolated drop this attachment may have been the last to want. Only a record of ours
         // says so: an attachment without one was made by the reference (or the record was lost), and the
         // drop may serve other such attachments, which nothing counts; it stays, as the reference leaves it.
-        let isolated_bridge = record.as_ref().map(|r| r.isolated_bridge.clone()).filter(|b| !b.is_empty());
-        let _lock = isolated_bridge.as_ref().and_then(|_| {
+        let isolated = record.as_ref().filter(|r| !r.isolated_bridge.is_empty());
+        let _lock = isolated.and_then(|_| {
             record::isolation_lock(&config)
                 .inspect_err(|e| cnicore::warn!("removing the attachment without the isolation lock: {}", e.msg))
                 .ok()
@@ -138,12 +138,15 @@ impl Plugin for Firewall {
         if ips.is_empty() {
             ips = record.as_ref().map(|r| r.ips.clone()).unwrap_or_default();
         }
+        // The drop goes with this attachment, in the same transaction, unless another record still asks for it.
+        let drop_of = isolated.filter(|r| !drop_wanted_elsewhere(&config, r)).map(|r| r.isolated_bridge.as_str());
         let mut errors = Errors::new();
         // The backend of this config, and the one of the ADD when it was another (a config changed meanwhile).
         let mut done = Vec::new();
         match resolve(&config) {
             Ok(mut active) => {
-                errors.record(close(&config, &mut active, &ips, &[]));
+                let here = drop_of.filter(|_| isolated.is_some_and(|r| r.backend == active.name()));
+                errors.record(close(&config, &mut active, &ips, &[], here));
                 done.push(active.name());
             }
             // firewalld gone: its runtime sources went with it. No firewall binary: nothing was set up.
@@ -151,12 +154,10 @@ impl Plugin for Firewall {
             Err(e) => errors.push(e),
         }
         if let Some(record) = record.as_ref().filter(|r| !done.contains(&r.backend.as_str())) {
-            errors.record(close_recorded(&config, record, &[]));
+            errors.record(close_recorded(&config, record, &[], drop_of));
         }
-        if errors.is_empty() && errors.record(record::remove(&config)).is_some() {
-            if let Some(bridge) = &isolated_bridge {
-                errors.record(release_bridge(&config, bridge));
-            }
+        if errors.is_empty() {
+            errors.record(record::remove(&config));
         }
         errors.into_result()
     }
@@ -199,17 +200,18 @@ impl Plugin for Firewall {
         let mut errors = Errors::new();
         let has_isolated = stale.iter().any(|(_, r)| !r.isolated_bridge.is_empty());
         let _lock = has_isolated.then(|| record::isolation_lock(&config)).transpose()?;
-        let mut released = BTreeSet::new();
+        let mut released = Vec::new();
         for (path, record) in stale {
-            if errors.record(close_recorded(&config, &record, &in_use)).is_some()
+            if errors.record(close_recorded(&config, &record, &in_use, None)).is_some()
                 && errors.record(record::remove_listed(path)).is_some()
                 && !record.isolated_bridge.is_empty()
             {
-                released.insert(record.isolated_bridge);
+                released.push(record);
             }
         }
-        for bridge in released {
-            errors.record(release_bridge(&config, &bridge));
+        // After every stale record is gone, so that they do not keep each other's bridge isolated.
+        for record in released {
+            errors.record(release_bridge(&config, &record));
         }
         if Backend::Nftables.available() {
             let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
@@ -238,7 +240,7 @@ fn open(config: &Config, active: &mut Active, ips: &[IpNet], isolation: Option<&
                 let outcome = iptables::Plan::new(config, family, ips, isolation).and_then(|plan| iptables::add(&plan));
                 if let Err(e) = outcome {
                     for family in done {
-                        report_rollback("removing firewall rules", iptables::del(family, ips));
+                        report_rollback("removing firewall rules", iptables::del(family, ips, None));
                     }
                     return Err(e);
                 }
@@ -283,45 +285,88 @@ fn check_isolation(config: &Config, ips: &[IpNet], isolation: Option<&Isolation>
     }
 }
 
-/// Removes the `isolated` drop of `bridge` unless a record still asks for it (called with the isolation lock
-/// held, after the caller's record is gone). Every kernel backend is tried: the drop is where the ADD put it,
-/// which a changed config or firewalld (whose isolation is the kernel's) does not tell.
-fn release_bridge(config: &Config, bridge: &str) -> Result<()> {
-    if record::bridge_isolated_by_any(config, bridge) {
-        return Ok(());
+/// The kernel backend that holds an attachment's isolation rules: its own, or for firewalld the machine's.
+fn isolation_backend_of(backend: &str) -> Option<Backend> {
+    match backend {
+        "iptables" => Some(Backend::Iptables),
+        "nftables" => Some(Backend::Nftables),
+        _ => isolation_backend().ok(),
     }
-    let mut errors = Errors::new();
-    for family in [Family::V4, Family::V6] {
-        errors.record(iptables::remove_within_bridge(family, bridge));
-    }
-    if Backend::Nftables.available() {
-        errors.record(nftables::remove_within_bridge(bridge));
-    }
-    errors.into_result()
 }
 
-/// Closes the firewall for `ips` except the addresses in `keep`. The isolation rules stay: they are the
-/// bridge's, shared by its containers (as in the reference); only an `isolated` drop goes, in
-/// [`release_bridge`].
-fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet]) -> Result<()> {
+/// Whether a record other than this attachment's still asks for the `isolated` drop `record` asked for (the same
+/// bridge, in the same kernel backend), in any network.
+fn drop_wanted_elsewhere(config: &Config, record: &Record) -> bool {
+    let kernel = isolation_backend_of(&record.backend);
+    record::any_other(config, |other| {
+        other.isolated_bridge == record.isolated_bridge && isolation_backend_of(&other.backend) == kernel
+    })
+}
+
+/// Removes the `isolated` drop a record asked for unless another record still does (GC, and an ADD undone;
+/// called with the isolation lock held, after the record is gone or was never written).
+fn release_bridge(config: &Config, record: &Record) -> Result<()> {
+    if drop_wanted_elsewhere(config, record) {
+        return Ok(());
+    }
+    let bridge = record.isolated_bridge.as_str();
+    match isolation_backend_of(&record.backend) {
+        Some(Backend::Iptables) => {
+            let mut errors = Errors::new();
+            for family in families_of(&record.ips) {
+                errors.record(iptables::remove_within_bridge(family, bridge));
+            }
+            errors.into_result()
+        }
+        Some(Backend::Nftables) if Backend::Nftables.available() => nftables::remove_within_bridge(bridge),
+        _ => Ok(()),
+    }
+}
+
+/// Closes the firewall for `ips` except the addresses in `keep`, and with `drop_of` removes that bridge's
+/// `isolated` drop in the same transaction. The other isolation rules stay: they are the bridge's, shared by its
+/// containers (as in the reference).
+fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let ips: Vec<IpNet> = ips.iter().filter(|ip| !keep.contains(ip)).copied().collect();
     match active {
         Active::Kernel(Backend::Iptables) => {
             let mut errors = Errors::new();
             for family in [Family::V4, Family::V6] {
-                errors.record(iptables::del(family, &ips));
+                errors.record(iptables::del(family, &ips, drop_of));
             }
             errors.into_result()
         }
         Active::Kernel(Backend::Nftables) if !Backend::Nftables.available() => Ok(()),
         Active::Kernel(Backend::Nftables) if ips.is_empty() && !keep.is_empty() => Ok(()),
-        Active::Kernel(Backend::Nftables) => nftables::del(&config.network, &config.container_id, &ips),
-        Active::Firewalld(firewalld) => firewalld.del(&config.zone, &ips),
+        Active::Kernel(Backend::Nftables) => nftables::del(&config.network, &config.container_id, &ips, drop_of),
+        Active::Firewalld(firewalld) => {
+            let mut errors = Errors::new();
+            errors.record(firewalld.del(&config.zone, &ips));
+            if let Some(bridge) = drop_of {
+                errors.record(remove_isolation_drop(bridge, &ips));
+            }
+            errors.into_result()
+        }
+    }
+}
+
+/// Removes a bridge's `isolated` drop made beside firewalld (in the machine's kernel backend).
+fn remove_isolation_drop(bridge: &str, ips: &[IpNet]) -> Result<()> {
+    match isolation_backend()? {
+        Backend::Iptables => {
+            let mut errors = Errors::new();
+            for family in families_of(ips) {
+                errors.record(iptables::remove_within_bridge(family, bridge));
+            }
+            errors.into_result()
+        }
+        Backend::Nftables if Backend::Nftables.available() => nftables::remove_within_bridge(bridge),
+        Backend::Nftables => Ok(()),
     }
 }
 
 /// Closes what a record says an ADD opened, with the record's backend.
-fn close_recorded(config: &Config, record: &Record, keep: &[IpNet]) -> Result<()> {
+fn close_recorded(config: &Config, record: &Record, keep: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let config = Config {
         container_id: record.container_id.clone(),
         ifname: record.ifname.clone(),
@@ -331,12 +376,13 @@ fn close_recorded(config: &Config, record: &Record, keep: &[IpNet]) -> Result<()
     let mut active = match record.backend.as_str() {
         "iptables" => Active::Kernel(Backend::Iptables),
         "nftables" => Active::Kernel(Backend::Nftables),
+        // firewalld gone: its sources went with it, the kernel's drop did not.
         _ => match Firewalld::if_running() {
             Some(firewalld) => Active::Firewalld(firewalld),
-            None => return Ok(()),
+            None => return drop_of.map_or(Ok(()), |bridge| remove_isolation_drop(bridge, &record.ips)),
         },
     };
-    close(&config, &mut active, &record.ips, keep)
+    close(&config, &mut active, &record.ips, keep, drop_of)
 }
 
 fn main() {

@@ -130,9 +130,10 @@ pub fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -
     Ok(())
 }
 
-/// DEL: with the addresses, one transaction deleting exactly them ("add" first, so that ones already gone
-/// are fine); without, or when the table is missing, the elements tagged for the attachment.
-pub fn del(network: &str, container_id: &str, ips: &[IpNet]) -> Result<()> {
+/// DEL: with the addresses (and with `drop_of` that bridge's `isolated` drop), one transaction deleting
+/// exactly them ("add" first, so that ones already gone are fine); without, or when the table is missing, the
+/// elements tagged for the attachment, then the drop on its own.
+pub fn del(network: &str, container_id: &str, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let t = format!("inet {TABLE}");
     if !ips.is_empty() {
         let mut script = Script::new();
@@ -141,16 +142,22 @@ pub fn del(network: &str, container_id: &str, ips: &[IpNet]) -> Result<()> {
             script.push(format!("add element {t} {set} {{ {addr} }}"));
             script.push(format!("delete element {t} {set} {{ {addr} }}"));
         }
+        if let Some(bridge) = drop_of {
+            let name = nftables::string(bridge)?;
+            script.push(format!("add element {t} within_bridge {{ {name} . {name} }}"));
+            script.push(format!("delete element {t} within_bridge {{ {name} . {name} }}"));
+        }
         if script.apply().is_ok() {
             return Ok(());
         }
     }
     let tag = nft_tag(TAG_KIND, network, container_id);
-    nftables::delete_tagged(TABLE, |comment| comment == tag)
+    nftables::delete_tagged(TABLE, |comment| comment == tag)?;
+    drop_of.map_or(Ok(()), remove_within_bridge)
 }
 
-/// Removes the bridge's `isolated` drop (its `within_bridge` element) once no attachment asks for it; the
-/// same-bridge elements stay. A table or set that is not there holds nothing to remove.
+/// Removes the bridge's `isolated` drop (its `within_bridge` element); the same-bridge elements stay. A table
+/// or set that is not there holds nothing to remove.
 pub fn remove_within_bridge(bridge: &str) -> Result<()> {
     let present = match nftables::table_elements(TABLE)? {
         Some(elements) => elements,

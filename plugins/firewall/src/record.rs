@@ -88,16 +88,18 @@ pub fn isolation_lock(config: &Config) -> Result<FileLock> {
     FileLock::exclusive(&path).with_context(|| format!("locking {}", path.display()))
 }
 
-/// Whether a record of any network still cuts off the ports of `bridge` from each other.
-pub fn bridge_isolated_by_any(config: &Config, bridge: &str) -> bool {
+/// Whether a record of any network, other than this attachment's own, matches `wanted` (whether a bridge's
+/// `isolated` drop is still asked for).
+pub fn any_other(config: &Config, wanted: impl Fn(&Record) -> bool) -> bool {
+    let own = path(config);
     let Ok(networks) = fs::read_dir(&config.data_dir) else { return false };
     networks.flatten().filter(|network| network.path().is_dir()).any(|network| {
         let Ok(entries) = fs::read_dir(network.path()) else { return false };
         entries
             .flatten()
-            .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+            .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.') && entry.path() != own)
             .filter_map(|entry| serde_json::from_slice::<Record>(&fs::read(entry.path()).ok()?).ok())
-            .any(|record| record.isolated_bridge == bridge)
+            .any(|record| wanted(&record))
     })
 }
 
@@ -135,7 +137,8 @@ mod tests {
         }
     }
 
-    /// Records of every network count; a record without the field (written before it existed) names no bridge.
+    /// Records of every network count but the attachment's own; a record without the field (written before it
+    /// existed) names no bridge.
     #[test]
     fn a_bridge_is_isolated_while_any_record_names_it() {
         let dir = std::env::temp_dir().join(format!("firewall-records-{}", std::process::id()));
@@ -145,14 +148,15 @@ mod tests {
         save(&a, &record("c1", "br0")).unwrap();
         save(&b, &record("c2", "")).unwrap();
         let _lock = isolation_lock(&a).unwrap();
-        assert!(bridge_isolated_by_any(&b, "br0") && !bridge_isolated_by_any(&a, "br1"));
+        let names = |bridge: &'static str| move |r: &Record| r.isolated_bridge == bridge;
+        assert!(any_other(&b, names("br0")) && !any_other(&a, names("br0")) && !any_other(&b, names("br1")));
         let text = fs::read_to_string(dir.join("net-b/c2:eth0")).unwrap();
         assert!(!text.contains("isolatedBridge"), "{text}");
         fs::write(dir.join("net-b/c3:eth0"), r#"{"containerID":"c3","ifname":"eth0","backend":"nftables","ips":[]}"#)
             .unwrap();
         assert_eq!(list(&b).len(), 2);
         remove(&a).unwrap();
-        assert!(!bridge_isolated_by_any(&b, "br0"));
+        assert!(!any_other(&b, names("br0")));
         let _ = fs::remove_dir_all(&dir);
     }
 }
