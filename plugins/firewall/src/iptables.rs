@@ -17,7 +17,8 @@
 //! ```
 //!
 //! `CNI-ADMIN` (or `iptablesAdminChainName`) belongs to the administrator: created when missing, never changed.
-//! The isolation rules are per bridge and shared by its containers, so DEL leaves them, as the reference does.
+//! The isolation rules are per bridge and shared by its containers, so DEL leaves them, as the reference does,
+//! except the `isolated` drop, which goes with the last attachment whose record asks for it.
 //! The `isolated` drop's comment is ours: the reference's text was not available to read (its tests match
 //! the rule by `-i <br> -o <br>` and `-j DROP`), and no call of either plugin depends on it.
 //!

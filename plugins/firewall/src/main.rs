@@ -309,17 +309,24 @@ fn release_bridge(config: &Config, record: &Record) -> Result<()> {
     if drop_wanted_elsewhere(config, record) {
         return Ok(());
     }
-    let bridge = record.isolated_bridge.as_str();
     match isolation_backend_of(&record.backend) {
-        Some(Backend::Iptables) => {
+        Some(kernel) => remove_drop(kernel, &record.isolated_bridge, &record.ips),
+        None => Ok(()),
+    }
+}
+
+/// Removes a bridge's `isolated` drop from `kernel`, in the families of `ips` (those the ADD made it in).
+fn remove_drop(kernel: Backend, bridge: &str, ips: &[IpNet]) -> Result<()> {
+    match kernel {
+        Backend::Iptables => {
             let mut errors = Errors::new();
-            for family in families_of(&record.ips) {
+            for family in families_of(ips) {
                 errors.record(iptables::remove_within_bridge(family, bridge));
             }
             errors.into_result()
         }
-        Some(Backend::Nftables) if Backend::Nftables.available() => nftables::remove_within_bridge(bridge),
-        _ => Ok(()),
+        Backend::Nftables if Backend::Nftables.available() => nftables::remove_within_bridge(bridge),
+        Backend::Nftables => Ok(()),
     }
 }
 
@@ -343,25 +350,11 @@ fn close(config: &Config, active: &mut Active, ips: &[IpNet], keep: &[IpNet], dr
             let mut errors = Errors::new();
             errors.record(firewalld.del(&config.zone, &ips));
             if let Some(bridge) = drop_of {
-                errors.record(remove_isolation_drop(bridge, &ips));
+                // firewalld's isolation rules are the kernel's.
+                errors.record(isolation_backend().and_then(|kernel| remove_drop(kernel, bridge, &ips)));
             }
             errors.into_result()
         }
-    }
-}
-
-/// Removes a bridge's `isolated` drop made beside firewalld (in the machine's kernel backend).
-fn remove_isolation_drop(bridge: &str, ips: &[IpNet]) -> Result<()> {
-    match isolation_backend()? {
-        Backend::Iptables => {
-            let mut errors = Errors::new();
-            for family in families_of(ips) {
-                errors.record(iptables::remove_within_bridge(family, bridge));
-            }
-            errors.into_result()
-        }
-        Backend::Nftables if Backend::Nftables.available() => nftables::remove_within_bridge(bridge),
-        Backend::Nftables => Ok(()),
     }
 }
 
@@ -379,7 +372,10 @@ fn close_recorded(config: &Config, record: &Record, keep: &[IpNet], drop_of: Opt
         // firewalld gone: its sources went with it, the kernel's drop did not.
         _ => match Firewalld::if_running() {
             Some(firewalld) => Active::Firewalld(firewalld),
-            None => return drop_of.map_or(Ok(()), |bridge| remove_isolation_drop(bridge, &record.ips)),
+            None => {
+                let Some(bridge) = drop_of else { return Ok(()) };
+                return isolation_backend().and_then(|kernel| remove_drop(kernel, bridge, &record.ips));
+            }
         },
     };
     close(&config, &mut active, &record.ips, keep, drop_of)
