@@ -183,15 +183,17 @@ impl NodeSnapshot {
     pub fn settled(ns: &TestNetns, state_dirs: &[&Path], timeout: Duration) -> NodeSnapshot {
         let deadline = Instant::now() + timeout;
         let mut netlink = ns.netlink();
-        let mut tentative = || {
+        let mut unsettled = || {
             let addresses = netlink.addresses(None).unwrap_or_else(|e| panic!("addresses of {}: {e}", ns.name));
-            addresses.iter().any(|a| a.is_tentative())
+            let links = netlink.links().unwrap_or_else(|e| panic!("links of {}: {e}", ns.name));
+            // A carrier linkwatch has not handled yet: no link-local address so far.
+            addresses.iter().any(|a| a.is_tentative()) || links.iter().any(|l| l.up && l.carrier && !l.oper_up)
         };
         let mut last = NodeSnapshot::take(ns, state_dirs);
         loop {
             std::thread::sleep(Duration::from_millis(50));
             // Checked before the snapshot: DAD completing between the two would go unseen.
-            let quiet = !tentative() && !carrier_pending(ns);
+            let quiet = !unsettled();
             let next = NodeSnapshot::take(ns, state_dirs);
             if (quiet && next == last) || Instant::now() >= deadline {
                 return next;
@@ -253,16 +255,6 @@ fn minus<'a>(a: &'a [String], b: &[String]) -> Vec<&'a String> {
             _ => true,
         })
         .collect()
-}
-
-/// Whether a link of `ns` is up with its carrier on (`LOWER_UP`) while its operational state still says
-/// otherwise: linkwatch has not handled the carrier yet, and IPv6 has not yet given the link its address.
-fn carrier_pending(ns: &TestNetns) -> bool {
-    command_lines(ns, "ip", &["-o", "link", "show"]).iter().any(|line| {
-        let flags = line.split(['<', '>']).nth(1).unwrap_or_default().split(',').collect::<Vec<_>>();
-        let pending = line.contains(" state DOWN ") || line.contains(" state LOWERLAYERDOWN ");
-        flags.contains(&"UP") && flags.contains(&"LOWER_UP") && pending
-    })
 }
 
 /// The non-empty output lines of `program args` run in `ns`; a missing program or a failure is one line saying

@@ -28,6 +28,7 @@ const IFF_UP: u32 = libc::IFF_UP as u32;
 const IFF_LOOPBACK: u32 = libc::IFF_LOOPBACK as u32;
 const IFF_POINTOPOINT: u32 = libc::IFF_POINTOPOINT as u32;
 const IFF_RUNNING: u32 = libc::IFF_RUNNING as u32;
+const IFF_LOWER_UP: u32 = libc::IFF_LOWER_UP as u32;
 const IFF_PROMISC: u32 = libc::IFF_PROMISC as u32;
 const IFF_ALLMULTI: u32 = libc::IFF_ALLMULTI as u32;
 
@@ -45,6 +46,9 @@ pub struct Link {
     pub up: bool,
     /// Operationally up (IFF_RUNNING: up and the carrier/lower layer is ready).
     pub oper_up: bool,
+    /// The carrier is on (IFF_LOWER_UP). It is set at once; `oper_up` follows when the kernel's linkwatch has
+    /// handled the change (up to a second later).
+    pub carrier: bool,
     pub loopback: bool,
     pub pointopoint: bool,
     pub promisc: bool,
@@ -111,6 +115,7 @@ impl Link {
             mac: None,
             up: flags & IFF_UP != 0,
             oper_up: flags & IFF_RUNNING != 0,
+            carrier: flags & IFF_LOWER_UP != 0,
             loopback: flags & IFF_LOOPBACK != 0,
             pointopoint: flags & IFF_POINTOPOINT != 0,
             promisc: flags & IFF_PROMISC != 0,
@@ -559,7 +564,8 @@ mod tests {
             ]),
         ]);
         reported.header.index = 12;
-        reported.header.flags = LinkFlags::Up | LinkFlags::Running | LinkFlags::Promisc | LinkFlags::Allmulti;
+        reported.header.flags =
+            LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp | LinkFlags::Promisc | LinkFlags::Allmulti;
         let (link, alias) = Link::parse(&emitted(&reported)).unwrap();
         assert_eq!(alias.as_deref(), Some("tag"));
         assert_eq!(
@@ -571,6 +577,7 @@ mod tests {
                 mac: Some([2, 1, 2, 3, 4, 5]),
                 up: true,
                 oper_up: true,
+                carrier: true,
                 loopback: false,
                 pointopoint: false,
                 promisc: true,
@@ -588,8 +595,8 @@ mod tests {
         lo.header.flags = LinkFlags::Loopback | LinkFlags::Up;
         let (lo, alias) = Link::parse(&emitted(&lo)).unwrap();
         assert_eq!(
-            (lo.loopback, lo.up, lo.oper_up, lo.kind, lo.bridge_port, alias),
-            (true, true, false, None, None, None)
+            (lo.loopback, lo.up, lo.oper_up, lo.carrier, lo.kind, lo.bridge_port, alias),
+            (true, true, false, false, None, None, None)
         );
         assert!(Link::parse(&[0; 8]).is_none());
     }

@@ -42,6 +42,7 @@ mod tests {
             mac: None,
             up: true,
             oper_up: true,
+            carrier: true,
             loopback: false,
             pointopoint: false,
             promisc: false,
