@@ -15,7 +15,6 @@ use ipnet::IpNet;
 use crate::config::{format_mac, Config};
 use crate::mtu;
 use crate::node;
-use crate::pod;
 use crate::spoofchk::SpoofCheck;
 use crate::undo::Undo;
 use cnicore::firewall::masq::{self, Attachment as Masq};
@@ -199,7 +198,7 @@ fn configure_layer3<'a>(
         return Err(Error::internal("IPAM plugin returned missing IP config"));
     }
     let gateways = plan_addresses(result, lease, conf);
-    pod::configure(pod_ns, pod, &ctx.env.ifname, links.pod.index, result, conf.enable_dad)?;
+    cnicore::iface::configure(pod_ns, pod, &ctx.env.ifname, links.pod.index, result, conf.enable_dad)?;
     failpoint::hit("bridge/after-pod-addresses");
 
     let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();

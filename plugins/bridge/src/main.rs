@@ -11,7 +11,6 @@ mod del;
 
 mod mtu;
 mod node;
-mod pod;
 mod spoofchk;
 mod undo;
 

@@ -1,13 +1,15 @@
-//! The pod side: addresses, routes and sysctls of the pod interface (the reference's ipam.ConfigureIface).
+//! The pod side of every interface plugin: addresses, routes and sysctls of the pod interface from an IPAM
+//! result (the reference's `ipam.ConfigureIface`). bridge, ptp, macvlan, ipvlan, vlan, tap, dummy and
+//! host-device all configure their pod interface through [`configure`].
 
 use std::io;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cnicore::netlink::{is_exists, Netlink, Route as NlRoute, Scope};
-use cnicore::netns::NetNs;
-use cnicore::spec::{CniResult, Error, ErrorContext, Result};
-use cnicore::sysctl;
+use crate::netlink::{is_exists, Netlink, Route as NlRoute, Scope};
+use crate::netns::NetNs;
+use crate::spec::{CniResult, Error, ErrorContext, Result};
+use crate::sysctl;
 
 /// Bound on IPv6 addresses leaving the tentative state (duplicate address detection when `enabledad` is set).
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +79,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
             match sysctl::read(&name) {
                 Ok(v) if v.trim() == "0" => {}
                 Ok(_) => sysctl::write(&name, "0").with_context(|| format!("failed to enable IPv6 on {iface:?}"))?,
-                Err(e) => cnicore::warn!("failed to read {name}: {e}"),
+                Err(e) => crate::warn!("failed to read {name}: {e}"),
             }
         }
         if enable_dad {
@@ -96,7 +98,7 @@ fn set_pod_sysctls(ifname: &str, v4: bool, v6: bool, enable_dad: bool) -> Result
 fn best_effort(name: &str, value: &str) {
     if let Err(e) = sysctl::write(name, value) {
         if e.kind() != io::ErrorKind::NotFound {
-            cnicore::warn!("sysctl {name}={value}: {e}");
+            crate::warn!("sysctl {name}={value}: {e}");
         }
     }
 }
