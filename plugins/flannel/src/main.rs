@@ -114,11 +114,12 @@ fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
     let mut ipam = conf.ipam.clone().unwrap_or_default();
     ipam.entry("type").or_insert(json!("host-local"));
     // The subnets as Go's net.ParseCIDR gives them: the network, not the node's first address.
-    let ranges: Vec<Value> = [env.subnet, env.ipv6_subnet]
-        .into_iter()
-        .flatten()
-        .map(|s| json!([{ "subnet": s.trunc().to_string() }]))
-        .collect();
+    let ranges: Vec<Value> =
+        [env.subnet.map(|s| s.trunc().to_string()), env.ipv6_subnet.map(|s| s.trunc().to_string())]
+            .into_iter()
+            .flatten()
+            .map(|s| json!([{ "subnet": s }]))
+            .collect();
     ipam.insert("ranges".into(), Value::Array(ranges));
     let mut routes = match ipam.get("routes") {
         None | Some(Value::Null) => Vec::new(),
@@ -129,7 +130,8 @@ fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
             ))
         }
     };
-    routes.extend(env.networks.iter().chain(&env.ipv6_networks).map(|n| json!({ "dst": n.to_string() })));
+    routes.extend(env.networks.iter().map(|n| json!({ "dst": n.to_string() })));
+    routes.extend(env.ipv6_networks.iter().map(|n| json!({ "dst": n.to_string() })));
     ipam.insert("routes".into(), Value::Array(routes));
     delegate.insert("ipam".into(), Value::Object(ipam));
     Ok(delegate)
