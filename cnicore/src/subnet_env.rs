@@ -7,7 +7,7 @@
 //! network line as a comma-separated list. fabricd adds `FABRIC_LEASE` (the etcd lease holding the subnet, so
 //! that a node whose address changed recognises its own lease); readers ignore what they do not know.
 
-use ipnet::{Ipv4Net, Ipv6Net};
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::spec::{Error, Result};
@@ -27,28 +27,30 @@ pub struct SubnetEnv {
     pub lease: Option<i64>,
 }
 
-/// A family's prefix as `subnet.env` spells it, parsed into that family's type.
+/// The prefix type of one family.
 trait Prefix: Sized {
     const FAMILY: &'static str;
-    fn from_any(value: &str) -> std::result::Result<Self, String>;
+    fn of(net: IpNet) -> Option<Self>;
 }
 
 impl Prefix for Ipv4Net {
     const FAMILY: &'static str = "IPv4";
-    fn from_any(value: &str) -> std::result::Result<Self, String> {
-        match value.parse::<ipnet::IpNet>().map_err(|e| e.to_string())? {
-            ipnet::IpNet::V4(net) => Ok(net),
-            ipnet::IpNet::V6(_) => Err(format!("not an {} prefix", Self::FAMILY)),
+    fn of(net: IpNet) -> Option<Self> {
+        if let IpNet::V4(net) = net {
+            Some(net)
+        } else {
+            None
         }
     }
 }
 
 impl Prefix for Ipv6Net {
     const FAMILY: &'static str = "IPv6";
-    fn from_any(value: &str) -> std::result::Result<Self, String> {
-        match value.parse::<ipnet::IpNet>().map_err(|e| e.to_string())? {
-            ipnet::IpNet::V6(net) => Ok(net),
-            ipnet::IpNet::V4(_) => Err(format!("not an {} prefix", Self::FAMILY)),
+    fn of(net: IpNet) -> Option<Self> {
+        if let IpNet::V6(net) = net {
+            Some(net)
+        } else {
+            None
         }
     }
 }
@@ -57,8 +59,10 @@ fn bad_value(key: &str, value: &str, why: impl std::fmt::Display) -> Error {
     Error::config(format!("{key}: {:?}: {why}", crate::spec::truncate_for_msg(value)))
 }
 
+/// A prefix of the family `key` is for.
 fn prefix<P: Prefix>(key: &str, value: &str) -> Result<P> {
-    P::from_any(value).map_err(|why| bad_value(key, value, why))
+    let net: IpNet = value.parse().map_err(|e| bad_value(key, value, e))?;
+    P::of(net).ok_or_else(|| bad_value(key, value, format!("not an {} prefix", P::FAMILY)))
 }
 
 fn prefixes<P: Prefix>(key: &str, value: &str) -> Result<Vec<P>> {
