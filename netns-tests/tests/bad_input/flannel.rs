@@ -149,6 +149,43 @@ pub(crate) fn flannel_cases(rig: &Rig) -> Vec<Case> {
         subnet_file("FLANNEL_MTU negative", "mtu-negative.env", INVALID_CONFIG, "FLANNEL_MTU"),
         subnet_file("FLANNEL_MTU beyond u32", "mtu-beyond-u32.env", INVALID_CONFIG, "FLANNEL_MTU"),
         subnet_file("subnet.env binary", "binary.env", INVALID_CONFIG, "FLANNEL_SUBNET"),
+        // GC: the delegate's GC needs the config ADD would build; a broken one fails and changes nothing.
+        Case::conf(
+            "GC with subnetFile missing",
+            "GC",
+            &with_top(
+                &with(&with(&base, "cniVersion", json!("1.1.0")), "subnetFile", json!(env_dir.join("no-such.env"))),
+                "cni.dev/valid-attachments",
+                json!([]),
+            ),
+            IO,
+        )
+        .needle("no-such.env"),
+        Case::conf(
+            "GC with FLANNEL_IPV6_SUBNET outside its network",
+            "GC",
+            &with_top(
+                &with(
+                    &with(&base, "cniVersion", json!("1.1.0")),
+                    "subnetFile",
+                    json!(env_dir.join("ipv6-subnet-outside.env")),
+                ),
+                "cni.dev/valid-attachments",
+                json!([]),
+            ),
+            INVALID_CONFIG,
+        )
+        .needle("is not inside"),
+        Case::conf(
+            "GC with valid-attachments not a list",
+            "GC",
+            &with_top(
+                &with(&base, "cniVersion", json!("1.1.0")),
+                "cni.dev/valid-attachments",
+                json!({"containerID": "x"}),
+            ),
+            INVALID_CONFIG,
+        ),
         // dataDir: where the delegate's config is saved for DEL, one file per container.
         add("dataDir relative", "dataDir", json!("var/lib/cni/flannel"), "dataDir"),
         add("dataDir with ..", "dataDir", json!(format!("{}/../escaped", data_dir.display())), "dataDir"),

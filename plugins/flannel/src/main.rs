@@ -179,30 +179,42 @@ impl Plugin for Flannel {
     }
 
     /// flannel's own plugin does nothing on GC; ours passes it to the delegate, completed as for ADD (bridge
-    /// and host-local then release what the runtime no longer knows), and forgets the saved configs of
-    /// containers that are not among the valid attachments.
+    /// and host-local then release what the runtime no longer knows), then forgets the saved configs of
+    /// containers that are not among the valid attachments. A failed delegate GC keeps them (they are only
+    /// bookkeeping, and the next GC comes back to them): a GC that fails changes nothing of ours.
     fn gc(&self, ctx: &Context) -> Result<()> {
         let conf: Conf = ctx.parse_conf()?;
         let Some(valid) = ctx.gc_attachments()? else { return Ok(()) };
-        let env = load_subnet_env(conf.subnet_file()?)?;
-        let mut delegate = delegate_conf(&conf, &env)?;
-        let request: Map<String, Value> = serde_json::from_slice(&ctx.stdin).unwrap_or_default();
-        for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
-            if let Some(list) = request.get(key) {
-                delegate.insert(key.into(), list.clone());
-            }
-        }
-        let binary = delegate_binary(ctx, &delegate)?;
-        exec_plugin(&binary, Command::Gc, ctx, &to_bytes(&delegate)?).map_err(|e| e.within("failed to delegate gc"))?;
         let data_dir = conf.data_dir()?;
-        for container_id in saved_container_ids(data_dir)? {
-            let path = data_dir.join(&container_id);
-            if !valid.iter().any(|(id, _)| *id == container_id) && saved_for_network(&path, &conf.name) {
-                remove_saved(&path);
-            }
-        }
-        Ok(())
+        delegate_gc(ctx, &conf)?;
+        forget_stale_configs(data_dir, &conf.name, &valid)
     }
+}
+
+/// The delegate's GC with the config ADD would build today and the runtime's lists of valid attachments.
+fn delegate_gc(ctx: &Context, conf: &Conf) -> Result<()> {
+    let env = load_subnet_env(conf.subnet_file()?)?;
+    let mut delegate = delegate_conf(conf, &env)?;
+    let request: Map<String, Value> = serde_json::from_slice(&ctx.stdin).unwrap_or_default();
+    for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+        if let Some(list) = request.get(key) {
+            delegate.insert(key.into(), list.clone());
+        }
+    }
+    let binary = delegate_binary(ctx, &delegate)?;
+    exec_plugin(&binary, Command::Gc, ctx, &to_bytes(&delegate)?).map_err(|e| e.within("failed to delegate gc"))?;
+    Ok(())
+}
+
+/// Removes the saved configs of the network `name` in `data_dir` whose containers have no valid attachment.
+fn forget_stale_configs(data_dir: &Path, name: &str, valid: &[(String, String)]) -> Result<()> {
+    for container_id in saved_container_ids(data_dir)? {
+        let path = data_dir.join(&container_id);
+        if !valid.iter().any(|(id, _)| *id == container_id) && saved_for_network(&path, name) {
+            remove_saved(&path);
+        }
+    }
+    Ok(())
 }
 
 /// Whether `path` holds a config this plugin saved for the network `name` (a `dataDir` may be shared, or
