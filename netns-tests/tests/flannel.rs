@@ -53,7 +53,8 @@ impl Stack {
     }
 
     /// The file as flanneld's WriteSubnetFile writes it: each family's network and first address, then the
-    /// MTU and whether flannel masquerades. IPv4 alone leaves masquerade to the bridge (its rules must go too).
+    /// MTU and whether flannel masquerades. Only the IPv6-only node masquerades itself: on the others the bridge
+    /// does, in both families (its rules must go too).
     fn subnet_env(self) -> String {
         let mut text = String::new();
         if self != Stack::V6 {
@@ -62,7 +63,7 @@ impl Stack {
         if self != Stack::V4 {
             text.push_str("FLANNEL_IPV6_NETWORK=fd47::/56\nFLANNEL_IPV6_SUBNET=fd47:0:0:3::1/64\n");
         }
-        text.push_str(&format!("FLANNEL_MTU={MTU}\nFLANNEL_IPMASQ={}\n", self != Stack::V4));
+        text.push_str(&format!("FLANNEL_MTU={MTU}\nFLANNEL_IPMASQ={}\n", self == Stack::V6));
         text
     }
 }
@@ -189,7 +190,7 @@ impl Lab {
         assert_eq!(saved["ipam"]["routes"], json!(routes), "{saved}");
         assert_eq!(
             (&saved["type"], &saved["name"], &saved["mtu"], &saved["bridge"], &saved["ipMasq"]),
-            (&json!("bridge"), &json!(NETWORK), &json!(MTU), &json!(self.bridge), &json!(self.stack == Stack::V4)),
+            (&json!("bridge"), &json!(NETWORK), &json!(MTU), &json!(self.bridge), &json!(self.stack != Stack::V6)),
         );
     }
 
@@ -214,6 +215,15 @@ impl Lab {
             assert!(routes.contains(&format!("{network} via {gateway} dev eth0")), "no route to {network}: {routes}");
         }
         ips.iter().map(IpNet::addr).collect()
+    }
+
+    /// The node's nat rules that name `ip` (the bridge's masquerade of a pod).
+    fn masquerade_rules(&self, ip: IpAddr) -> Vec<String> {
+        let save = if ip.is_ipv4() { "iptables-save" } else { "ip6tables-save" };
+        let out = self.node.exec(save, &["-t", "nat"], &[], b"");
+        assert!(out.status.success(), "{save}: {}", String::from_utf8_lossy(&out.stderr));
+        let needle = format!("{ip}/");
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&needle)).map(str::to_string).collect()
     }
 
     /// Nothing of the pods (`pod_addresses`) is left on the node: compared with the node before the first ADD,
@@ -277,6 +287,11 @@ fn session(stack: Stack, tool: Tool) {
     }
     for pod in &pods {
         lab.ok(&tool, &["check", NETWORK, path_str(&pod.path)]);
+    }
+    // Where flannel does not masquerade, the bridge does, for each family of the pod.
+    for ip in &added[0].0 {
+        let rules = lab.masquerade_rules(*ip);
+        assert_eq!(rules.is_empty(), stack == Stack::V6, "masquerade rules of {ip}: {rules:?}");
     }
     let mut gone_ips = Vec::new();
     if let Tool::Ours = tool {
