@@ -5,7 +5,8 @@
 //! Each session adds two pods, which get one address of each family of the file, inside the node's subnets, with
 //! routes to the cluster networks through the bridge; they ping each other in every family; CHECK passes; the
 //! delegate's config is saved under `dataDir`, named by container ID. Our cnitool's GC keeps the valid pods and
-//! releases a pod whose namespace vanished without a DEL (its lease and saved config). DEL leaves nothing but
+//! releases a pod whose namespace vanished without a DEL (its lease and saved config); upstream cnitool has no GC
+//! verb (libcni 1.1.2 predates it). DEL leaves nothing but
 //! the bridge (as the reference bridge, it stays): no veth, address, route, rule, lease, saved config or
 //! cached result, and a second DEL succeeds.
 //!
