@@ -6,21 +6,16 @@
 //! (10.2.0.2). The pod veth is made by the test (as the main plugin would) and described in prevResult.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::upstream::{self, clean_command, output};
+use netns_tests::{ip, json, unique_name, veth_between, wait_for, Node, PluginOutput, TestNetns, Value};
 
 const REFERENCE: &str = "/usr/lib/cni/bandwidth";
 const POD_IP: &str = "10.1.0.2";
 const WAN_IP: &str = "10.2.0.2";
 const MBIT: u64 = 1_000_000;
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
 
 /// A node with one pod attached by a veth and a wan namespace behind an uplink.
 struct Rig {
@@ -155,11 +150,7 @@ fn run_reference(node: &Node, command: &str, env: &[(&str, &str)], conf: &Value)
 }
 
 fn have_reference() -> bool {
-    if Path::new(REFERENCE).is_file() {
-        return true;
-    }
-    eprintln!("skipping: {REFERENCE} not installed (Debian's containernetworking-plugins)");
-    false
+    upstream::have_reference("bandwidth")
 }
 
 /// Limits for both directions at `rate` bit/s. The burst is 25 ms worth of the rate (at least 4 full
@@ -463,10 +454,7 @@ fn our_add_is_cleaned_up_by_the_reference_del() {
     let Rig { node, pod, wan, host_veth } = rig;
     drop(pod);
     // The kernel dismantles a deleted namespace asynchronously.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node.links().contains(&host_veth) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(Duration::from_secs(10), || !node.links().contains(&host_veth));
     let links = node.links();
     assert!(!links.contains(&host_veth), "{links:?}");
     assert!(links.iter().all(|l| !l.starts_with("bwp")), "{links:?}");

@@ -3,6 +3,7 @@
 //!
 //! Interop tests use Debian's reference binary at /usr/lib/cni/host-local (containernetworking-plugins).
 
+use netns_tests::upstream;
 use netns_tests::{bin, json, unique_name, Value};
 use std::collections::HashSet;
 use std::fs;
@@ -12,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
-const REFERENCE: &str = "/usr/lib/cni/host-local";
 const ALL_VERSIONS: &[&str] = &["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 /// A data dir for one test, removed on drop.
@@ -140,9 +140,7 @@ impl Out {
 }
 
 fn reference() -> PathBuf {
-    let p = PathBuf::from(REFERENCE);
-    assert!(p.is_file(), "{REFERENCE} missing: apt-get install containernetworking-plugins");
-    p
+    upstream::reference("host-local")
 }
 
 /// A network config around `ipam` (dataDir added), named `name`.

@@ -37,7 +37,7 @@ use netns_tests::traffic::{tcp_ask, TcpServer};
 use netns_tests::upstream::{
     clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
 };
-use netns_tests::{bin, json, unique_name, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, ip, json, net, unique_name, Node, PluginOutput, TestNetns, Value};
 
 // ---------------------------------------------------------------------------------------------------------
 // The lab
@@ -62,14 +62,6 @@ const INGRESS_RATE: u64 = 8_000_000;
 const INGRESS_BURST: u64 = 800_000;
 const EGRESS_RATE: u64 = 16_000_000;
 const EGRESS_BURST: u64 = 1_600_000;
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
-
-fn net(text: &str) -> IpNet {
-    text.parse().expect("test prefix")
-}
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")

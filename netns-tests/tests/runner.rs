@@ -8,7 +8,7 @@
 use netns_tests::upstream::{
     clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
 };
-use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, result_ips, Node, PluginOutput, TestNetns, Value};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -152,8 +152,7 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 fn pod_ip(result: &Value) -> String {
-    let address = result["ips"][0]["address"].as_str().unwrap_or_else(|| panic!("no address in {result}"));
-    address.split('/').next().unwrap_or_default().to_string()
+    result_ips(result)[0].to_string()
 }
 
 fn lo_is_up(pod: &TestNetns) -> bool {
