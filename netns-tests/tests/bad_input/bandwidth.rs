@@ -90,8 +90,5 @@ pub(crate) fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
 fn bandwidth() {
     let rig = Rig::new();
     let cases = bandwidth_cases(&rig);
-    run_group("bandwidth", "eth0", &rig, cases);
-    let base = bandwidth_base(&rig);
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("bandwidth", "eth0", &rig, cases, &bandwidth_base(&rig));
 }

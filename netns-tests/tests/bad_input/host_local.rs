@@ -144,8 +144,5 @@ pub(crate) fn host_local_cases(rig: &Rig) -> Vec<Case> {
 fn host_local() {
     let rig = Rig::new();
     let cases = host_local_cases(&rig);
-    run_group("host-local", "eth0", &rig, cases);
-    let base = host_local_base(&rig);
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("host-local", "eth0", &rig, cases, &host_local_base(&rig));
 }
