@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use crate::recorder::Call;
 use crate::upstream::REFERENCE_DIR;
-use crate::{bin_dir, net, veth_between, Node, TestNetns};
+use crate::{bin_dir, veth_between, Node, TestNetns};
+// Their home before the rig's root had them; runtime tests written against it keep working.
+pub use crate::{eventually, net};
 
 /// The plugins under test: each runtime test runs once with each, so a failure of ours alone is ours to fix.
 #[derive(Clone, Copy, Debug)]
