@@ -19,7 +19,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cnicore::netns::NetNs;
 use nix::sched::{setns, CloneFlags};
@@ -208,18 +208,13 @@ pub fn kill_mount_ns_tree(root: u32) {
     for pid in tree.iter().filter(|&&pid| pid != me && pid > 1) {
         let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in &tree {
-        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-            // A zombie child of ours is reaped by its owner (the guard's Child::wait).
-            if fs::read_to_string(format!("/proc/{pid}/stat"))
+    // Gone, or a zombie child of ours, which its owner reaps (the guard's Child::wait).
+    let ended = |pid: &u32| {
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || fs::read_to_string(format!("/proc/{pid}/stat"))
                 .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    };
+    crate::wait_for(Duration::from_secs(10), || tree.iter().all(ended));
 }
 
 /// Kills (see [`kill_mount_ns_tree`]) the daemons of earlier test processes that were killed before their
