@@ -379,15 +379,20 @@ pub fn net(text: &str) -> IpNet {
     text.parse().unwrap_or_else(|e| panic!("test prefix {text:?}: {e}"))
 }
 
-/// The pod's addresses in a plugin or chain result of any version (`ips`, or 0.1/0.2's `ip4`/`ip6`), without
-/// prefix length, in the result's order; panics when it has none.
-pub fn result_ips(result: &Value) -> Vec<IpAddr> {
+/// The addresses (with their prefix length) in a plugin or chain result of any version (`ips`, or 0.1/0.2's
+/// `ip4`/`ip6`), in the result's order; panics when it has none.
+pub fn result_addresses(result: &Value) -> Vec<IpNet> {
     let addresses: Vec<&str> = match result["ips"].as_array() {
         Some(ips) => ips.iter().filter_map(|i| i["address"].as_str()).collect(),
         None => ["ip4", "ip6"].iter().filter_map(|k| result[*k]["ip"].as_str()).collect(),
     };
     assert!(!addresses.is_empty(), "no addresses in {result}");
-    addresses.into_iter().map(|a| net(a).addr()).collect()
+    addresses.into_iter().map(net).collect()
+}
+
+/// [`result_addresses`] without prefix length.
+pub fn result_ips(result: &Value) -> Vec<IpAddr> {
+    result_addresses(result).iter().map(IpNet::addr).collect()
 }
 
 /// How often [`eventually`] tries again: often enough that a time measured around a wait is this precise.

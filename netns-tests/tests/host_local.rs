@@ -4,7 +4,7 @@
 //! Interop tests use Debian's reference binary at /usr/lib/cni/host-local (containernetworking-plugins).
 
 use netns_tests::upstream;
-use netns_tests::{bin, json, unique_name, Value};
+use netns_tests::{bin, json, result_addresses, unique_name, Value};
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
@@ -155,7 +155,7 @@ fn v4_conf(dd: &DataDir, subnet: &str) -> Value {
 }
 
 fn addresses(result: &Value) -> Vec<String> {
-    result["ips"].as_array().unwrap().iter().map(|i| i["address"].as_str().unwrap().to_string()).collect()
+    result_addresses(result).iter().map(ToString::to_string).collect()
 }
 
 fn first_address(result: &Value) -> String {

@@ -19,7 +19,7 @@ use cnicore::firewall::{masq, Backend};
 use ipnet::IpNet;
 use netns_tests::traffic::{client_ip, tcp_ask_once};
 use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{json, net, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{json, net, result_addresses, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const NETWORK: &str = "pmtest";
 const BACKENDS: [&str; 2] = ["iptables", "nftables"];
@@ -803,9 +803,7 @@ fn masq_rules_are_those_of_the_reference_bridge() {
             .env("CNI_PATH", "/usr/lib/cni");
         output(&mut cmd, bridge_conf.to_string().as_bytes())
     };
-    let pod_ips = |result: &Value| -> Vec<IpNet> {
-        result["ips"].as_array().expect("ips").iter().map(|ip| net(ip["address"].as_str().expect("address"))).collect()
-    };
+    let pod_ips = result_addresses;
 
     // The reference sets up, ours finds nothing to add, then ours tears down.
     let pod1 = lab.node.pod_netns();
