@@ -98,7 +98,7 @@ impl Containerd {
 
     /// containerd's PID.
     pub fn pid(&self) -> u32 {
-        self.daemon.pid()
+        self.daemon.id()
     }
 
     fn wait_for_socket(&self, timeout: Duration) {

@@ -111,8 +111,8 @@ impl Daemon {
         Daemon { child: Some(child) }
     }
 
-    /// The process's PID (0 once stopped).
-    pub fn pid(&self) -> u32 {
+    /// The process's PID, as [`Child::id`] (0 once stopped).
+    pub fn id(&self) -> u32 {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
@@ -144,7 +144,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let pid = self.pid();
+        let pid = self.id();
         let own = mount_ns(std::process::id());
         if pid != 0 && own.is_some() && mount_ns(pid).is_some_and(|ns| Some(ns) != own) {
             kill_mount_ns_tree(pid);

@@ -93,7 +93,7 @@ image_copy_tmp_dir = {tmp}
 
     /// `podman <args>` as the test's user would run it on the node.
     pub fn run(&self, args: &[&str]) -> Output {
-        let mnt = fs::File::open(format!("/proc/{}/ns/mnt", self.holder.pid())).expect("holder's mount namespace");
+        let mnt = fs::File::open(format!("/proc/{}/ns/mnt", self.holder.id())).expect("holder's mount namespace");
         let mut command = Command::new("podman");
         command
             .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
@@ -134,11 +134,11 @@ image_copy_tmp_dir = {tmp}
 
     /// A path as podman sees it (in its mount namespace), e.g. a container's `SandboxKey`.
     pub fn path_in_daemon(&self, path: &str) -> PathBuf {
-        daemon::path_in_mount_ns(self.holder.pid(), path)
+        daemon::path_in_mount_ns(self.holder.id(), path)
     }
 
     /// The network namespaces podman has mounted (`/run/netns` in its mount namespace).
     pub fn netns_names(&self) -> Vec<String> {
-        daemon::netns_names(self.holder.pid())
+        daemon::netns_names(self.holder.id())
     }
 }
