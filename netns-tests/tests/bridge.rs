@@ -301,22 +301,10 @@ fn mtu_inferred_from_the_node_uplinks() {
     let (wan1, wan2) = (TestNetns::new("wan"), TestNetns::new("wan"));
     let up1 = unique_name("up");
     let up2 = unique_name("up");
-    veth_between(
-        &net.node,
-        &wan1,
-        &up1,
-        "eth0",
-        &[netns_tests::net("192.168.77.1/24")],
-        &[netns_tests::net("192.168.77.2/24")],
-    );
-    veth_between(
-        &net.node,
-        &wan2,
-        &up2,
-        "eth0",
-        &[netns_tests::net("192.168.78.1/24")],
-        &[netns_tests::net("192.168.78.2/24")],
-    );
+    for (wan, up, subnet) in [(&wan1, &up1, 77), (&wan2, &up2, 78)] {
+        let ends = |host: u8| [netns_tests::net(&format!("192.168.{subnet}.{host}/24"))];
+        veth_between(&net.node, wan, up, "eth0", &ends(1), &ends(2));
+    }
     net.node.ip(&["link", "set", &up1, "mtu", "9000"]);
     net.node.ip(&["link", "set", &up2, "mtu", "1450"]);
     net.node.ip(&["link", "add", "down0", "mtu", "1300", "type", "veth", "peer", "name", "down1", "mtu", "1300"]);
