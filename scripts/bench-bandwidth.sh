@@ -16,6 +16,7 @@
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/bandwidth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 RATES=${BENCH_RATES:-"1 10 50"}
@@ -67,26 +68,17 @@ make_conf() { # <rate bit/s>
 
 # --- 1. ADD / DEL medians --------------------------------------------------------------------------------
 make_conf 10000000 >"$WORK/conf.json"
-ip netns exec "$NODE" scripts/lib/adddel-medians.sh "$OURS" "$REFERENCE" "$WORK/conf.json" "$RUNS" "$POD" >"$WORK/medians" || die "ADD/DEL loop failed"
-read -r ours_add ours_del ref_add ref_del harness <"$WORK/medians"
+ip netns exec "$NODE" env CNI_NETNS="/run/netns/$POD" CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni CNI_CONTAINERID=bench \
+    scripts/lib/adddel-times.sh "$RUNS" 2 "ours:$OURS:$WORK/conf.json" "reference:$REFERENCE:$WORK/conf.json" \
+    >"$WORK/times" || die "ADD/DEL loop failed"
 
 # Nothing may be left after the DELs.
 left=$(ip -n "$NODE" -o link show type ifb | wc -l)
 [[ $left == 0 ]] || die "ifb devices left after DEL: $left"
 
-ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
-net() { echo $(( $1 > $harness ? $1 - $harness : 0 )); }
-
 echo
 echo "bandwidth ADD/DEL (both directions shaped at 10 Mbit/s), $RUNS pairs each, medians"
-printf "%-34s %12s %12s %12s\n" "" "ADD" "DEL" "ADD+DEL"
-printf "%-34s %12s %12s %12s\n" "ours ($OURS_DIR/bandwidth)" "$(ms "$ours_add")" "$(ms "$ours_del")" "$(ms $((ours_add + ours_del)))"
-printf "%-34s %12s %12s %12s\n" "reference ($REFERENCE)" "$(ms "$ref_add")" "$(ms "$ref_del")" "$(ms $((ref_add + ref_del)))"
-printf "%-34s %12s\n" "harness (exec of /bin/true)" "$(ms "$harness")"
-printf "%-34s %12s %12s %12s\n" "speed-up, net of harness" "$(ratio "$(net "$ref_add")" "$(net "$ours_add")")" \
-    "$(ratio "$(net "$ref_del")" "$(net "$ours_del")")" \
-    "$(ratio "$(net $((ref_add + ref_del)))" "$(net $((ours_add + ours_del)))")"
+adddel_table "$WORK/times" "ours ($OURS_DIR/bandwidth)" "reference ($REFERENCE)" harness
 
 # --- 2. Accuracy ---------------------------------------------------------------------------------------------
 # Goodput in bit/s from namespace $1 to the iperf3 server at $3 in namespace $2.

@@ -11,6 +11,7 @@
 #   REFERENCE_DIR=dir   reference binaries (default /usr/lib/cni)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 CONFLIST=${BENCH_CONFLIST:-conf/10-kubenet.conflist}
@@ -44,8 +45,9 @@ make_conf() { # <name> <dataDir>
         "$CONFLIST"
 }
 
-# Times RUNS ADD/DEL pairs of the bridge in $1 (a CNI_PATH directory), inside the node namespace.
-# Prints "<add medians µs> <del median µs>".
+# Times RUNS ADD/DEL pairs of the bridge in $1 (a CNI_PATH directory), inside a node namespace of its own,
+# each pair a new container; the first two pairs warm caches (page cache, first bridge creation) and are not
+# counted. Prints adddel-times.sh's lines, named <label>.
 bench() { # <cni dir> <label>
     local dir=$1 label=$2
     ip netns add "$NODE"
@@ -53,27 +55,8 @@ bench() { # <cni dir> <label>
     ip -n "$NODE" link set lo up
     ip -n "$POD" link set lo up
     make_conf "bench-$label" "$WORK/ipam-$label" >"$WORK/conf-$label.json"
-    ip netns exec "$NODE" bash -c '
-        set -euo pipefail
-        dir=$1 conf=$2 runs=$3 pod=$4
-        export CNI_NETNS=/run/netns/$pod CNI_IFNAME=eth0 CNI_PATH=$dir
-        add=() del=()
-        for ((i = 0; i < runs + 2; i++)); do
-            id=bench-$i
-            t0=$EPOCHREALTIME
-            CNI_COMMAND=ADD CNI_CONTAINERID=$id "$dir/bridge" <"$conf" >/dev/null || { echo "ADD failed" >&2; exit 1; }
-            t1=$EPOCHREALTIME
-            CNI_COMMAND=DEL CNI_CONTAINERID=$id "$dir/bridge" <"$conf" >/dev/null || { echo "DEL failed" >&2; exit 1; }
-            t2=$EPOCHREALTIME
-            # The first two pairs warm caches (page cache, first bridge creation) and are not counted.
-            if ((i >= 2)); then
-                add+=($(( (${t1/./} - ${t0/./}) )))
-                del+=($(( (${t2/./} - ${t1/./}) )))
-            fi
-        done
-        median() { printf "%s\n" "$@" | sort -n | awk "{ v[NR] = \$1 } END { print v[int((NR + 1) / 2)] }"; }
-        echo "$(median "${add[@]}") $(median "${del[@]}")"
-    ' bench "$dir" "$WORK/conf-$label.json" "$RUNS" "$POD"
+    ip netns exec "$NODE" env CNI_NETNS="/run/netns/$POD" CNI_IFNAME=eth0 CNI_PATH="$dir" \
+        scripts/lib/adddel-times.sh "$RUNS" 2 "$label:$dir/bridge:$WORK/conf-$label.json"
     ip netns delete "$POD"
     ip netns delete "$NODE"
 }
@@ -84,18 +67,9 @@ mkdir -p "$ours_dir" "$ref_dir"
 ln -s "$OURS_DIR/bridge" "$OURS_DIR/host-local" "$ours_dir/"
 ln -s "$REFERENCE_DIR/bridge" "$REFERENCE_DIR/host-local" "$ref_dir/"
 
-ours=$(bench "$ours_dir" ours)
-reference=$(bench "$ref_dir" reference)
-read -r ours_add ours_del <<<"$ours"
-read -r ref_add ref_del <<<"$reference"
-
-ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
+bench "$ours_dir" ours >"$WORK/times"
+bench "$ref_dir" reference >>"$WORK/times"
 
 echo
 echo "bridge + host-local, $RUNS ADD/DEL pairs each, medians ($(basename "$CONFLIST"), bridge config)"
-printf "%-28s %12s %12s %12s\n" "" "ADD" "DEL" "ADD+DEL"
-printf "%-28s %12s %12s %12s\n" "ours ($OURS_DIR)" "$(ms "$ours_add")" "$(ms "$ours_del")" "$(ms $((ours_add + ours_del)))"
-printf "%-28s %12s %12s %12s\n" "reference ($REFERENCE_DIR)" "$(ms "$ref_add")" "$(ms "$ref_del")" "$(ms $((ref_add + ref_del)))"
-printf "%-28s %12s %12s %12s\n" "speed-up" "$(ratio "$ref_add" "$ours_add")" "$(ratio "$ref_del" "$ours_del")" \
-    "$(ratio $((ref_add + ref_del)) $((ours_add + ours_del)))"
+adddel_table "$WORK/times" "ours ($OURS_DIR)" "reference ($REFERENCE_DIR)"

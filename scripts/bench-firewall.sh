@@ -12,26 +12,8 @@
 #   BENCH_RUNS=N   ADD/DEL pairs per implementation (default 21)
 set -euo pipefail
 
-# __measure <runs> <name:binary:conf>...: prints "<name> <add µs> <del µs>" per run and implementation.
-if [[ ${1:-} == __measure ]]; then
-    runs=$2
-    shift 2
-    export CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS=$BENCH_POD_NETNS CNI_CONTAINERID=bench-pod
-    us() { local t=${EPOCHREALTIME/./}; echo "$t"; }
-    for ((r = 0; r < runs; r++)); do
-        for spec in "$@"; do
-            IFS=: read -r name bin conf <<<"$spec"
-            t0=$(us); CNI_COMMAND=ADD "$bin" <"$conf" >"$BENCH_OUT" || { echo "ADD by $name failed: $(cat "$BENCH_OUT")" >&2; exit 1; }
-            t1=$(us); CNI_COMMAND=DEL "$bin" <"$conf" >"$BENCH_OUT" || { echo "DEL by $name failed: $(cat "$BENCH_OUT")" >&2; exit 1; }
-            t2=$(us)
-            echo "$name $((t1 - t0)) $((t2 - t1))"
-        done
-    done
-    exit 0
-fi
-
 cd "$(dirname "$0")/.."
-SELF=$(realpath "$0")
+source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
 REFERENCE=/usr/lib/cni/firewall
 die() { echo "bench-firewall: $*" >&2; exit 1; }
@@ -85,12 +67,12 @@ EOF
     specs+=("ours-firewalld:$OURS:$WORK/firewalld.json" "reference-firewalld:$REFERENCE:$WORK/firewalld.json")
 fi
 
-BENCH_OUT=$WORK/out BENCH_POD_NETNS=/run/netns/$POD ip netns exec "$NODE" bash "$SELF" __measure "$RUNS" "${specs[@]}" >"$WORK/times"
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ip netns exec "$NODE" env CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS="/run/netns/$POD" CNI_CONTAINERID=bench-pod \
+    scripts/lib/adddel-times.sh "$RUNS" 0 "${specs[@]}" >"$WORK/times"
 printf '%-20s %10s %10s\n' implementation "ADD ms" "DEL ms"
 for spec in "${specs[@]}"; do
     name=${spec%%:*}
-    add=$(awk -v n="$name" '$1 == n {print $2}' "$WORK/times" | median)
-    del=$(awk -v n="$name" '$1 == n {print $3}' "$WORK/times" | median)
+    add=$(median_us "$name" 2 <"$WORK/times")
+    del=$(median_us "$name" 3 <"$WORK/times")
     printf '%-20s %10.1f %10.1f\n' "$name" "$(bc -l <<<"$add/1000")" "$(bc -l <<<"$del/1000")"
 done

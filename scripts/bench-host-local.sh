@@ -71,19 +71,12 @@ for count in $COUNTS; do
     plugin "$OURS" DEL "$WORK/ours.json" warmup
     plugin "$REFERENCE" ADD "$WORK/ref.json" warmup
     plugin "$REFERENCE" DEL "$WORK/ref.json" warmup
-    : >"$WORK/ours.add"; : >"$WORK/ours.del"; : >"$WORK/ref.add"; : >"$WORK/ref.del"
-    for ((i = 0; i < RUNS; i++)); do
-        for impl in ours ref; do
-            bin=$OURS; [ "$impl" = ref ] && bin=$REFERENCE
-            t0=${EPOCHREALTIME/./}; plugin "$bin" ADD "$WORK/$impl.json" "bench-$i"
-            t1=${EPOCHREALTIME/./}; plugin "$bin" DEL "$WORK/$impl.json" "bench-$i"
-            t2=${EPOCHREALTIME/./}
-            echo $((t1 - t0)) >>"$WORK/$impl.add"
-            echo $((t2 - t1)) >>"$WORK/$impl.del"
-        done
-    done
-    for f in ours.add ours.del ref.add ref.del; do
-        RESULT[$f,$count]=$(median <"$WORK/$f")
+    # Each run a new container (bench-<run>), ours and the reference alternating.
+    env CNI_NETNS=/var/run/netns/bench CNI_IFNAME=eth0 CNI_PATH=/nonexistent scripts/lib/adddel-times.sh "$RUNS" 0 \
+        "ours:$OURS:$WORK/ours.json" "ref:$REFERENCE:$WORK/ref.json" >"$WORK/times"
+    for impl in ours ref; do
+        RESULT[$impl.add,$count]=$(awk -v n="$impl" '$1 == n { print $2 }' "$WORK/times" | median)
+        RESULT[$impl.del,$count]=$(awk -v n="$impl" '$1 == n { print $3 }' "$WORK/times" | median)
     done
     leases=$(find "$WORK/ours/$NET" -maxdepth 1 -name '10.*' | wc -l)
     [ "$leases" -eq "$count" ] || { echo "expected $count leases after the runs, found $leases" >&2; exit 1; }

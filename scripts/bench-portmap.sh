@@ -31,32 +31,11 @@ if [[ ${1:-} == __populate ]]; then
     exit 0
 fi
 
-# __measure <runs> <conf file> <binary>...: prints "<binary index> <add µs> <del µs>" per run and binary, and
-# "harness <µs>" per run.
-if [[ ${1:-} == __measure ]]; then
-    runs=$2 conf=$3
-    shift 3
-    export CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS=$BENCH_POD_NETNS CNI_CONTAINERID=bench-pod
-    us() { local t=${EPOCHREALTIME/./}; echo "$t"; }
-    for ((r = 0; r < runs; r++)); do
-        t0=$(us); /bin/true <"$conf" >/dev/null; t1=$(us)
-        echo "harness $((t1 - t0))"
-        index=0
-        for bin in "$@"; do
-            t0=$(us); CNI_COMMAND=ADD "$bin" <"$conf" >/dev/null || { echo "ADD by $bin failed" >&2; exit 1; }
-            t1=$(us); CNI_COMMAND=DEL "$bin" <"$conf" >/dev/null || { echo "DEL by $bin failed" >&2; exit 1; }
-            t2=$(us)
-            echo "$index $((t1 - t0)) $((t2 - t1))"
-            index=$((index + 1))
-        done
-    done
-    exit 0
-fi
-
 # ---- outer script ----
 
 cd "$(dirname "$0")/.."
 SELF=$(realpath "$0")
+source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
 LEVELS=${BENCH_LEVELS:-"0 100 1000"}
 OURS_DIR=${OURS_DIR:-target/release}
@@ -99,17 +78,20 @@ conf_for() { # <backend> → file
 }
 
 median() { sort -n | awk '{v[NR]=$1} END {if (NR == 0) print "-"; else printf "%.1f", v[int((NR + 1) / 2)] / 1000}'; }
+ms_1() { awk '{ printf "%.1f", $1 / 1000 }'; } # µs on stdin as ms with one decimal
 
 # Rows: "<backend> <impl> <level> <add ms> <del ms>".
 ROWS=$WORK/rows
 HARNESS=$WORK/harness
 : >"$ROWS"; : >"$HARNESS"
 
-bench_backend() { # <backend> <binary>...
-    local backend=$1 node=pmbench-$1-$$ installed=0 level conf out
-    shift
+bench_backend() { # <backend> <impl>... (ours, reference)
+    local backend=$1 node=pmbench-$1-$$ installed=0 level conf out specs=() impls=("${@:2}")
     make_node "$node"
     conf=$(conf_for "$backend")
+    for impl in "${impls[@]}"; do
+        if [[ $impl == ours ]]; then specs+=("ours:$OURS:$conf"); else specs+=("reference:$REFERENCE:$conf"); fi
+    done
     for level in $LEVELS; do
         if ((level > installed)); then
             echo "  $backend: installing containers $installed..$((level - 1))" >&2
@@ -118,23 +100,19 @@ bench_backend() { # <backend> <binary>...
         fi
         echo "  $backend: measuring with $level installed" >&2
         out=$WORK/measure-$backend-$level
-        ip netns exec "$node" bash "$SELF" __measure "$RUNS" "$conf" "$@" >"$out"
+        ip netns exec "$node" env CNI_IFNAME=eth0 CNI_PATH=/nonexistent CNI_NETNS="$BENCH_POD_NETNS" \
+            CNI_CONTAINERID=bench-pod scripts/lib/adddel-times.sh "$RUNS" 0 "${specs[@]}" >"$out"
         grep '^harness' "$out" | awk '{print $2}' >>"$HARNESS"
-        local index=0 bin impl
-        for bin in "$@"; do
-            impl=ours; [[ $bin == "$OURS" ]] || impl=reference
-            local add del
-            add=$(awk -v i="$index" '$1 == i {print $2}' "$out" | median)
-            del=$(awk -v i="$index" '$1 == i {print $3}' "$out" | median)
-            echo "$backend $impl $level $add $del" >>"$ROWS"
-            index=$((index + 1))
+        local impl
+        for impl in "${impls[@]}"; do
+            echo "$backend $impl $level $(median_us "$impl" 2 <"$out" | ms_1) $(median_us "$impl" 3 <"$out" | ms_1)" >>"$ROWS"
         done
     done
 }
 
 echo "portmap benchmark: $RUNS runs per cell, levels: $LEVELS" >&2
-bench_backend iptables "$OURS" "$REFERENCE"
-bench_backend nftables "$OURS"
+bench_backend iptables ours reference
+bench_backend nftables ours
 
 echo
 echo "portmap ADD / DEL medians in ms (one exec each; $RUNS runs; other containers' mappings installed)"

@@ -11,6 +11,7 @@
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/tuning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-100}
 OURS_DIR=${OURS_DIR:-target/release}
@@ -42,8 +43,9 @@ jq -n --arg pod "/run/netns/$POD" --arg dir "$WORK/data" '{
     prevResult: {cniVersion: "1.0.0", interfaces: [{name: "eth0", sandbox: $pod}],
         ips: [{address: "10.1.0.2/24", interface: 0}]}}' >"$WORK/conf.json"
 
-ip netns exec "$NODE" scripts/lib/adddel-medians.sh "$OURS" "$REFERENCE" "$WORK/conf.json" "$RUNS" "$POD" >"$WORK/medians" || die "ADD/DEL loop failed"
-read -r ours_add ours_del ref_add ref_del harness <"$WORK/medians"
+ip netns exec "$NODE" env CNI_NETNS="/run/netns/$POD" CNI_IFNAME=eth0 CNI_PATH=/usr/lib/cni CNI_CONTAINERID=bench \
+    scripts/lib/adddel-times.sh "$RUNS" 2 "ours:$OURS:$WORK/conf.json" "reference:$REFERENCE:$WORK/conf.json" \
+    >"$WORK/times" || die "ADD/DEL loop failed"
 
 # Every DEL must have put the interface back (the sysctls too, but the reference's DEL, which runs last,
 # leaves them as ADD set them).
@@ -51,15 +53,5 @@ after=$(ip -n "$POD" -d link show eth0)
 [[ $before == "$after" ]] || die "the pod differs after the DELs:"$'\n'"$(diff <(echo "$before") <(echo "$after"))"
 [[ -z $(ls -A "$WORK/data" 2>/dev/null) ]] || die "saved settings left in $WORK/data"
 
-ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
-net() { echo $(( $1 > harness ? $1 - harness : 0 )); }
-
 echo "tuning ADD/DEL (MAC, MTU, promisc, allmulti, 2 sysctls), $RUNS pairs each, medians"
-printf "%-34s %12s %12s %12s\n" "" "ADD" "DEL" "ADD+DEL"
-printf "%-34s %12s %12s %12s\n" "ours ($OURS_DIR/tuning)" "$(ms "$ours_add")" "$(ms "$ours_del")" "$(ms $((ours_add + ours_del)))"
-printf "%-34s %12s %12s %12s\n" "reference ($REFERENCE)" "$(ms "$ref_add")" "$(ms "$ref_del")" "$(ms $((ref_add + ref_del)))"
-printf "%-34s %12s\n" "harness (exec of /bin/true)" "$(ms "$harness")"
-printf "%-34s %12s %12s %12s\n" "speed-up, net of harness" "$(ratio "$(net "$ref_add")" "$(net "$ours_add")")" \
-    "$(ratio "$(net "$ref_del")" "$(net "$ours_del")")" \
-    "$(ratio "$(net $((ref_add + ref_del)))" "$(net $((ours_add + ours_del)))")"
+adddel_table "$WORK/times" "ours ($OURS_DIR/tuning)" "reference ($REFERENCE)" harness

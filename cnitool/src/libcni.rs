@@ -118,10 +118,7 @@ impl ConfList {
             Some(Value::Array(list)) if !list.is_empty() => list
                 .iter()
                 .enumerate()
-                .map(|(i, p)| {
-                    plugin_conf(p)
-                        .map_err(|e| RunError::new(format!("error parsing configuration list: plugin {i}: {e}")))
-                })
+                .map(|(i, p)| plugin_conf(p, &format!("error parsing configuration list: plugin {i}")))
                 .collect::<Result<Vec<_>>>()?,
             _ => return Err(RunError::new(format!("error parsing configuration list: no plugins in list {name:?}"))),
         };
@@ -154,14 +151,14 @@ impl ConfList {
     }
 }
 
-/// A plugin config object: it must have a `type`.
-fn plugin_conf(value: &Value) -> std::result::Result<Map<String, Value>, String> {
+/// A plugin config object: it must have a `type`. `what` says where it comes from, for the error.
+fn plugin_conf(value: &Value, what: &str) -> Result<Map<String, Value>> {
     match value {
         Value::Object(o) if gojson::member(o, "type").and_then(Value::as_str).is_some_and(|t| !t.is_empty()) => {
             Ok(o.clone())
         }
-        Value::Object(_) => Err("missing 'type'".into()),
-        _ => Err("not an object".into()),
+        Value::Object(_) => Err(RunError::new(format!("{what}: missing 'type'"))),
+        _ => Err(RunError::new(format!("{what}: not an object"))),
     }
 }
 
@@ -243,8 +240,7 @@ fn plugins_from_dir(dir: &Path, network: &str) -> Result<Vec<Map<String, Value>>
             let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
                 RunError::new(format!("error parsing configuration {}: {}", file.display(), shorten_json_error(&e)))
             })?;
-            plugin_conf(&value)
-                .map_err(|e| RunError::new(format!("error parsing configuration {}: {e}", file.display())))
+            plugin_conf(&value, &format!("error parsing configuration {}", file.display()))
         })
         .collect()
 }

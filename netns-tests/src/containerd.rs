@@ -9,10 +9,10 @@
 use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::daemon::{self, http_get, toml_str};
+use crate::daemon::{self, http_get, toml_str, Daemon};
 use crate::images::{self, BUSYBOX_IMAGE};
 use crate::upstream::VarLibCni;
 use crate::{Node, Value};
@@ -23,9 +23,9 @@ pub const METRICS_ADDR: &str = "127.0.0.1:1338";
 /// True if containerd, ctr and runc are installed (else skipped, or failed under CI=true).
 pub fn available() -> bool {
     let tools = ["containerd", "ctr", "runc", "containerd-shim-runc-v2"];
-    daemon::require(
+    crate::require(
         "containerd/ctr/runc/busybox-static",
-        tools.iter().all(|t| daemon::on_path(t)) && images::have_busybox(),
+        tools.iter().all(|t| crate::on_path(t)) && images::have_busybox(),
         "run scripts/setup.sh (installs containerd, runc, busybox-static)",
     )
 }
@@ -51,7 +51,7 @@ pub struct Containerd {
     /// The directory mounted over `/var/lib/cni` in containerd's mount namespace (libcni's result cache).
     pub var_lib_cni: PathBuf,
     log: PathBuf,
-    child: Child,
+    daemon: Daemon,
 }
 
 impl Containerd {
@@ -88,8 +88,8 @@ impl Containerd {
             .stdout(log_file.try_clone().expect("log fd"))
             .stderr(log_file);
         daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run"]);
-        let child = command.spawn().unwrap_or_else(|e| panic!("start containerd: {e}"));
-        let containerd = Containerd { var_lib_cni: var_lib_cni.path(), dir, socket, conf_dir, log, child };
+        let daemon = Daemon::spawn(&mut command);
+        let containerd = Containerd { var_lib_cni: var_lib_cni.path(), dir, socket, conf_dir, log, daemon };
         containerd.wait_for_socket(Duration::from_secs(20));
         let archive = images::busybox_archive(&containerd.dir);
         containerd.ctr(&["images", "import", &archive.display().to_string()]);
@@ -98,19 +98,13 @@ impl Containerd {
 
     /// containerd's PID.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.daemon.id()
     }
 
     fn wait_for_socket(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while !self.socket.exists() {
-            assert!(
-                Instant::now() < deadline && Path::new(&format!("/proc/{}", self.pid())).exists(),
-                "containerd did not start:\n{}",
-                self.log_tail(30)
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let alive = || Path::new(&format!("/proc/{}", self.pid())).exists();
+        crate::wait_for(timeout, || self.socket.exists() || !alive());
+        assert!(self.socket.exists(), "containerd did not start:\n{}", self.log_tail(30));
     }
 
     /// Runs `ctr -n k8s.io <args>` against this daemon; panics if it fails. Returns stdout.
@@ -165,13 +159,6 @@ impl Containerd {
     pub fn metrics(&self, node: &Node) -> String {
         let addr: SocketAddr = METRICS_ADDR.parse().expect("constant");
         http_get(node, addr, "/v1/metrics").unwrap_or_else(|e| panic!("containerd metrics: {e}"))
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        daemon::kill_mount_ns_tree(self.child.id());
-        let _ = self.child.wait();
     }
 }
 

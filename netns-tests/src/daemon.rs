@@ -17,14 +17,16 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cnicore::netns::NetNs;
 use nix::sched::{setns, CloneFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+pub use crate::{on_path, require};
 
 use crate::upstream::{with_var_lib_cni, VarLibCni};
 use crate::TestNetns;
@@ -94,23 +96,61 @@ pub fn toml_str(path: &Path) -> String {
     serde_json::to_string(&path.display().to_string()).expect("string")
 }
 
-/// True if `tool` is usable. When it is not: under `CI=true` the test fails (panics, naming what to install),
-/// otherwise it prints why it is skipped and returns false.
-pub fn require(tool: &str, available: bool, install: &str) -> bool {
-    if available {
-        return true;
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{tool} is missing (CI=true: not skipping): {install}");
-    }
-    eprintln!("skipped: {tool} is missing ({install})");
-    false
+/// A process a test started (a daemon), ended by PID when the guard drops, also when the test panics: SIGKILLed
+/// and reaped. A daemon in a mount namespace of its own ([`with_private_mounts`]) goes with every process of
+/// that namespace and their descendants ([`kill_mount_ns_tree`]: containerd's shims, podman's conmon, the
+/// containers).
+pub struct Daemon {
+    /// `None` once stopped (or for a guard of nothing yet).
+    pub(crate) child: Option<Child>,
 }
 
-/// True if `program` is found on PATH.
-pub fn on_path(program: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
-    std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
+impl Daemon {
+    pub fn spawn(command: &mut Command) -> Daemon {
+        let child = command.spawn().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+        Daemon { child: Some(child) }
+    }
+
+    /// The process's PID, as [`Child::id`] (0 once stopped).
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.child {
+            let _ = kill(Pid::from_raw(child.id() as i32), signal);
+        }
+    }
+
+    /// Sends `signal` and waits for the process to end.
+    pub fn stop(&mut self, signal: Signal) {
+        self.signal(signal);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, up to `grace` to end (a daemon that cleans up on exit), then SIGKILL.
+    pub fn terminate(&mut self, grace: Duration) {
+        self.signal(Signal::SIGTERM);
+        crate::wait_for(grace, || !self.is_running());
+        self.stop(Signal::SIGKILL);
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let pid = self.id();
+        let own = mount_ns(std::process::id());
+        if pid != 0 && own.is_some() && mount_ns(pid).is_some_and(|ns| Some(ns) != own) {
+            kill_mount_ns_tree(pid);
+        }
+        self.stop(Signal::SIGKILL);
+    }
 }
 
 /// The mount namespace of a process (`mnt:[inode]`), or None if it is gone.
@@ -168,18 +208,13 @@ pub fn kill_mount_ns_tree(root: u32) {
     for pid in tree.iter().filter(|&&pid| pid != me && pid > 1) {
         let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for pid in &tree {
-        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
-            // A zombie child of ours is reaped by its owner (the guard's Child::wait).
-            if fs::read_to_string(format!("/proc/{pid}/stat"))
+    // Gone, or a zombie child of ours, which its owner reaps (the guard's Child::wait).
+    let ended = |pid: &u32| {
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || fs::read_to_string(format!("/proc/{pid}/stat"))
                 .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    };
+    crate::wait_for(Duration::from_secs(10), || tree.iter().all(ended));
 }
 
 /// Kills (see [`kill_mount_ns_tree`]) the daemons of earlier test processes that were killed before their

@@ -5,8 +5,8 @@
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use ipnet::IpNet;
 
@@ -14,67 +14,12 @@ use crate::daemon::http_get;
 use crate::upstream::{clean_command, output};
 use crate::{bin, bin_dir, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
-/// Panics unless `tool` is installed; in CI a missing tool fails the test, elsewhere too (fabric tests need
-/// etcd: Debian's etcd-server, installed by scripts/setup.sh).
+pub use crate::{wait_for, Daemon};
+
+/// Panics unless `tool` is installed. The rig's policy ([`crate::require`]) skips a test outside CI, but a
+/// cluster's guard cannot skip the test that makes it: a missing tool fails it everywhere.
 pub fn require_tool(tool: &str) {
-    let found = std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(tool).is_file()))
-        .unwrap_or(false);
-    assert!(found, "{tool} not installed (scripts/setup.sh installs etcd-server and openssl)");
-}
-
-/// Polls `check` every 10 ms until it is true or `timeout` passes; the time it took.
-pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
-    let start = Instant::now();
-    loop {
-        if check() {
-            return Some(start.elapsed());
-        }
-        if start.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A child process killed (SIGKILL) and reaped on drop.
-pub struct Daemon {
-    child: Option<Child>,
-}
-
-impl Daemon {
-    pub fn spawn(command: &mut Command) -> Daemon {
-        let child = command.spawn().unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-        Daemon { child: Some(child) }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
-    pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        if let Some(child) = &self.child {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal);
-        }
-    }
-
-    /// Sends `signal` and waits for the process to end.
-    pub fn stop(&mut self, signal: nix::sys::signal::Signal) {
-        self.signal(signal);
-        if let Some(mut child) = self.child.take() {
-            let _ = child.wait();
-        }
-    }
-
-    pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop(nix::sys::signal::Signal::SIGKILL);
-    }
+    assert!(crate::on_path(tool), "{tool} not installed (scripts/setup.sh installs etcd-server and openssl)");
 }
 
 /// TLS files for etcd and its clients, made with openssl: a CA, a server certificate for `server_ip`, a

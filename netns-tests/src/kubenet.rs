@@ -228,15 +228,7 @@ pub fn cap_args(host_port: u16) -> Value {
     })
 }
 
-/// The pod addresses (IPv4 first) of a chain result.
-pub fn result_ips(result: &Value) -> Vec<IpAddr> {
-    let ips = result["ips"].as_array().unwrap_or_else(|| panic!("no ips in {result}"));
-    ips.iter()
-        .filter_map(|ip| ip["address"].as_str())
-        .filter_map(|a| a.parse::<IpNet>().ok())
-        .map(|net| net.addr())
-        .collect()
-}
+pub use crate::result_ips;
 
 /// Whether `line` names a pod (see the module doc).
 pub fn names_a_pod(line: &str) -> bool {

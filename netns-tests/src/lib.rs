@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use cnicore::netlink::{AddressOptions, Netlink};
 use cnicore::netns::NetNs;
@@ -35,6 +36,7 @@ pub mod runtimes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
+pub use daemon::Daemon;
 pub use serde_json::{json, Value};
 
 /// Where `ip netns add` puts its namespaces.
@@ -365,4 +367,77 @@ pub fn run_plugin(node: &Node, plugin: &str, cni_command: &str, env: &[(&str, &s
     let mut command = upstream::clean_command(node, bin(plugin));
     command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
     upstream::output(&mut command, stdin.to_string().as_bytes())
+}
+
+/// An address written in a test, e.g. `ip("10.88.0.2")`.
+pub fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap_or_else(|e| panic!("test address {text:?}: {e}"))
+}
+
+/// A prefix written in a test, e.g. `net("10.88.0.2/24")`.
+pub fn net(text: &str) -> IpNet {
+    text.parse().unwrap_or_else(|e| panic!("test prefix {text:?}: {e}"))
+}
+
+/// The addresses (with their prefix length) in a plugin or chain result of any version (`ips`, or 0.1/0.2's
+/// `ip4`/`ip6`), in the result's order; panics when it has none.
+pub fn result_addresses(result: &Value) -> Vec<IpNet> {
+    let addresses: Vec<&str> = match result["ips"].as_array() {
+        Some(ips) => ips.iter().filter_map(|i| i["address"].as_str()).collect(),
+        None => ["ip4", "ip6"].iter().filter_map(|k| result[*k]["ip"].as_str()).collect(),
+    };
+    assert!(!addresses.is_empty(), "no addresses in {result}");
+    addresses.into_iter().map(net).collect()
+}
+
+/// [`result_addresses`] without prefix length.
+pub fn result_ips(result: &Value) -> Vec<IpAddr> {
+    result_addresses(result).iter().map(IpNet::addr).collect()
+}
+
+/// How often [`eventually`] tries again: often enough that a time measured around a wait is this precise.
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The rig's one wait: polls `attempt` until it returns Ok or `timeout` passes, then its last error. For
+/// anything a test waits for (a daemon's socket, convergence, the kernel's asynchronous cleanup).
+pub fn eventually<T, E>(timeout: Duration, mut attempt: impl FnMut() -> Result<T, E>) -> Result<T, E> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match attempt() {
+            Ok(value) => return Ok(value),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(POLL_INTERVAL),
+        }
+    }
+}
+
+/// [`eventually`] for a condition: the time it took to become true, `None` if it did not within `timeout`.
+pub fn wait_for(timeout: Duration, mut ready: impl FnMut() -> bool) -> Option<Duration> {
+    let start = Instant::now();
+    eventually(timeout, || if ready() { Ok(start.elapsed()) } else { Err(()) }).ok()
+}
+
+/// The rig's one policy for a tool a test needs: true if it is usable (`available`). When it is not, under
+/// `CI=true` the test fails (panics, naming what to install); elsewhere it says why it is skipped and returns
+/// false, and the test returns.
+pub fn require(tool: &str, available: bool, install: &str) -> bool {
+    if available {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{tool} is missing (CI=true: not skipping): {install}");
+    }
+    eprintln!("skipped: {tool} is missing ({install})");
+    false
+}
+
+/// [`require`] for programs: every one of `programs` is found ([`on_path`]).
+pub fn require_programs(programs: &[&str], install: &str) -> bool {
+    require(&programs.join("/"), programs.iter().all(|p| on_path(p)), install)
+}
+
+/// True if `program` is an executable on PATH or in the sbin directories where firewall tools live
+/// ([`cnicore::firewall::find_binary`]).
+pub fn on_path(program: &str) -> bool {
+    cnicore::firewall::find_binary(program).is_some()
 }

@@ -7,11 +7,11 @@
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use cnicore::netns::NetNs;
 
-use crate::daemon::{self, toml_str};
+use crate::daemon::{self, toml_str, Daemon};
 use crate::images;
 use crate::upstream::VarLibCni;
 use crate::{Node, Value};
@@ -21,9 +21,9 @@ pub const RUN_LIMITS: &[&str] = &["--ulimit", "nofile=1024:1024", "--ulimit", "n
 
 /// True if podman, runc and busybox-static are installed (else skipped, or failed under CI=true).
 pub fn available() -> bool {
-    daemon::require(
+    crate::require(
         "podman/runc/busybox-static",
-        daemon::on_path("podman") && daemon::on_path("runc") && images::have_busybox(),
+        crate::on_path("podman") && crate::on_path("runc") && images::have_busybox(),
         "run scripts/setup.sh (installs podman, runc, busybox-static)",
     )
 }
@@ -39,7 +39,8 @@ pub struct Podman {
     pub var_lib_cni: PathBuf,
     /// The node's netns, which podman runs in.
     node_netns: PathBuf,
-    holder: Child,
+    /// Killed with its mount namespace (conmon, the containers) on drop.
+    holder: Daemon,
 }
 
 impl Podman {
@@ -83,7 +84,7 @@ image_copy_tmp_dir = {tmp}
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run", "/dev/shm"]);
-        let holder = command.spawn().unwrap_or_else(|e| panic!("start the mount namespace holder: {e}"));
+        let holder = Daemon::spawn(&mut command);
         let podman = Podman { var_lib_cni: var_lib_cni.path(), dir, net_dir, node_netns: node.path.clone(), holder };
         let archive = images::busybox_archive(&podman.dir);
         podman.ok(&["load", "--quiet", "--input", &archive.display().to_string()]);
@@ -139,12 +140,5 @@ image_copy_tmp_dir = {tmp}
     /// The network namespaces podman has mounted (`/run/netns` in its mount namespace).
     pub fn netns_names(&self) -> Vec<String> {
         daemon::netns_names(self.holder.id())
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        daemon::kill_mount_ns_tree(self.holder.id());
-        let _ = self.holder.wait();
     }
 }

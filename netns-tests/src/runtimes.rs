@@ -2,12 +2,12 @@
 //! uplink to a "wan" netns, and small helpers.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use crate::recorder::Call;
 use crate::upstream::REFERENCE_DIR;
 use crate::{bin_dir, veth_between, Node, TestNetns};
-use ipnet::IpNet;
+// Their home before the rig's root had them; runtime tests written against it keep working.
+pub use crate::{eventually, net};
 
 /// The plugins under test: each runtime test runs once with each, so a failure of ours alone is ours to fix.
 #[derive(Clone, Copy, Debug)]
@@ -37,22 +37,6 @@ pub fn node_with_wan() -> (Node, TestNetns) {
     veth_between(&node, &wan, "eth0", "eth0", &[net(&format!("{NODE_IP}/24"))], &[net(&format!("{WAN_IP}/24"))]);
     node.ip(&["route", "add", "default", "via", WAN_IP]);
     (node, wan)
-}
-
-pub fn net(text: &str) -> IpNet {
-    text.parse().expect("prefix")
-}
-
-/// Polls `f` until it returns Ok or `timeout` passes; the last error otherwise.
-pub fn eventually<T>(timeout: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f() {
-            Ok(v) => return Ok(v),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
 }
 
 /// The links of the node that belong to a pod: host veths and the bandwidth ifbs.

@@ -68,12 +68,19 @@ pub fn tcp_ask(ns: &TestNetns, to: SocketAddr) -> Option<String> {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(100));
         }
-        let Ok(mut stream) = ns.run(|| TcpStream::connect_timeout(&to, Duration::from_millis(1500))) else { continue };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut answer = String::new();
-        if stream.read_to_string(&mut answer).is_ok() && !answer.is_empty() {
+        if let Some(answer) = tcp_ask_once(ns, to, Duration::from_millis(1500)).filter(|a| !a.is_empty()) {
             return Some(answer);
         }
     }
     None
+}
+
+/// What a TCP server at `to` answers to one connection from `ns` (connecting for up to `connect`, reading for
+/// up to 2 s), if it connects: for a test that a path is closed, where retries would only cost time.
+pub fn tcp_ask_once(ns: &TestNetns, to: SocketAddr, connect: Duration) -> Option<String> {
+    let mut stream = ns.run(|| TcpStream::connect_timeout(&to, connect)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    Some(answer)
 }

@@ -32,21 +32,25 @@ pub fn reference(name: &str) -> PathBuf {
     path
 }
 
-/// Upstream cnitool (`$UPSTREAM_CNITOOL`, else /var/tmp/cnitool-bin/cnitool), or `None` with a printed reason
-/// when it has not been built: the interop tests are then skipped.
+/// Whether the reference plugin `name` is installed, by the rig's missing-tool policy ([`crate::require`]): a
+/// test that can do without it returns when this is false.
+pub fn have_reference(name: &str) -> bool {
+    let path = Path::new(REFERENCE_DIR).join(name);
+    crate::require(
+        &format!("reference plugin {}", path.display()),
+        path.is_file(),
+        "run scripts/setup.sh (installs containernetworking-plugins)",
+    )
+}
+
+/// Upstream cnitool (`$UPSTREAM_CNITOOL`, else /var/tmp/cnitool-bin/cnitool), or `None` by the rig's
+/// missing-tool policy ([`crate::require`]) when it has not been built: the interop tests are then skipped.
 pub fn upstream_cnitool() -> Option<PathBuf> {
     let path = std::env::var_os("UPSTREAM_CNITOOL")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_UPSTREAM_CNITOOL));
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: upstream cnitool not found at {} (build it with ../shared/tools/build-cnitool.sh)",
-            path.display()
-        );
-        None
-    }
+    let install = "build it with ../shared/tools/build-cnitool.sh, as scripts/setup.sh does";
+    crate::require(&format!("upstream cnitool {}", path.display()), path.is_file(), install).then_some(path)
 }
 
 /// Makes `dir` a plugin directory (for `CNI_PATH`) holding exactly the given plugins, as symlinks

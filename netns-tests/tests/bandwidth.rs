@@ -6,21 +6,16 @@
 //! (10.2.0.2). The pod veth is made by the test (as the main plugin would) and described in prevResult.
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::upstream::{self, clean_command, output};
+use netns_tests::{ip, json, unique_name, veth_between, wait_for, Node, PluginOutput, TestNetns, Value};
 
 const REFERENCE: &str = "/usr/lib/cni/bandwidth";
 const POD_IP: &str = "10.1.0.2";
 const WAN_IP: &str = "10.2.0.2";
 const MBIT: u64 = 1_000_000;
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
 
 /// A node with one pod attached by a veth and a wan namespace behind an uplink.
 struct Rig {
@@ -155,11 +150,7 @@ fn run_reference(node: &Node, command: &str, env: &[(&str, &str)], conf: &Value)
 }
 
 fn have_reference() -> bool {
-    if Path::new(REFERENCE).is_file() {
-        return true;
-    }
-    eprintln!("skipping: {REFERENCE} not installed (Debian's containernetworking-plugins)");
-    false
+    upstream::have_reference("bandwidth")
 }
 
 /// Limits for both directions at `rate` bit/s. The burst is 25 ms worth of the rate (at least 4 full
@@ -463,10 +454,7 @@ fn our_add_is_cleaned_up_by_the_reference_del() {
     let Rig { node, pod, wan, host_veth } = rig;
     drop(pod);
     // The kernel dismantles a deleted namespace asynchronously.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node.links().contains(&host_veth) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for(Duration::from_secs(10), || !node.links().contains(&host_veth));
     let links = node.links();
     assert!(!links.contains(&host_veth), "{links:?}");
     assert!(links.iter().all(|l| !l.starts_with("bwp")), "{links:?}");
@@ -640,43 +628,10 @@ fn v1_5_subnet_fields_are_ignored_with_a_warning() {
     rig.assert_clean();
 }
 
+/// What cannot be shaped is refused with nothing changed (the bad configs are in the bad-input corpus).
 #[test]
-fn bad_input_is_a_clear_error_and_changes_nothing() {
+fn refuses_what_it_cannot_shape_and_changes_nothing() {
     let rig = Rig::new();
-    let ok_burst = 80_000u64;
-    let cases: Vec<(Value, u64, &str)> = vec![
-        (json!({"ingressRate": 8000}), 7, "burst must also be set"),
-        (json!({"ingressBurst": ok_burst}), 7, "rate must also be set"),
-        (json!({"egressRate": 8000, "egressBurst": 0}), 7, "burst must also be set"),
-        (json!({"egressRate": 0, "egressBurst": ok_burst}), 7, "rate must also be set"),
-        (json!({"ingressRate": 7, "ingressBurst": ok_burst}), 7, "at least 8 bits per second"),
-        (json!({"egressRate": 8000, "egressBurst": 7}), 7, "at least 8 bits"),
-        (json!({"ingressRate": 8000, "ingressBurst": 34_359_738_360u64}), 7, "more than 4GB"),
-        (json!({"egressRate": u64::MAX, "egressBurst": ok_burst}), 7, "exceeds 4GB"),
-        (json!({"ingressRate": -8000, "ingressBurst": ok_burst}), 7, "ingressRate"),
-        (json!({"ingressRate": "1M", "ingressBurst": ok_burst}), 7, "ingressRate"),
-        (json!({"ingressRate": 1.5e6, "ingressBurst": ok_burst}), 7, "ingressRate"),
-        (json!({"runtimeConfig": {"bandwidth": {"egressRate": 8000}}}), 7, "burst must also be set"),
-    ];
-    for (limits, code, needle) in cases {
-        let conf = rig.conf(limits.clone());
-        let err = rig.ours("ADD", &conf).expect_err().clone();
-        assert_eq!(err["code"], code, "{limits}: {err}");
-        let msg = err["msg"].as_str().unwrap_or_default();
-        assert!(msg.contains(needle), "{limits}: {msg:?} should mention {needle:?}");
-        rig.assert_clean();
-    }
-    // Missing prevResult.
-    let mut conf = rig.conf(both(MBIT));
-    conf.as_object_mut().unwrap().remove("prevResult");
-    let err = rig.ours("ADD", &conf).expect_err().clone();
-    assert!(err["msg"].as_str().unwrap_or_default().contains("prevResult"), "{err}");
-    // prevResult without the host veth.
-    let mut conf = rig.conf(both(MBIT));
-    conf["prevResult"]["interfaces"] = json!([{"name": "eth0", "sandbox": rig.pod.path.display().to_string()}]);
-    conf["prevResult"]["ips"][0]["interface"] = json!(0);
-    let err = rig.ours("ADD", &conf).expect_err().clone();
-    assert!(err["msg"].as_str().unwrap_or_default().contains("no veth peer"), "{err}");
     // A pod interface that is not a veth.
     rig.pod.ip(&["link", "add", "notveth0", "type", "bridge"]);
     let netns = rig.pod.path.display().to_string();

@@ -27,9 +27,9 @@ use netns_tests::daemon::http_get;
 use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::kubenet;
 use netns_tests::recorder::{Call, Recorder};
-use netns_tests::runtimes::{calls_of, eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::runtimes::{calls_of, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::{json, Node, TestNetns, Value};
+use netns_tests::{eventually, json, net, Node, TestNetns, Value};
 
 /// Every plugin a conflist here may name (the recorder wraps those present).
 const PLUGINS: &[&str] = &["bridge", "host-local", "portmap", "bandwidth", "loopback"];

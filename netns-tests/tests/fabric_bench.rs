@@ -159,7 +159,7 @@ fn figures() {
         let log = node.log();
         eprintln!("{log}");
 
-        let pid = node.agent.as_ref().unwrap().pid();
+        let pid = node.agent.as_ref().unwrap().id();
         std::thread::sleep(Duration::from_secs(2));
         let requests_before = metric(node, "fabricd_etcd_requests_total");
         let ticks_before = cpu_ticks(pid);

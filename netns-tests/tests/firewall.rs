@@ -12,24 +12,16 @@
 //! (`cargo build -p firewall`).
 
 use std::fs;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use ipnet::IpNet;
 use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{json, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{
+    ip, json, net, require_programs, veth_between, wait_for, Daemon, Node, PluginOutput, TestNetns, Value,
+};
 
 const NETWORK: &str = "fwtest";
-
-fn net(text: &str) -> IpNet {
-    text.parse().expect("test address")
-}
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
 
 /// A pod on one of the node's bridges.
 struct Pod {
@@ -445,23 +437,19 @@ fn takeover_with_the_reference_plugin_both_ways() {
 }
 
 /// A firewalld of the test's own: a private D-Bus system bus in the node's directory, and firewalld in the
-/// node namespace with its configuration in the node's directory. Both are killed by PID on drop.
+/// node namespace with its configuration in the node's directory. Both are ended by PID on drop, firewalld
+/// first.
 struct PrivateFirewalld {
-    dbus: Child,
-    firewalld: Child,
+    firewalld: Daemon,
+    dbus: Daemon,
     address: String,
 }
 
 impl PrivateFirewalld {
     /// `None` (after saying why) when dbus-daemon or firewalld is not installed; a failure under CI=true.
     fn start(node: &Node) -> Option<PrivateFirewalld> {
-        let missing: Vec<&str> = ["dbus-daemon", "firewalld", "dbus-send"]
-            .into_iter()
-            .filter(|tool| cnicore::firewall::find_binary(tool).is_none())
-            .collect();
-        if !missing.is_empty() {
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "{missing:?} missing: run scripts/setup.sh");
-            eprintln!("skipping: {missing:?} not installed (scripts/setup.sh installs firewalld)");
+        let tools = ["dbus-daemon", "firewalld", "dbus-send"];
+        if !require_programs(&tools, "run scripts/setup.sh (installs firewalld and dbus-daemon)") {
             return None;
         }
         let dir = node.dir().join("firewalld");
@@ -477,43 +465,40 @@ impl PrivateFirewalld {
         let config = dir.join("bus.conf");
         fs::write(&config, bus_config(&socket)).expect("bus config");
         let log = |name: &str| Stdio::from(fs::File::create(dir.join(name)).expect("log file"));
-        let dbus = Command::new("dbus-daemon")
-            .args(["--nofork", "--nopidfile", "--config-file"])
-            .arg(&config)
-            .stdout(log("dbus.log"))
-            .stderr(log("dbus.err"))
-            .spawn()
-            .expect("start dbus-daemon");
-        let mut firewalld = PrivateFirewalld { dbus, firewalld: Command::new("true").spawn().expect("true"), address };
-        wait_for(|| socket.exists(), "the private bus socket");
-        firewalld.firewalld = node
-            .command("firewalld")
-            .args(["--nofork", "--nopid", "--log-target", "console", "--system-config"])
-            .arg(&etc)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &firewalld.address)
-            .stdout(log("firewalld.log"))
-            .stderr(log("firewalld.err"))
-            .spawn()
-            .expect("start firewalld");
-        let address = firewalld.address.clone();
-        wait_for(
-            || {
-                let out = Command::new("dbus-send")
-                    .args([
-                        &format!("--bus={address}"),
-                        "--print-reply",
-                        "--dest=org.freedesktop.DBus",
-                        "/org/freedesktop/DBus",
-                    ])
-                    .args(["org.freedesktop.DBus.NameHasOwner", "string:org.fedoraproject.FirewallD1"])
-                    .output()
-                    .expect("dbus-send");
-                String::from_utf8_lossy(&out.stdout).contains("boolean true")
-            },
-            "firewalld on the private bus",
+        let dbus = Daemon::spawn(
+            Command::new("dbus-daemon")
+                .args(["--nofork", "--nopidfile", "--config-file"])
+                .arg(&config)
+                .stdout(log("dbus.log"))
+                .stderr(log("dbus.err")),
         );
+        assert!(wait_for(STARTUP, || socket.exists()).is_some(), "timed out waiting for the private bus socket");
+        let firewalld = Daemon::spawn(
+            node.command("firewalld")
+                .args(["--nofork", "--nopid", "--log-target", "console", "--system-config"])
+                .arg(&etc)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("DBUS_SYSTEM_BUS_ADDRESS", &address)
+                .stdout(log("firewalld.log"))
+                .stderr(log("firewalld.err")),
+        );
+        let firewalld = PrivateFirewalld { firewalld, dbus, address };
+        let address = firewalld.address.clone();
+        let running = wait_for(STARTUP, || {
+            let out = Command::new("dbus-send")
+                .args([
+                    &format!("--bus={address}"),
+                    "--print-reply",
+                    "--dest=org.freedesktop.DBus",
+                    "/org/freedesktop/DBus",
+                ])
+                .args(["org.freedesktop.DBus.NameHasOwner", "string:org.fedoraproject.FirewallD1"])
+                .output()
+                .expect("dbus-send");
+            String::from_utf8_lossy(&out.stdout).contains("boolean true")
+        });
+        assert!(running.is_some(), "timed out waiting for firewalld on the private bus");
         Some(firewalld)
     }
 
@@ -536,29 +521,15 @@ impl PrivateFirewalld {
 }
 
 impl Drop for PrivateFirewalld {
+    /// SIGTERM first: firewalld removes its rules on exit (CleanupOnExit).
     fn drop(&mut self) {
-        for child in [&mut self.firewalld, &mut self.dbus] {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.firewalld.terminate(Duration::from_secs(5));
+        self.dbus.terminate(Duration::from_secs(5));
     }
 }
 
-fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !ready() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
+/// How long the private bus and firewalld may take to start.
+const STARTUP: Duration = Duration::from_secs(30);
 
 /// A system-bus-like configuration on a socket of the test's, for root only.
 fn bus_config(socket: &Path) -> String {

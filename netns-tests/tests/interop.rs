@@ -37,7 +37,7 @@ use netns_tests::traffic::{tcp_ask, TcpServer};
 use netns_tests::upstream::{
     clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
 };
-use netns_tests::{bin, json, unique_name, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, ip, json, net, result_addresses, unique_name, Node, PluginOutput, TestNetns, Value};
 
 // ---------------------------------------------------------------------------------------------------------
 // The lab
@@ -62,14 +62,6 @@ const INGRESS_RATE: u64 = 8_000_000;
 const INGRESS_BURST: u64 = 800_000;
 const EGRESS_RATE: u64 = 16_000_000;
 const EGRESS_BURST: u64 = 1_600_000;
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
-
-fn net(text: &str) -> IpNet {
-    text.parse().expect("test prefix")
-}
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
@@ -321,10 +313,7 @@ impl Pod {
 
     /// The pod's addresses from the ADD result, with their prefix.
     fn addresses(&self) -> Vec<IpNet> {
-        let ips = self.result["ips"].as_array().unwrap_or_else(|| panic!("no ips in {}", self.result));
-        ips.iter()
-            .map(|i| i["address"].as_str().and_then(|a| a.parse().ok()).unwrap_or_else(|| panic!("bad address in {i}")))
-            .collect()
+        result_addresses(&self.result)
     }
 
     fn v4(&self) -> IpAddr {

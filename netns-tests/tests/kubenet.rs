@@ -19,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use kubenet::{cap_args, result_ips, second_node, Kubenet, SUBNET_V4, SUBNET_V4_B, SUBNET_V6, SUBNET_V6_B};
 use netns_tests::traffic::{tcp_ask, TcpServer};
-use netns_tests::{json, veth_between, TestNetns, Value};
+use netns_tests::{ip, json, veth_between, TestNetns, Value};
 
 const KUBENET: &str = "10-kubenet.conflist";
 const KUBENET_DUALSTACK: &str = "20-kubenet-dualstack.conflist";
@@ -32,10 +32,6 @@ const WAN: [&str; 2] = ["192.168.80.100", "fd00:80::100"];
 const POD_PORT: u16 = 80;
 const HOST_PORT_B: u16 = 8080;
 const WAN_PORT: u16 = 9000;
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
 
 fn at(addr: IpAddr, port: u16) -> SocketAddr {
     SocketAddr::new(addr, port)

@@ -1,6 +1,5 @@
 //! The netns, netlink and sysctl layer of cnicore against the real kernel, in namespaces made per test.
 
-use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
@@ -11,15 +10,7 @@ use cnicore::netlink::{
 use cnicore::netns::NetNs;
 use cnicore::sysctl;
 use ipnet::IpNet;
-use netns_tests::{assert_ping, json, links_in, unique_name, veth_between, Node, TestNetns, Value};
-
-fn net(text: &str) -> IpNet {
-    text.parse().expect("test address")
-}
-
-fn ip(text: &str) -> IpAddr {
-    text.parse().expect("test address")
-}
+use netns_tests::{assert_ping, ip, json, links_in, net, unique_name, veth_between, Node, TestNetns, Value};
 
 /// Inode of the calling thread's network namespace.
 fn current_netns_inode() -> u64 {

@@ -24,9 +24,9 @@ use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::kubenet;
 use netns_tests::podman::{self, Podman, RUN_LIMITS};
 use netns_tests::recorder::Recorder;
-use netns_tests::runtimes::{eventually, net, node_with_wan, pod_links, summaries, Plugins, NODE_IP};
+use netns_tests::runtimes::{node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 use netns_tests::snapshot::NodeSnapshot;
-use netns_tests::{json, Value};
+use netns_tests::{eventually, json, net, Value};
 
 /// The plugin types of the hand-written network (ours and the reference), in chain order, as podman writes
 /// them; a plugin type our suite lacks is left out here (and the created network is not run with ours).

@@ -8,8 +8,8 @@
 //! The plugin and iptables/nft run inside the node namespace only. Build the binaries first
 //! (`cargo build -p portmap`).
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::io::Write;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -17,15 +17,12 @@ use std::time::Duration;
 
 use cnicore::firewall::{masq, Backend};
 use ipnet::IpNet;
+use netns_tests::traffic::{client_ip, tcp_ask_once};
 use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{json, net, result_addresses, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const NETWORK: &str = "pmtest";
 const BACKENDS: [&str; 2] = ["iptables", "nftables"];
-
-fn net(text: &str) -> IpNet {
-    text.parse().expect("test address")
-}
 
 fn sock(text: &str) -> SocketAddr {
     text.parse().expect("test socket address")
@@ -171,7 +168,7 @@ impl Servers {
             while !tcp_stop.load(Ordering::Relaxed) {
                 match tcp.accept() {
                     Ok((mut stream, peer)) => {
-                        let _ = stream.write_all(format!("{} {}", label.unwrap_or("tcp"), peer_ip(peer)).as_bytes());
+                        let _ = stream.write_all(format!("{} {}", label.unwrap_or("tcp"), client_ip(peer)).as_bytes());
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -182,7 +179,7 @@ impl Servers {
             let mut buf = [0u8; 512];
             while !udp_stop.load(Ordering::Relaxed) {
                 if let Ok((_, peer)) = udp.recv_from(&mut buf) {
-                    let _ = udp.send_to(format!("{} {}", label.unwrap_or("udp"), peer_ip(peer)).as_bytes(), peer);
+                    let _ = udp.send_to(format!("{} {}", label.unwrap_or("udp"), client_ip(peer)).as_bytes(), peer);
                 }
             }
         });
@@ -199,21 +196,9 @@ impl Drop for Servers {
     }
 }
 
-/// The peer's address, IPv4 when it is an IPv4-mapped IPv6 address.
-fn peer_ip(peer: SocketAddr) -> IpAddr {
-    match peer.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
-
 /// Connects from `ns` to `to` and returns what the server said, or None.
 fn tcp_ask(ns: &TestNetns, to: SocketAddr) -> Option<String> {
-    let mut stream = ns.run(|| TcpStream::connect_timeout(&to, Duration::from_secs(2))).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    Some(answer)
+    tcp_ask_once(ns, to, Duration::from_secs(2))
 }
 
 /// Sends one datagram from `socket` to `to` and returns the answer, or None.
@@ -818,9 +803,7 @@ fn masq_rules_are_those_of_the_reference_bridge() {
             .env("CNI_PATH", "/usr/lib/cni");
         output(&mut cmd, bridge_conf.to_string().as_bytes())
     };
-    let pod_ips = |result: &Value| -> Vec<IpNet> {
-        result["ips"].as_array().expect("ips").iter().map(|ip| net(ip["address"].as_str().expect("address"))).collect()
-    };
+    let pod_ips = result_addresses;
 
     // The reference sets up, ours finds nothing to add, then ours tears down.
     let pod1 = lab.node.pod_netns();

@@ -10,68 +10,24 @@
 //! What a user sees: their pod keeps its hostPorts and its masquerade while ours are added beside it; our
 //! CHECK accepts it; our DEL removes its rules; our GC removes those of a pod whose DEL never came.
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use cnicore::firewall::reference_nft;
 use ipnet::IpNet;
-use netns_tests::{json, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::traffic::{tcp_ask_once, TcpServer};
+use netns_tests::{json, require_programs, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const NETWORK: &str = "refnft";
 const NODE_WAN: &str = "192.168.50.1";
 
-/// TCP servers in a namespace answering "<label> <peer address>".
-struct Server {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(ns: &TestNetns, port: u16, label: &'static str) -> Server {
-        let listener =
-            ns.run(|| TcpListener::bind(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port))).expect("listen");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((mut stream, peer)) => {
-                        let ip = match peer.ip() {
-                            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-                            v4 => v4,
-                        };
-                        let _ = stream.write_all(format!("{label} {ip}").as_bytes());
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        });
-        Server { stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+/// A TCP server in a namespace answering "<label> <peer address>".
+fn server(ns: &TestNetns, port: u16, label: &'static str) -> TcpServer {
+    TcpServer::start(ns, port, move |peer| format!("{label} {peer}"))
 }
 
 fn ask(ns: &TestNetns, to: &str) -> Option<String> {
-    let to: SocketAddr = to.parse().expect("socket address");
-    let mut stream = ns.run(|| TcpStream::connect_timeout(&to, Duration::from_secs(2))).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    Some(answer)
+    tcp_ask_once(ns, to.parse().expect("socket address"), Duration::from_secs(2))
 }
 
 struct Lab {
@@ -178,8 +134,7 @@ fn their_mappings(host_port: u16, hostip_port: u16) -> Value {
 
 #[test]
 fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
-    if std::env::var("CI").as_deref() != Ok("true") && cnicore::firewall::find_binary("nft").is_none() {
-        eprintln!("skipping: nft not installed");
+    if !require_programs(&["nft"], "run scripts/setup.sh (installs nftables)") {
         return;
     }
     let lab = Lab::new();
@@ -190,9 +145,9 @@ fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
     lab.their_add(&c, 8090, 8091);
     let a_ip = a.ip().addr().to_string();
     let c_ip = c.ip().addr().to_string();
-    let _a80 = Server::start(&a.ns, 80, "a");
-    let _a81 = Server::start(&a.ns, 81, "a81");
-    let _wan = Server::start(&lab.wan, 7000, "wan");
+    let _a80 = server(&a.ns, 80, "a");
+    let _a81 = server(&a.ns, 81, "a81");
+    let _wan = server(&lab.wan, 7000, "wan");
     let wan_service = "192.168.50.2:7000";
     assert_eq!(ask(&lab.wan, "192.168.50.1:8080").as_deref(), Some("a 192.168.50.2"), "their hostPort before the move");
     assert_eq!(ask(&a.ns, wan_service).as_deref(), Some("wan 192.168.50.1"), "their masquerade before the move");
@@ -221,7 +176,7 @@ fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
         &lab.portmap_conf(&b, json!([{"hostPort": 9080, "containerPort": 80, "protocol": "tcp"}])),
     )
     .expect_ok();
-    let _b80 = Server::start(&b.ns, 80, "b");
+    let _b80 = server(&b.ns, 80, "b");
     assert_eq!(lab.rules_naming("theirs-a"), their_rules_before, "our ADD changed their rules");
     assert_eq!(ask(&lab.wan, "192.168.50.1:8080").as_deref(), Some("a 192.168.50.2"), "their hostPort beside ours");
     assert_eq!(

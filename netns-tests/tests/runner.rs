@@ -8,7 +8,7 @@
 use netns_tests::upstream::{
     clean_command, output, plugin_dir, reference, upstream_cnitool, with_var_lib_cni, VarLibCni,
 };
-use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, result_ips, Node, PluginOutput, TestNetns, Value};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -152,8 +152,7 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 fn pod_ip(result: &Value) -> String {
-    let address = result["ips"][0]["address"].as_str().unwrap_or_else(|| panic!("no address in {result}"));
-    address.split('/').next().unwrap_or_default().to_string()
+    result_ips(result)[0].to_string()
 }
 
 fn lo_is_up(pod: &TestNetns) -> bool {
@@ -240,14 +239,20 @@ fn chain_add_check_del_in_every_libcni_version() {
     }
 }
 
+/// A pod our runner attached with the bridge chain at 1.0.0, and the ADD's output.
+fn attached_on_the_bridge_chain(rig: &Rig) -> (TestNetns, PluginOutput) {
+    rig.bridge_chain("1.0.0");
+    let pod = rig.node.pod_netns();
+    let add = rig.ours(&["add", BRIDGE_NET, path_str(&pod.path)]);
+    ok(&add, "add");
+    (pod, add)
+}
+
 #[test]
 fn del_without_a_cached_result_passes_no_prev_result() {
     let rig = Rig::new();
-    rig.bridge_chain("1.0.0");
-    let pod = rig.node.pod_netns();
+    let (pod, add) = attached_on_the_bridge_chain(&rig);
     let netns = path_str(&pod.path);
-    let add = rig.ours(&["add", BRIDGE_NET, netns]);
-    ok(&add, "add");
     let ip = pod_ip(&add.stdout);
     fs::remove_file(rig.cache_file(BRIDGE_NET, &pod, "eth0")).expect("remove cache");
     ok(&rig.ours(&["del", BRIDGE_NET, netns]), "del");
@@ -258,11 +263,8 @@ fn del_without_a_cached_result_passes_no_prev_result() {
 #[test]
 fn check_uses_the_cached_result() {
     let rig = Rig::new();
-    rig.bridge_chain("1.0.0");
-    let pod = rig.node.pod_netns();
+    let (pod, _) = attached_on_the_bridge_chain(&rig);
     let netns = path_str(&pod.path);
-    let add = rig.ours(&["add", BRIDGE_NET, netns]);
-    ok(&add, "add");
     ok(&rig.ours(&["check", BRIDGE_NET, netns]), "check");
 
     // The pod loses its address: the bridge's CHECK compares the pod with the cached result and says so.

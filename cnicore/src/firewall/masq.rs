@@ -415,37 +415,21 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
     }
 }
 
-/// One element of the attachment: the set or map, the key, and a map element's verdict.
-struct NftElement {
-    set: String,
-    key: String,
-    verdict: Option<String>,
-}
-
-impl NftElement {
-    /// `<key> [comment "<tag>"] [: <verdict>]`, as inside `add element ... { }`.
-    fn render(&self, tag: Option<&str>) -> String {
-        let comment = tag.map(|t| format!(" comment \"{t}\"")).unwrap_or_default();
-        let verdict = self.verdict.as_ref().map(|v| format!(" : {v}")).unwrap_or_default();
-        format!("{}{comment}{verdict}", self.key)
-    }
-}
-
 /// The elements of an attachment: each pod address in the `pods` set of its prefix length, (pod address,
 /// its subnet's address) in the `local` set, and (pod address : jump to the chain of its exceptions, or
-/// `continue` without any) in the family's exception map. An entry for every pod, so that adding one fails
+/// `continue` without any: the map element's value) in the family's exception map. An entry for every pod, so that adding one fails
 /// where an entry of an earlier pod with the same address was left, instead of silently keeping its verdict.
-fn nft_elements(pod: &Attachment) -> Vec<NftElement> {
-    let mut out: Vec<NftElement> = Vec::new();
+fn nft_elements(pod: &Attachment) -> Vec<nftables::Element> {
+    let mut out: Vec<nftables::Element> = Vec::new();
     for plan in plan(pod.ips, pod.non_masquerade) {
         let verdict =
             nft_exception_chain(&plan).map_or_else(|| "continue".to_string(), |chain| format!("jump {chain}"));
         for ip in &plan.sources {
             let (pods, local, _) = nft_objects(ip);
             let key = ip.addr().to_string();
-            out.push(NftElement { set: pods, key: key.clone(), verdict: None });
-            out.push(NftElement { set: local, key: format!("{key} . {}", ip.trunc().addr()), verdict: None });
-            out.push(NftElement { set: nft_exception_map(plan.family), key, verdict: Some(verdict.clone()) });
+            out.push(nftables::Element::new(pods, key.clone(), None));
+            out.push(nftables::Element::new(local, format!("{key} . {}", ip.trunc().addr()), None));
+            out.push(nftables::Element::new(nft_exception_map(plan.family), key, Some(verdict.clone())));
         }
     }
     out.sort_by(|a, b| (&a.set, &a.key).cmp(&(&b.set, &b.key)));
@@ -480,7 +464,7 @@ fn nft_setup(pod: &Attachment) -> Result<()> {
     for present in nftables::table_elements(NFT_TABLE)?.unwrap_or_default() {
         let replaced = wanted
             .iter()
-            .any(|w| w.set == present.set && w.key == present.key && w.verdict.is_some() && w.verdict != present.value);
+            .any(|w| w.set == present.set && w.key == present.key && w.value.is_some() && w.value != present.value);
         if replaced {
             retry.push(format!("delete element {t} {} {{ {} }}", present.set, present.key));
         }
@@ -500,8 +484,8 @@ fn nft_check(pod: &Attachment) -> Result<()> {
     for element in nft_elements(pod) {
         match present.iter().find(|p| p.set == element.set && p.key == element.key) {
             None => return Err(problem(format!("{} not found in {}", element.render(None), element.set))),
-            Some(p) if p.value != element.verdict => {
-                let (found, wanted) = (p.value.as_deref().unwrap_or_default(), element.verdict.unwrap_or_default());
+            Some(p) if p.value != element.value => {
+                let (found, wanted) = (p.value.as_deref().unwrap_or_default(), element.value.unwrap_or_default());
                 return Err(problem(format!(
                     "{} maps {} to {found:?}, the config wants {wanted:?}",
                     element.set, element.key

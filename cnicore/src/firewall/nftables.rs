@@ -120,6 +120,20 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
+impl Element {
+    /// An element to add (its owner's tag is given to [`Element::render`]).
+    pub fn new(set: impl Into<String>, key: impl Into<String>, value: Option<String>) -> Element {
+        Element { set: set.into(), key: key.into(), value, comment: None }
+    }
+
+    /// `<key> [comment "<tag>"] [: <value>]`, as inside `add element ... { }`.
+    pub fn render(&self, tag: Option<&str>) -> String {
+        let comment = tag.map(|t| format!(" comment \"{t}\"")).unwrap_or_default();
+        let value = self.value.as_ref().map(|v| format!(" : {v}")).unwrap_or_default();
+        format!("{}{comment}{value}", self.key)
+    }
+}
+
 /// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
 /// does not exist. Elements whose key cannot be rendered back safely are skipped.
 pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {

@@ -4,7 +4,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 
 use super::wire::{self, attributes, Request};
 use super::{Netlink, Scope};
@@ -107,13 +107,8 @@ impl Netlink {
     /// Addresses of link `index`, or of all links.
     pub fn addresses(&mut self, index: Option<u32>) -> io::Result<Vec<Address>> {
         let mut request = Request::new(libc::RTM_GETADDR, &[0; IFADDRMSG_LEN]);
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWADDR)
-            .filter_map(|reply| Address::parse(&reply.data))
-            .filter(|address| index.is_none_or(|index| address.index == index))
-            .collect())
+        let addresses = self.dump(&mut request, libc::RTM_NEWADDR, Address::parse)?;
+        Ok(addresses.into_iter().filter(|address| index.is_none_or(|index| address.index == index)).collect())
     }
 
     /// Adds `addr` (address and prefix length) to link `index`; EEXIST if it is already there.

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 
 use super::wire::{self, attributes, Request, NLA_F_NESTED};
 use super::Netlink;
@@ -245,12 +245,7 @@ impl Netlink {
     /// All links of the namespace, each with its alias (`IFLA_IFALIAS`, `ip link set ... alias`) if set.
     pub fn links_with_aliases(&mut self) -> io::Result<Vec<(Link, Option<String>)>> {
         let mut request = link_request(libc::RTM_GETLINK, 0, 0);
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWLINK)
-            .filter_map(|reply| Link::parse(&reply.data))
-            .collect())
+        self.dump(&mut request, libc::RTM_NEWLINK, Link::parse)
     }
 
     /// The link called `name`, if any.

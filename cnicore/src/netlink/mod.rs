@@ -242,6 +242,22 @@ impl Netlink {
         Ok(Events { socket: self.subscribe(groups)? })
     }
 
+    /// A dump (`request` with `NLM_F_DUMP`): the replies of type `reply_type` that `parse` reads, in order.
+    pub fn dump<T>(
+        &mut self,
+        request: &mut Request,
+        reply_type: u16,
+        parse: impl FnMut(&[u8]) -> Option<T>,
+    ) -> io::Result<Vec<T>> {
+        let replies = self.request_raw(request, NLM_F_DUMP)?;
+        let mut parse = parse;
+        Ok(replies
+            .iter()
+            .filter(|reply| reply.message_type == reply_type)
+            .filter_map(|reply| parse(&reply.data))
+            .collect())
+    }
+
     /// One request; the flag says whether the kernel marked the answer as interrupted (NLM_F_DUMP_INTR).
     fn request_once(&mut self, request: &mut Request, flags: u16) -> io::Result<(Vec<Reply>, bool)> {
         self.sequence = self.sequence.wrapping_add(1);

@@ -5,7 +5,7 @@
 use std::io;
 use std::net::IpAddr;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_REPLACE};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
 
 use super::link::AF_BRIDGE;
 use super::wire::{self, attributes, Request};
@@ -144,11 +144,9 @@ impl Netlink {
             IpFamily::V6 => libc::AF_INET6 as u8,
         };
         let mut request = Request::new(libc::RTM_GETNEIGH, &ndmsg(family, 0, 0, 0));
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWNEIGH)
-            .filter_map(|reply| parse(&reply.data))
+        Ok(self
+            .dump(&mut request, libc::RTM_NEWNEIGH, parse)?
+            .into_iter()
             .filter(|parsed| parsed.0 == family && index.is_none_or(|index| parsed.1 == index))
             .filter_map(|(_, index, state, _, dst, mac)| Some(Neighbour { index, dst: dst?, mac, state }))
             .collect())
@@ -157,11 +155,9 @@ impl Netlink {
     /// The forwarding entries of link `index` (`bridge fdb show dev <index>`).
     pub fn fdb(&mut self, index: u32) -> io::Result<Vec<FdbEntry>> {
         let mut request = Request::new(libc::RTM_GETNEIGH, &ndmsg(AF_BRIDGE, 0, 0, 0));
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWNEIGH)
-            .filter_map(|reply| parse(&reply.data))
+        Ok(self
+            .dump(&mut request, libc::RTM_NEWNEIGH, parse)?
+            .into_iter()
             .filter(|parsed| parsed.0 == AF_BRIDGE && parsed.1 == index)
             .filter_map(|(_, index, state, flags, dst, mac)| Some(FdbEntry { index, mac: mac?, dst, state, flags }))
             .collect())

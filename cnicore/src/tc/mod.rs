@@ -8,7 +8,7 @@ mod u32;
 
 use std::io;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 
 use crate::netlink::wire::{self, attributes, Request};
 use crate::netlink::Netlink;
@@ -173,13 +173,8 @@ impl Netlink {
     /// qdiscs (handle 0, e.g. `noqueue` or `pfifo_fast`) are included; see [`Qdisc::handle`].
     pub fn qdiscs(&mut self, index: Option<u32>) -> io::Result<Vec<Qdisc>> {
         let mut request = tc_request(libc::RTM_GETQDISC, index.unwrap_or(0), 0, 0, 0)?;
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWQDISC)
-            .filter_map(|reply| Qdisc::parse(&reply.data))
-            .filter(|qdisc| index.is_none_or(|index| qdisc.index == index))
-            .collect())
+        let qdiscs = self.dump(&mut request, libc::RTM_NEWQDISC, Qdisc::parse)?;
+        Ok(qdiscs.into_iter().filter(|qdisc| index.is_none_or(|index| qdisc.index == index)).collect())
     }
 
     /// The root qdisc of interface `index`, unless it is the kernel's default one.

@@ -4,7 +4,7 @@
 
 use std::io;
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 
 use super::{kind_and_options, tc_request, TcHeader};
 use crate::netlink::wire::{self, attributes, Request, NLA_F_NESTED};
@@ -119,12 +119,7 @@ impl Netlink {
     /// The filters attached at `parent` (e.g. [`super::handle::INGRESS`]) of interface `index`.
     pub fn filters(&mut self, index: u32, parent: u32) -> io::Result<Vec<Filter>> {
         let mut request = tc_request(libc::RTM_GETTFILTER, index, 0, parent, 0)?;
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWTFILTER)
-            .filter_map(|reply| Filter::parse(&reply.data))
-            .collect())
+        self.dump(&mut request, libc::RTM_NEWTFILTER, Filter::parse)
     }
 
     /// Adds a u32 filter at `parent`/`prio` of interface `index` that matches every packet (any

@@ -50,6 +50,18 @@ pub(crate) fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
         limits("rate a float", json!({"ingressRate": 1.5e6, "ingressBurst": 8000}), "ingressRate"),
         limits("rate a string", json!({"egressRate": "1M", "egressBurst": 8000}), "egressRate"),
         limits("rate beyond u64", json!({"egressRate": 1e30, "egressBurst": 8000}), "egressRate"),
+        // The reference's messages, word for word.
+        limits("ingressRate 8000 alone", json!({"ingressRate": 8000}), "burst must also be set"),
+        limits("ingressBurst alone", json!({"ingressBurst": 80_000}), "rate must also be set"),
+        limits("egressBurst 0 with a rate", json!({"egressRate": 8000, "egressBurst": 0}), "burst must also be set"),
+        limits("egressRate 0 with a burst", json!({"egressRate": 0, "egressBurst": 80_000}), "rate must also be set"),
+        limits("ingressRate 7", json!({"ingressRate": 7, "ingressBurst": 80_000}), "at least 8 bits per second"),
+        limits("egressBurst 7", json!({"egressRate": 8000, "egressBurst": 7}), "at least 8 bits"),
+        limits("ingressBurst of 4 GiB", json!({"ingressRate": 8000, "ingressBurst": 34_359_738_360u64}), "more than 4GB"),
+        limits("egressRate u64 max", json!({"egressRate": u64::MAX, "egressBurst": 80_000}), "exceeds 4GB"),
+        limits("ingressRate negative", json!({"ingressRate": -8000, "ingressBurst": 80_000}), "ingressRate"),
+        limits("ingressRate a string", json!({"ingressRate": "1M", "ingressBurst": 80_000}), "ingressRate"),
+        limits("ingressRate a float", json!({"ingressRate": 1.5e6, "ingressBurst": 80_000}), "ingressRate"),
         Case::conf(
             "runtimeConfig.bandwidth a list",
             "ADD",
@@ -63,7 +75,7 @@ pub(crate) fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
             &with(&only(json!({})), "runtimeConfig", json!({"bandwidth": {"egressRate": 8000}})),
             INVALID_CONFIG,
         )
-        .needle("burst"),
+        .needle("burst must also be set"),
         add("missing prevResult", "prevResult", Value::Null, "prevResult"),
         Case::conf(
             "prevResult without interfaces",
@@ -80,7 +92,14 @@ pub(crate) fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
             &with(&base, "prevResult", json!({"cniVersion": "1.0.0", "interfaces": [{"name": "other0"}, {"name": "eth0", "sandbox": rig.pod.path}], "ips": []})),
             INTERNAL,
         )
-        .needle("peer"),
+        .needle("no veth peer"),
+        Case::conf(
+            "prevResult with only the pod interface",
+            "ADD",
+            &with(&base, "prevResult", json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0", "sandbox": rig.pod.path}], "ips": [{"address": "10.77.0.2/24", "interface": 0}]})),
+            INTERNAL,
+        )
+        .needle("no veth peer"),
         Case::conf("CHECK with bad limits", "CHECK", &only(json!({"ingressRate": 5})), INVALID_CONFIG).needle("burst"),
     ]);
     cases
@@ -90,8 +109,5 @@ pub(crate) fn bandwidth_cases(rig: &Rig) -> Vec<Case> {
 fn bandwidth() {
     let rig = Rig::new();
     let cases = bandwidth_cases(&rig);
-    run_group("bandwidth", "eth0", &rig, cases);
-    let base = bandwidth_base(&rig);
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("bandwidth", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("bandwidth", "eth0", &rig, cases, &bandwidth_base(&rig));
 }

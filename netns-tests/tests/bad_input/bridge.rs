@@ -147,8 +147,5 @@ pub(crate) fn bridge_cases(rig: &Rig) -> Vec<Case> {
 fn bridge() {
     let rig = Rig::new();
     let cases = bridge_cases(&rig);
-    run_group("bridge", "eth9", &rig, cases);
-    let base = bridge_base(&rig);
-    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("bridge", "eth9", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("bridge", "eth9", &rig, cases, &bridge_base(&rig));
 }

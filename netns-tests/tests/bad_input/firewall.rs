@@ -27,18 +27,10 @@ pub(crate) fn firewall_cases(rig: &Rig) -> Vec<Case> {
     };
     let mut cases = common_cases(&base, false);
     cases.extend(prev_result_cases(&base));
+    cases.extend(chain_name_cases(&base, "iptablesAdminChainName"));
     cases.extend([
         add("unknown backend", "backend", json!("ipfw"), "ipfw"),
         add("backend a number", "backend", json!(1), "backend"),
-        add(
-            "admin chain injection",
-            "iptablesAdminChainName",
-            json!("X\n-A INPUT -j ACCEPT"),
-            "iptablesAdminChainName",
-        ),
-        add("admin chain with space", "iptablesAdminChainName", json!("CNI ADMIN"), "iptablesAdminChainName"),
-        add("admin chain of 29 chars", "iptablesAdminChainName", json!("A".repeat(29)), "iptablesAdminChainName"),
-        add("admin chain starting with dash", "iptablesAdminChainName", json!("-j"), "iptablesAdminChainName"),
         add("unknown ingressPolicy", "ingressPolicy", json!("closed"), "closed"),
         add("ingressPolicy a list", "ingressPolicy", json!(["same-bridge"]), "ingressPolicy"),
         add("firewalldZone with NUL", "firewalldZone", json!("a\u{0}b"), "firewalldZone"),
@@ -75,17 +67,8 @@ pub(crate) fn firewall_cases(rig: &Rig) -> Vec<Case> {
         Case::conf("CHECK missing prevResult", "CHECK", &with(&base, "prevResult", Value::Null), INVALID_CONFIG)
             .needle("prevResult"),
         Case::conf("DEL with unknown backend", "DEL", &with(&base, "backend", json!("ipfw")), INVALID_CONFIG),
-        Case::conf(
-            "GC valid-attachments without ifname",
-            "GC",
-            &with_top(
-                &with(&base, "cniVersion", json!("1.1.0")),
-                "cni.dev/valid-attachments",
-                json!([{"containerID": "x"}]),
-            ),
-            INVALID_CONFIG,
-        ),
     ]);
+    cases.extend(gc_cases(&base));
     cases
 }
 
@@ -93,8 +76,5 @@ pub(crate) fn firewall_cases(rig: &Rig) -> Vec<Case> {
 fn firewall() {
     let rig = Rig::new();
     let cases = firewall_cases(&rig);
-    run_group("firewall", "eth0", &rig, cases);
-    let base = firewall_base(&rig);
-    rig.run_plugin("firewall", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("firewall", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("firewall", "eth0", &rig, cases, &firewall_base(&rig));
 }

@@ -137,6 +137,77 @@ pub(crate) fn host_local_cases(rig: &Rig) -> Vec<Case> {
             INCOMPATIBLE_VERSION,
         ),
     ]);
+    // Bad ranges and routes with the reference's messages, for each verb that reads them.
+    let r = |ranges: Value| json!({"ranges": ranges});
+    let range_cases: Vec<(&str, Value, &str)> = vec![
+        ("ipam without ranges", json!({}), "no IP ranges"),
+        ("ranges empty", r(json!([])), "no IP ranges"),
+        ("range set empty", r(json!([[]])), "empty range set"),
+        ("range without subnet", r(json!([[{}]])), "missing subnet"),
+        ("subnet without length", r(json!([[{"subnet": "10.0.0.0"}]])), "not a CIDR"),
+        ("subnet of length 33", r(json!([[{"subnet": "10.0.0.0/33"}]])), "not a CIDR"),
+        ("subnet a word", r(json!([[{"subnet": "banana"}]])), "not a CIDR"),
+        ("subnet 10.0.0.5/24", r(json!([[{"subnet": "10.0.0.5/24"}]])), "host bits"),
+        ("subnet 10.0.0.0/31", r(json!([[{"subnet": "10.0.0.0/31"}]])), "too small"),
+        ("subnet fd00::/127", r(json!([[{"subnet": "fd00::/127"}]])), "too small"),
+        (
+            "rangeStart 10.0.1.5",
+            r(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.1.5"}]])),
+            "rangeStart 10.0.1.5 is not in subnet",
+        ),
+        (
+            "rangeEnd 10.0.1.5",
+            r(json!([[{"subnet": "10.0.0.0/24", "rangeEnd": "10.0.1.5"}]])),
+            "rangeEnd 10.0.1.5 is not in subnet",
+        ),
+        (
+            "rangeStart .9 after rangeEnd .3",
+            r(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.9", "rangeEnd": "10.0.0.3"}]])),
+            "after rangeEnd",
+        ),
+        ("rangeStart x", r(json!([[{"subnet": "10.0.0.0/24", "rangeStart": "x"}]])), "not an IP address"),
+        (
+            "gateway 10.9.0.1",
+            r(json!([[{"subnet": "10.0.0.0/24", "gateway": "10.9.0.1"}]])),
+            "gateway 10.9.0.1 is not in subnet",
+        ),
+        (
+            "gateway fd00::1 in a v4 range",
+            r(json!([[{"subnet": "10.0.0.0/24", "gateway": "fd00::1"}]])),
+            "not in subnet",
+        ),
+        (
+            "v4 and v6 in one set",
+            r(json!([[{"subnet": "10.0.0.0/24"}, {"subnet": "fd00::/64"}]])),
+            "mixed address families",
+        ),
+        (
+            "a /25 inside a /24 of one set",
+            r(json!([[{"subnet": "10.0.0.0/24"}, {"subnet": "10.0.0.0/25"}]])),
+            "overlap",
+        ),
+        (
+            "a /25 inside a /24 of another set",
+            r(json!([[{"subnet": "10.0.0.0/24"}], [{"subnet": "10.0.0.128/25"}]])),
+            "range set 0 overlaps with range set 1",
+        ),
+        ("ranges a CIDR string", r(json!("10.0.0.0/24")), "invalid network config"),
+        ("route dst nope", json!({"ranges": [[{"subnet": "10.0.0.0/24"}]], "routes": [{"dst": "nope"}]}), "dst"),
+        (
+            "route gw of the other family",
+            json!({"ranges": [[{"subnet": "10.0.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0", "gw": "fd00::1"}]}),
+            "family",
+        ),
+    ];
+    for (name, mut ipam, needle) in range_cases {
+        ipam["type"] = json!("host-local");
+        ipam["dataDir"] = json!(rig.data_dir());
+        let conf = with(&base, "ipam", ipam);
+        for verb in ["ADD", "DEL", "CHECK"] {
+            cases.push(Case::conf(format!("{name}, {verb}"), verb, &conf, INVALID_CONFIG).needle(needle));
+        }
+    }
+    cases.push(add("dataDir relative/dir", ipam("dataDir", json!("relative/dir")), "absolute"));
     cases
 }
 
@@ -144,8 +215,5 @@ pub(crate) fn host_local_cases(rig: &Rig) -> Vec<Case> {
 fn host_local() {
     let rig = Rig::new();
     let cases = host_local_cases(&rig);
-    run_group("host-local", "eth0", &rig, cases);
-    let base = host_local_base(&rig);
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("host-local", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("host-local", "eth0", &rig, cases, &host_local_base(&rig));
 }

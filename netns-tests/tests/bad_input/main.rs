@@ -401,6 +401,14 @@ fn run_group(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>) {
     );
 }
 
+/// A plugin's group ([`run_group`]), then its valid config `base` through ADD and DEL: the cases failed for their
+/// own reason and left nothing in the way.
+fn run_group_then_valid(plugin: &str, ifname: &str, rig: &Rig, cases: Vec<Case>, base: &Value) {
+    run_group(plugin, ifname, rig, cases);
+    rig.run_plugin(plugin, ifname, &Case::conf("valid", "ADD", base, 0)).expect_ok();
+    rig.run_plugin(plugin, ifname, &Case::conf("valid", "DEL", base, 0)).expect_ok();
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Cases every plugin shares: the entry point (JSON, types, versions, environment, names).
 // ---------------------------------------------------------------------------------------------------------
@@ -555,6 +563,37 @@ fn common_cases(base: &Value, uses_netns: bool) -> Vec<Case> {
     cases.extend(env_cases(base, uses_netns));
     cases.extend(network_name_cases(base));
     cases
+}
+
+/// Hostile iptables chain names in the config field `key` (they become `-j`/`-N` arguments): invalid config
+/// naming the field.
+fn chain_name_cases(base: &Value, key: &str) -> Vec<Case> {
+    let names = [
+        ("injection", "X\n-A INPUT -j ACCEPT".to_string()),
+        ("with space", "CNI CHAIN".to_string()),
+        ("of 29 chars", "C".repeat(29)),
+        ("starting with dash", "-j".to_string()),
+    ];
+    names
+        .into_iter()
+        .map(|(case, name)| {
+            Case::conf(format!("{key} {case}"), "ADD", &with(base, key, json!(name)), INVALID_CONFIG).needle(key)
+        })
+        .collect()
+}
+
+/// GC's list of valid attachments with an entry that names no interface (plugins with GC): invalid config.
+fn gc_cases(base: &Value) -> Vec<Case> {
+    vec![Case::conf(
+        "GC valid-attachments without ifname",
+        "GC",
+        &with_top(
+            &with(base, "cniVersion", json!("1.1.0")),
+            "cni.dev/valid-attachments",
+            json!([{"containerID": "x"}]),
+        ),
+        INVALID_CONFIG,
+    )]
 }
 
 /// prevResult that cannot be read (chained plugins): decoding errors.

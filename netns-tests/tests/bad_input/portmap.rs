@@ -22,6 +22,7 @@ pub(crate) fn portmap_cases(rig: &Rig) -> Vec<Case> {
     let map = |name: &str, m: Value, needle: &str| add(name, "runtimeConfig", mapping(m), needle);
     let mut cases = common_cases(&base, false);
     cases.extend(prev_result_cases(&base));
+    cases.extend(chain_name_cases(&base, "externalSetMarkChain"));
     cases.extend([
         map("hostPort 0", json!({"hostPort": 0, "containerPort": 80, "protocol": "tcp"}), "port"),
         map("hostPort 65536", json!({"hostPort": 65536, "containerPort": 80, "protocol": "tcp"}), "port"),
@@ -70,15 +71,6 @@ pub(crate) fn portmap_cases(rig: &Rig) -> Vec<Case> {
             INVALID_CONFIG,
         )
         .needle("externalSetMarkChain"),
-        add(
-            "externalSetMarkChain injection",
-            "externalSetMarkChain",
-            json!("X\n-A INPUT -j ACCEPT"),
-            "externalSetMarkChain",
-        ),
-        add("externalSetMarkChain with space", "externalSetMarkChain", json!("KUBE MARK"), "externalSetMarkChain"),
-        add("externalSetMarkChain of 29 chars", "externalSetMarkChain", json!("K".repeat(29)), "externalSetMarkChain"),
-        add("externalSetMarkChain starting with dash", "externalSetMarkChain", json!("-j"), "externalSetMarkChain"),
         add("unknown backend", "backend", json!("ebtables"), "ebtables"),
         add("backend a number", "backend", json!(1), "backend"),
         add("snat a string", "snat", json!("true"), "snat"),
@@ -120,17 +112,8 @@ pub(crate) fn portmap_cases(rig: &Rig) -> Vec<Case> {
             &with(&with(&base, "backend", json!("nftables")), "externalSetMarkChain", json!("KUBE-MARK-MASQ")),
             INVALID_CONFIG,
         ),
-        Case::conf(
-            "GC valid-attachments without ifname",
-            "GC",
-            &with_top(
-                &with(&base, "cniVersion", json!("1.1.0")),
-                "cni.dev/valid-attachments",
-                json!([{"containerID": "x"}]),
-            ),
-            INVALID_CONFIG,
-        ),
     ]);
+    cases.extend(gc_cases(&base));
     cases
 }
 
@@ -138,8 +121,5 @@ pub(crate) fn portmap_cases(rig: &Rig) -> Vec<Case> {
 fn portmap() {
     let rig = Rig::new();
     let cases = portmap_cases(&rig);
-    run_group("portmap", "eth0", &rig, cases);
-    let base = portmap_base(&rig);
-    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
-    rig.run_plugin("portmap", "eth0", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
+    run_group_then_valid("portmap", "eth0", &rig, cases, &portmap_base(&rig));
 }

@@ -4,10 +4,12 @@
 
 use std::path::PathBuf;
 
-use cnicore::firewall::{validate_chain_name, Backend};
+use cnicore::firewall::validate_chain_name;
 use cnicore::spec::{truncate_for_msg, validate_container_id, Context, Error, Result};
 use ipnet::IpNet;
 use serde::Deserialize;
+
+use crate::driver::Backend;
 
 /// The reference's admin chain, jumped first from `CNI-FORWARD`.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
@@ -29,16 +31,6 @@ struct RawConf {
     ingress_policy: Option<String>,
     #[serde(default)]
     data_dir: Option<PathBuf>,
-}
-
-/// What the `backend` field asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Requested {
-    /// `""` or absent: firewalld when it runs on the system bus, else the machine's default (iptables when
-    /// installed, else nftables).
-    Auto,
-    Firewalld,
-    Kernel(Backend),
 }
 
 /// `ingressPolicy`.
@@ -77,7 +69,9 @@ pub struct Config {
     pub network: String,
     pub container_id: String,
     pub ifname: String,
-    pub requested: Requested,
+    /// The `backend` field; `None` (`""` or absent): firewalld when it runs on the system bus, else the
+    /// machine's default (iptables when installed, else nftables).
+    pub backend: Option<Backend>,
     pub admin_chain: String,
     pub zone: String,
     pub ingress_policy: IngressPolicy,
@@ -91,17 +85,14 @@ impl Config {
         if !ctx.env.container_id.is_empty() {
             validate_container_id(&ctx.env.container_id)?;
         }
-        let requested = match raw.backend.as_deref().unwrap_or("") {
-            "" => Requested::Auto,
-            "firewalld" => Requested::Firewalld,
-            "iptables" => Requested::Kernel(Backend::Iptables),
-            "nftables" => Requested::Kernel(Backend::Nftables),
-            other => {
-                return Err(Error::config(format!(
+        let backend = match raw.backend.as_deref().unwrap_or("") {
+            "" => None,
+            name => Some(Backend::parse(name).ok_or_else(|| {
+                Error::config(format!(
                     "unknown firewall backend {:?}: must be \"iptables\", \"nftables\", \"firewalld\" or empty",
-                    truncate_for_msg(other)
-                )))
-            }
+                    truncate_for_msg(name)
+                ))
+            })?),
         };
         let admin_chain = non_empty(raw.iptables_admin_chain_name).unwrap_or_else(|| DEFAULT_ADMIN_CHAIN.into());
         validate_chain_name("iptablesAdminChainName", &admin_chain)?;
@@ -124,7 +115,7 @@ impl Config {
             network: ctx.conf.name.clone(),
             container_id: ctx.env.container_id.clone(),
             ifname: ctx.env.ifname.clone(),
-            requested,
+            backend,
             admin_chain,
             zone,
             ingress_policy,
@@ -187,23 +178,20 @@ mod tests {
     #[test]
     fn defaults_are_the_reference_ones() {
         let c = parse(r#"{"cniVersion":"0.4.0","name":"podman","type":"firewall","backend":""}"#).unwrap();
-        assert_eq!(c.requested, Requested::Auto);
+        assert_eq!(c.backend, None);
         assert_eq!(c.admin_chain, "CNI-ADMIN");
         assert_eq!(c.zone, "trusted");
         assert_eq!(c.ingress_policy, IngressPolicy::Open);
         assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         let c = parse(r#"{"name":"n","Backend":null,"IPTABLESADMINCHAINNAME":"MY-ADMIN","firewalldZone":"internal","ingressPolicy":"same-bridge"}"#).unwrap();
-        assert_eq!((c.requested, c.admin_chain.as_str(), c.zone.as_str()), (Requested::Auto, "MY-ADMIN", "internal"));
+        assert_eq!((c.backend, c.admin_chain.as_str(), c.zone.as_str()), (None, "MY-ADMIN", "internal"));
         assert_eq!(c.ingress_policy, IngressPolicy::SameBridge);
         assert_eq!(
             parse(r#"{"name":"n","ingressPolicy":"isolated"}"#).unwrap().ingress_policy,
             IngressPolicy::Isolated
         );
-        assert_eq!(
-            parse(r#"{"name":"n","backend":"nftables"}"#).unwrap().requested,
-            Requested::Kernel(Backend::Nftables)
-        );
-        assert_eq!(parse(r#"{"name":"n","backend":"firewalld"}"#).unwrap().requested, Requested::Firewalld);
+        assert_eq!(parse(r#"{"name":"n","backend":"nftables"}"#).unwrap().backend, Some(Backend::Nftables));
+        assert_eq!(parse(r#"{"name":"n","backend":"firewalld"}"#).unwrap().backend, Some(Backend::Firewalld));
     }
 
     #[test]

@@ -2,10 +2,13 @@
 //! `trusted`) as a source, over D-Bus, as the reference does (`org.fedoraproject.FirewallD1.zone.addSource`,
 //! `removeSource`, `querySource`). firewalld's runtime configuration holds them; nothing is made permanent.
 
-use cnicore::spec::{codes, report_rollback, Error, Result};
+use cnicore::firewall::Backend as Kernel;
+use cnicore::spec::{codes, report_rollback, Error, Errors, Result};
 use ipnet::IpNet;
 
+use crate::config::{Config, Isolation};
 use crate::dbus::{self, CallError, Connection, Value};
+use crate::driver::{self, Backend, Driver};
 
 const BUS_NAME: &str = "org.freedesktop.DBus";
 const BUS_PATH: &str = "/org/freedesktop/DBus";
@@ -47,14 +50,17 @@ impl Firewalld {
     /// Binds each address to `zone`; an address already there is fine (`ZONE_ALREADY_SET`), one bound to
     /// another zone is an error (`ZONE_CONFLICT`), as in the reference.
     /// On failure, the addresses this call bound are unbound again.
-    pub fn add(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
+    fn add_sources(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
         let mut added = Vec::new();
         for ip in ips {
             match self.zone_call("addSource", zone, ip) {
                 Ok(_) => added.push(*ip),
                 Err(CallError::Remote { message, .. }) if message.starts_with("ZONE_ALREADY_SET") => {}
                 Err(e) => {
-                    report_rollback("removing the addresses just added to firewalld", self.del(zone, &added));
+                    report_rollback(
+                        "removing the addresses just added to firewalld",
+                        self.remove_sources(zone, &added),
+                    );
                     return Err(Error::internal(format!(
                         "failed to add the address {ip} to the {zone} zone of firewalld: {e}"
                     )));
@@ -65,7 +71,7 @@ impl Firewalld {
     }
 
     /// Unbinds each address from `zone`; addresses not bound (`UNKNOWN_SOURCE`) are fine.
-    pub fn del(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
+    pub fn remove_sources(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
         for ip in ips {
             match self.zone_call("removeSource", zone, ip) {
                 Ok(_) => {}
@@ -81,7 +87,7 @@ impl Firewalld {
     }
 
     /// Every address is bound to `zone` (the reference only checks that the query answers).
-    pub fn check(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
+    fn query_sources(&mut self, zone: &str, ips: &[IpNet]) -> Result<()> {
         for ip in ips {
             match self.zone_call("querySource", zone, ip) {
                 Ok(answer) if answer.first() == Some(&Value::Bool(true)) => {}
@@ -97,4 +103,46 @@ impl Firewalld {
         }
         Ok(())
     }
+}
+
+/// The kernel backend of the isolation rules, which firewalld does not make (the reference runs iptables).
+fn isolation_kernel() -> Result<Kernel> {
+    Backend::Firewalld.isolation_kernel()
+}
+
+impl Driver for Firewalld {
+    fn backend(&self) -> Backend {
+        Backend::Firewalld
+    }
+
+    fn open(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        self.add_sources(&config.zone, ips)?;
+        let Some(isolation) = isolation else { return Ok(()) };
+        if let Err(e) = isolation_kernel().and_then(|kernel| driver::kernel(kernel).isolate(config, ips, isolation)) {
+            report_rollback("removing the addresses from firewalld", self.remove_sources(&config.zone, ips));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, config: &Config, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
+        let mut errors = Errors::new();
+        errors.record(self.remove_sources(&config.zone, ips));
+        if let Some(bridge) = drop_of {
+            errors.record(remove_drop(bridge, ips));
+        }
+        errors.into_result()
+    }
+
+    fn check(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        self.query_sources(&config.zone, ips)?;
+        let Some(isolation) = isolation else { return Ok(()) };
+        driver::kernel(isolation_kernel()?).check_isolation(config, ips, isolation)
+    }
+}
+
+/// Removes a bridge's `isolated` drop from the kernel, where the firewalld backend keeps it (also when
+/// firewalld is gone: its sources went with it, the kernel's drop did not).
+pub fn remove_drop(bridge: &str, ips: &[IpNet]) -> Result<()> {
+    driver::kernel(isolation_kernel()?).remove_drop(bridge, ips)
 }

@@ -26,11 +26,12 @@
 //! addresses first tries deleting exactly the container's rules without reading.
 
 use cnicore::firewall::iptables::{self, CtState, Rule, Script, Snapshot};
-use cnicore::firewall::Family;
-use cnicore::spec::{Error, Result};
+use cnicore::firewall::{families_of, Backend as Kernel, Family};
+use cnicore::spec::{report_rollback, Error, Errors, Result};
 use ipnet::IpNet;
 
 use crate::config::{Config, Isolation};
+use crate::driver::{kernel_status, Backend, Driver, KernelDriver};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const STAGE1_CHAIN: &str = "CNI-ISOLATION-STAGE-1";
@@ -165,7 +166,7 @@ impl Plan {
 }
 
 /// ADD in one family: one read of the table, one transaction adding what is missing.
-pub fn add(plan: &Plan) -> Result<()> {
+fn add(plan: &Plan) -> Result<()> {
     if plan.is_empty() {
         return Ok(());
     }
@@ -173,7 +174,7 @@ pub fn add(plan: &Plan) -> Result<()> {
 }
 
 /// CHECK in one family.
-pub fn check(plan: &Plan, container_id: &str) -> Result<()> {
+fn check(plan: &Plan, container_id: &str) -> Result<()> {
     if plan.is_empty() {
         return Ok(());
     }
@@ -187,7 +188,7 @@ pub fn check(plan: &Plan, container_id: &str) -> Result<()> {
 
 /// Removes the rules of `ips` (this family's) from `CNI-FORWARD`, and with `drop_of` that bridge's `isolated`
 /// drop, in one transaction when they are all there. Rules already gone are fine.
-pub fn del(family: Family, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
+fn del(family: Family, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let ips: Vec<IpNet> = ips.iter().filter(|ip| Family::of_net(ip) == family).copied().collect();
     if ips.is_empty() || !iptables::available(family) {
         return Ok(());
@@ -218,7 +219,7 @@ pub fn del(family: Family, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
 }
 
 /// Removes the bridge's `isolated` drop (every copy); the same-bridge rules stay.
-pub fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
+fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
     if !iptables::available(family) {
         return Ok(());
     }
@@ -231,18 +232,79 @@ pub fn remove_within_bridge(family: Family, bridge: &str) -> Result<()> {
     })
 }
 
+/// The iptables backend's driver.
+pub struct Iptables;
+
+impl Driver for Iptables {
+    fn backend(&self) -> Backend {
+        Backend::Iptables
+    }
+
+    /// One family after the other; a failed family undoes the ones before it.
+    fn open(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        let mut done: Vec<Family> = Vec::new();
+        for family in families_of(ips) {
+            if let Err(e) = Plan::new(config, family, ips, isolation).and_then(|plan| add(&plan)) {
+                for family in done {
+                    report_rollback("removing firewall rules", del(family, ips, None));
+                }
+                return Err(e);
+            }
+            done.push(family);
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, _config: &Config, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
+        let mut errors = Errors::new();
+        for family in [Family::V4, Family::V6] {
+            errors.record(del(family, ips, drop_of));
+        }
+        errors.into_result()
+    }
+
+    fn check(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        families_of(ips)
+            .into_iter()
+            .try_for_each(|family| check(&Plan::new(config, family, ips, isolation)?, &config.container_id))
+    }
+
+    fn status(&self) -> Result<()> {
+        kernel_status(Kernel::Iptables)
+    }
+}
+
+impl KernelDriver for Iptables {
+    fn isolate(&self, config: &Config, ips: &[IpNet], isolation: &Isolation) -> Result<()> {
+        families_of(ips).into_iter().try_for_each(|family| add(&Plan::new(config, family, &[], Some(isolation))?))
+    }
+
+    fn check_isolation(&self, config: &Config, ips: &[IpNet], isolation: &Isolation) -> Result<()> {
+        families_of(ips)
+            .into_iter()
+            .try_for_each(|family| check(&Plan::new(config, family, &[], Some(isolation))?, &config.container_id))
+    }
+
+    fn remove_drop(&self, bridge: &str, ips: &[IpNet]) -> Result<()> {
+        let mut errors = Errors::new();
+        for family in families_of(ips) {
+            errors.record(remove_within_bridge(family, bridge));
+        }
+        errors.into_result()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Requested;
-    use cnicore::firewall::Backend;
+    use crate::driver::Backend;
 
     fn config() -> Config {
         Config {
             network: "podman".into(),
             container_id: "c1".into(),
             ifname: "eth0".into(),
-            requested: Requested::Kernel(Backend::Iptables),
+            backend: Some(Backend::Iptables),
             admin_chain: "CNI-ADMIN".into(),
             zone: "trusted".into(),
             ingress_policy: crate::config::IngressPolicy::SameBridge,

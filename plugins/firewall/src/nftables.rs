@@ -34,11 +34,12 @@
 use std::collections::BTreeSet;
 
 use cnicore::firewall::nftables::{self, Script};
-use cnicore::firewall::{nft_tag, Family};
+use cnicore::firewall::{nft_tag, Backend as Kernel, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
 
-use crate::config::Isolation;
+use crate::config::{Config, Isolation};
+use crate::driver::{kernel_status, Backend, Driver, KernelDriver};
 
 pub const TABLE: &str = "cni_firewall";
 const TAG_KIND: &str = "fw";
@@ -91,7 +92,7 @@ fn elements(ips: &[IpNet], isolation: Option<&Isolation>) -> Result<Vec<(&'stati
 
 /// ADD: one transaction adding the elements (container addresses tagged with their owner); the table is set
 /// up in the same transaction only when that fails (first container, or the table was removed).
-pub fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     let t = format!("inet {TABLE}");
     let tag = nft_tag(TAG_KIND, network, container_id);
     let mut adds = Script::new();
@@ -115,7 +116,7 @@ pub fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&
 }
 
 /// CHECK: the table holds every element of the attachment.
-pub fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     let present = nftables::table_elements(TABLE)?
         .ok_or_else(|| Error::internal(format!("nftables table inet {TABLE} is missing")))?;
     for (set, element) in elements(ips, isolation)? {
@@ -133,7 +134,7 @@ pub fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -
 /// DEL: with the addresses (and with `drop_of` that bridge's `isolated` drop), one transaction deleting
 /// exactly them ("add" first, so that ones already gone are fine); without, or when the table is missing, the
 /// elements tagged for the attachment, then the drop on its own.
-pub fn del(network: &str, container_id: &str, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
+fn del(network: &str, container_id: &str, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
     let t = format!("inet {TABLE}");
     if !ips.is_empty() {
         let mut script = Script::new();
@@ -158,7 +159,7 @@ pub fn del(network: &str, container_id: &str, ips: &[IpNet], drop_of: Option<&st
 
 /// Removes the bridge's `isolated` drop (its `within_bridge` element); the same-bridge elements stay. A table
 /// or set that is not there holds nothing to remove.
-pub fn remove_within_bridge(bridge: &str) -> Result<()> {
+fn remove_within_bridge(bridge: &str) -> Result<()> {
     let present = match nftables::table_elements(TABLE)? {
         Some(elements) => elements,
         None => return Ok(()),
@@ -174,8 +175,62 @@ pub fn remove_within_bridge(bridge: &str) -> Result<()> {
 }
 
 /// GC: the addresses of attachments of `network` whose container is not in `valid`.
-pub fn gc(network: &str, valid: &BTreeSet<&str>) -> Result<()> {
+fn gc(network: &str, valid: &BTreeSet<&str>) -> Result<()> {
     nftables::gc_tagged(TABLE, TAG_KIND, network, valid)
+}
+
+/// The nftables backend's driver.
+pub struct Nftables;
+
+impl Driver for Nftables {
+    fn backend(&self) -> Backend {
+        Backend::Nftables
+    }
+
+    fn open(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        add(&config.network, &config.container_id, ips, isolation)
+    }
+
+    /// Without `nft` there is nothing to close.
+    fn close(&mut self, config: &Config, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
+        if !Kernel::Nftables.available() {
+            return Ok(());
+        }
+        del(&config.network, &config.container_id, ips, drop_of)
+    }
+
+    fn check(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
+        check(&config.container_id, ips, isolation)
+    }
+
+    fn status(&self) -> Result<()> {
+        kernel_status(Kernel::Nftables)
+    }
+}
+
+impl KernelDriver for Nftables {
+    /// One family or two, the elements are the same: the isolation sets hold interface names.
+    fn isolate(&self, config: &Config, _ips: &[IpNet], isolation: &Isolation) -> Result<()> {
+        add(&config.network, &config.container_id, &[], Some(isolation))
+    }
+
+    fn check_isolation(&self, config: &Config, _ips: &[IpNet], isolation: &Isolation) -> Result<()> {
+        check(&config.container_id, &[], Some(isolation))
+    }
+
+    fn remove_drop(&self, bridge: &str, _ips: &[IpNet]) -> Result<()> {
+        if !Kernel::Nftables.available() {
+            return Ok(());
+        }
+        remove_within_bridge(bridge)
+    }
+
+    fn gc(&self, network: &str, valid: &BTreeSet<&str>) -> Result<()> {
+        if !Kernel::Nftables.available() {
+            return Ok(());
+        }
+        gc(network, valid)
+    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use std::path::PathBuf;
 use cnicore::spec::{ErrorContext, Result};
 use cnicore::state::{self, FileLock};
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::config::Config;
+use crate::driver::Backend;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -21,8 +22,8 @@ pub struct Record {
     #[serde(rename = "containerID")]
     pub container_id: String,
     pub ifname: String,
-    /// `iptables`, `nftables` or `firewalld`.
-    pub backend: String,
+    /// `iptables`, `nftables` or `firewalld` (a record naming another is unreadable, and ignored).
+    pub backend: Backend,
     /// The firewalld zone, for the firewalld backend.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub zone: String,
@@ -31,6 +32,19 @@ pub struct Record {
     /// goes when the last record naming the bridge does.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub isolated_bridge: String,
+}
+
+impl Serialize for Backend {
+    fn serialize<S: Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Backend {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<Backend, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Backend::parse(&name).ok_or_else(|| de::Error::custom(format!("unknown firewall backend {name:?}")))
+    }
 }
 
 fn network_dir(config: &Config) -> PathBuf {
@@ -111,14 +125,14 @@ pub fn remove_listed(path: PathBuf) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{IngressPolicy, Requested};
+    use crate::config::IngressPolicy;
 
     fn config(data_dir: &std::path::Path, network: &str, container_id: &str) -> Config {
         Config {
             network: network.into(),
             container_id: container_id.into(),
             ifname: "eth0".into(),
-            requested: Requested::Auto,
+            backend: None,
             admin_chain: "CNI-ADMIN".into(),
             zone: "trusted".into(),
             ingress_policy: IngressPolicy::Isolated,
@@ -130,7 +144,7 @@ mod tests {
         Record {
             container_id: container_id.into(),
             ifname: "eth0".into(),
-            backend: "iptables".into(),
+            backend: Backend::Iptables,
             zone: String::new(),
             ips: vec!["10.88.0.2/32".parse().unwrap()],
             isolated_bridge: isolated_bridge.into(),
@@ -153,6 +167,10 @@ mod tests {
         let text = fs::read_to_string(dir.join("net-b/c2:eth0")).unwrap();
         assert!(!text.contains("isolatedBridge"), "{text}");
         fs::write(dir.join("net-b/c3:eth0"), r#"{"containerID":"c3","ifname":"eth0","backend":"nftables","ips":[]}"#)
+            .unwrap();
+        assert_eq!(list(&b).len(), 2);
+        // A backend of no driver: unreadable, like any other damaged record.
+        fs::write(dir.join("net-b/c4:eth0"), r#"{"containerID":"c4","ifname":"eth0","backend":"ipfw","ips":[]}"#)
             .unwrap();
         assert_eq!(list(&b).len(), 2);
         remove(&a).unwrap();

@@ -36,7 +36,7 @@
 
 use std::collections::BTreeSet;
 
-use cnicore::firewall::nftables::{self, Script};
+use cnicore::firewall::nftables::{self, Element, Script};
 use cnicore::firewall::{hex_sha512, nft_tag, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
@@ -57,24 +57,6 @@ fn dnat_chains(config: &Config, family: Family) -> Result<(String, String)> {
     let profile = if conditions.is_empty() { "any".to_string() } else { hex_sha512(&conditions)[..12].to_string() };
     let v = family.digit();
     Ok((format!("dnat{v}-{profile}"), format!("hostip-dnat{v}-{profile}")))
-}
-
-/// One element to add: set or map, key, and value for maps.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Element {
-    set: String,
-    key: String,
-    value: Option<String>,
-}
-
-impl Element {
-    fn render(&self, comment: Option<&str>) -> String {
-        let comment = comment.map(|c| format!(" comment \"{c}\"")).unwrap_or_default();
-        match &self.value {
-            Some(value) => format!("{}{comment} : {value}", self.key),
-            None => format!("{}{comment}", self.key),
-        }
-    }
 }
 
 /// The elements of the container: per address and mapping of its family, the lookup, the DNAT target and
@@ -103,7 +85,7 @@ fn mapping_elements(
     let family = Family::of_net(container);
     let proto = m.protocol.as_str();
     let target = format!("{} . {}", container.addr(), m.container_port);
-    let element = |set: String, key: String, value: Option<String>| Element { set, key, value };
+    let element = |set: String, key: String, value: Option<String>| Element::new(set, key, value);
     let mut out = match m.host_destination() {
         Some(host) => {
             let key = format!("{host} . {proto} . {}", m.host_port);
