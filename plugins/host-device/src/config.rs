@@ -136,7 +136,7 @@ fn parse_mac(text: &str) -> Result<[u8; 6]> {
 fn has_userspace_driver(pci: &str) -> Result<bool> {
     let link = Path::new(SYS_BUS_PCI).join(pci).join("driver");
     let driver = std::fs::canonicalize(&link)
-        .map_err(|e| Error::internal(format!("error with host device: {}: {e}", link.display())))?;
+        .map_err(|e| Error::internal(format!("error with host device: PCI device {pci}: {}: {e}", link.display())))?;
     let name = driver.file_name().and_then(|n| n.to_str()).unwrap_or_default();
     Ok(USERSPACE_DRIVERS.contains(&name))
 }
@@ -177,7 +177,7 @@ pub fn find_link(nl: &mut Netlink, selector: &Selector) -> Result<Link> {
     let by_name = |nl: &mut Netlink, name: &str| -> Result<Link> {
         nl.link_by_name(name)
             .context("failed to look up the host device")?
-            .ok_or_else(|| Error::internal(format!("failed to find host device: Link not found: {name:?}")))
+            .ok_or_else(|| Error::internal(format!("Link not found: {name:?}")))
     };
     match selector {
         Selector::Name(name) => by_name(nl, name),
@@ -187,10 +187,7 @@ pub fn find_link(nl: &mut Netlink, selector: &Selector) -> Result<Link> {
             .into_iter()
             .find(|l| l.mac.as_ref() == Some(mac))
             .ok_or_else(|| {
-                Error::internal(format!(
-                    "failed to find host device: no link with hardware address {}",
-                    cnicore::mac::format(mac)
-                ))
+                Error::internal(format!("no link with hardware address {}", cnicore::mac::format(mac)))
             }),
         Selector::KernelPath(path) => by_name(nl, &first_net_device(&path.join("net"))?),
         Selector::Pci(pci) => by_name(nl, &first_net_device(&pci_net_dir(pci)?)?),
