@@ -7,7 +7,7 @@
 //!   checked against it.
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 //! - [`mac`]: Ethernet addresses as configs and results spell them.
-//! - [`undo`]: the undo list of an ADD.
+//! - [`undo`]: the undo list of an ADD; [`tuntap`]: persistent tap devices.
 
 pub mod check;
 pub mod failpoint;
@@ -21,6 +21,7 @@ pub mod state;
 pub mod subnet_env;
 pub mod sysctl;
 pub mod tc;
+pub mod tuntap;
 pub mod undo;
 
 pub use spec::{Error, Result};
