@@ -13,6 +13,7 @@ pub mod link;
 pub mod neigh;
 pub mod route;
 pub mod rule;
+pub mod vrf;
 pub mod vxlan;
 pub mod wire;
 
