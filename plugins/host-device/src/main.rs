@@ -65,6 +65,23 @@ struct Device {
     link: Link,
     alias: Option<String>,
     addresses: Vec<ipnet::IpNet>,
+    /// Whether it had an IPv6 link-local address, which the kernel makes again (asynchronously) when it is up.
+    had_link_local: bool,
+}
+
+/// Waits (briefly: a failed ADD only) until the device given back has its IPv6 link-local address again, out of
+/// duplicate address detection (its local route comes with that), so that the node is as it was when ADD fails.
+fn settle_link_local(nl: &mut Netlink, index: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while std::time::Instant::now() < deadline {
+        let settled = nl.addresses(Some(index)).is_ok_and(|addrs| {
+            addrs.iter().any(|a| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local()) && !a.is_tentative())
+        });
+        if settled {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 fn preflight(ctx: &Context) -> Result<Preflight> {
@@ -89,15 +106,14 @@ fn preflight(ctx: &Context) -> Result<Preflight> {
                 return Err(Error::internal(format!("an interface named {ifname:?} already exists in the pod")));
             }
             let alias = alias_of(&mut node, &link.name)?;
-            let addresses = node
-                .addresses(Some(link.index))
-                .context("failed to list the device's addresses")?
-                .into_iter()
-                // IPv6 link-local addresses come back by themselves when the device is up.
-                .filter(|a| !matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local()))
-                .map(|a| a.addr)
-                .collect();
-            Some(Device { link, alias, addresses })
+            let all = node.addresses(Some(link.index)).context("failed to list the device's addresses")?;
+            let is_link_local = |a: &cnicore::netlink::Address| {
+                matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local())
+            };
+            let had_link_local = all.iter().any(is_link_local);
+            // IPv6 link-local addresses come back by themselves when the device is up.
+            let addresses = all.iter().filter(|a| !is_link_local(a)).map(|a| a.addr).collect();
+            Some(Device { link, alias, addresses, had_link_local })
         }
     };
     Ok(Preflight { conf, pod_ns, node_ns, node, pod, device })
@@ -147,6 +163,7 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
 
     move_link(&mut p.node, &device.link.name, &p.pod_ns, ifname)?;
     let (name, was_up, addresses) = (device.link.name.clone(), device.link.up, device.addresses.clone());
+    let had_link_local = device.had_link_local;
     undo.push(format!("move {ifname:?} back to the node as {name:?}"), move || {
         let mut pod = Netlink::in_netns(pod_ns).context("netlink")?;
         move_link(&mut pod, ifname, node_ns, &name)?;
@@ -158,6 +175,9 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
         }
         if was_up {
             node.set_up(link.index).context("netlink")?;
+            if had_link_local {
+                settle_link_local(&mut node, link.index);
+            }
         }
         Ok(())
     });

@@ -162,16 +162,17 @@ fn add(ctx: &Context) -> Result<CniResult> {
 
 fn apply<'a>(pod_ns: &'a NetNs, nl: &mut Netlink, plan: &'a Plan, undo: &mut Undo<'a>) -> Result<()> {
     for rule in &plan.rules {
-        nl.add_rule(rule).with_context(|| format!("Failed to add rule from {:?}", rule.src))?;
-        undo.push(format!("delete the rule from {:?}", rule.src), move || {
+        let from = rule.src.map(|s| s.to_string()).unwrap_or_default();
+        nl.add_rule(rule).with_context(|| format!("Failed to add rule from {from} lookup {}", rule.table))?;
+        undo.push(format!("delete the rule from {from} lookup {}", rule.table), move || {
             Netlink::in_netns(pod_ns).and_then(|mut nl| nl.del_rule(rule)).context("netlink")
         });
         failpoint::hit("sbr/after-rule");
     }
     for route in &plan.routes {
-        nl.replace_route(route)
-            .with_context(|| format!("Failed to add route {} to table {:?}", route.dst, route.table))?;
-        undo.push(format!("delete route {} of table {:?}", route.dst, route.table), move || {
+        let table = route.table.unwrap_or(RT_TABLE_MAIN);
+        nl.replace_route(route).with_context(|| format!("Failed to add route {} to table {table}", route.dst))?;
+        undo.push(format!("delete route {} of table {table}", route.dst), move || {
             Netlink::in_netns(pod_ns).and_then(|mut nl| nl.del_route(route)).context("netlink")
         });
     }
@@ -205,7 +206,8 @@ fn del(ctx: &Context) -> Result<()> {
         if ours {
             match nl.del_rule(&rule) {
                 Err(e) if !cnicore::netlink::is_not_found(&e) => {
-                    errors.push(Error::os(format!("Failed to delete rule from {:?}", rule.src), e))
+                    let from = rule.src.map(|s| s.to_string()).unwrap_or_default();
+                    errors.push(Error::os(format!("Failed to delete rule from {from} lookup {}", rule.table), e))
                 }
                 _ => {}
             }
