@@ -7,6 +7,7 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
@@ -156,8 +157,8 @@ fn selects_by_mac_without_ipam() {
 #[test]
 fn a_failed_add_leaves_the_node_unchanged() {
     let rig = Rig::new();
-    let before = NodeSnapshot::take(&rig.node, &[]);
-    let pod_before = NodeSnapshot::take(&rig.pod, &[]);
+    let before = NodeSnapshot::settled(&rig.node, &[], Duration::from_secs(5));
+    let pod_before = NodeSnapshot::settled(&rig.pod, &[], Duration::from_secs(5));
     // An IPAM result the pod cannot take: the route's gateway is unreachable from the address.
     let mut conf = rig.conf("1.0.0");
     conf["ipam"]["routes"] = json!([{"dst": "10.99.0.0/16", "gw": "10.98.0.1"}]);
