@@ -198,7 +198,7 @@ fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(|ctx| Config::load(ctx, true))?;
     let mut errors = Errors::new();
     if !conf.dpdk {
-        errors.record(move_out(ctx));
+        errors.record(move_out(ctx, &conf));
     }
     if conf.ipam_type.is_some() {
         errors.record(ipam::exec(ctx, Command::Del));
@@ -206,13 +206,29 @@ fn del(ctx: &Context) -> Result<()> {
     errors.into_result()
 }
 
+/// An ADD killed between setting the alias and the move leaves the device in the node with its own name as
+/// alias: cleared (best effort) when the config names the device by name or MAC.
+fn clear_stale_alias(conf: &Config) {
+    if !matches!(conf.selector, config::Selector::Name(_) | config::Selector::Mac(_)) {
+        return;
+    }
+    let Ok(mut node) = Netlink::new() else { return };
+    let Ok(device) = config::find_link(&mut node, &conf.selector) else { return };
+    if alias_of(&mut node, &device.name).ok().flatten().as_deref() == Some(device.name.as_str()) {
+        if let Err(e) = node.set_alias(device.index, "") {
+            cnicore::warn!("failed to clear the alias of {:?}: {e}", device.name);
+        }
+    }
+}
+
 /// Moves the pod's `CNI_IFNAME` back to the node under the name its alias holds. Nothing to do without the
 /// netns or the link; a link without an alias was not moved in by host-device and stays.
-fn move_out(ctx: &Context) -> Result<()> {
+fn move_out(ctx: &Context, conf: &Config) -> Result<()> {
     let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(()) };
     let ifname = ctx.env.ifname.as_str();
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
     if pod.link_by_name(ifname).context("netlink")?.is_none() {
+        clear_stale_alias(conf);
         return Ok(());
     }
     let Some(name) = alias_of(&mut pod, ifname)? else {

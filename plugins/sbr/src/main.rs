@@ -3,7 +3,7 @@
 //! the address's gateway and a copy of the interface's routes, which then leave the main table. Tables are
 //! numbered from 100, each the first one no rule (and, unlike the reference, no route) uses. With `table` in the
 //! config, only the rules are added, all to that table, and the routes stay. DEL removes the rules whose source
-//! is an address of the interface. Both hold a lock on the netns file, as the reference does.
+//! is an address of the interface (and, unlike the reference, the routes of the tables it numbered). Both hold a lock on the netns file, as the reference does.
 
 use std::fs::File;
 
@@ -200,6 +200,7 @@ fn del(ctx: &Context) -> Result<()> {
     let Some(link) = nl.link_by_name(ifname).context("netlink")? else { return Ok(()) };
     let addresses = nl.addresses(Some(link.index)).context("Failed to list all addrs")?;
     let mut errors = Errors::new();
+    let mut emptied = Vec::new();
     for rule in all_rules(&mut nl)? {
         let ours = table.is_none_or(|t| t == rule.table)
             && rule.src.is_some_and(|src| addresses.iter().any(|a| a.addr.addr() == src.addr()));
@@ -211,9 +212,31 @@ fn del(ctx: &Context) -> Result<()> {
                 }
                 _ => {}
             }
+            // A table sbr numbered itself holds only what it copied there for this interface. The reference
+            // leaves those routes to go with the link; without the link's deletion (a killed ADD, a DEL of sbr
+            // alone) they would keep the table from being reused.
+            if table.is_none() && !emptied.contains(&rule.table) {
+                emptied.push(rule.table);
+                errors.record(flush_table(&mut nl, rule.table, link.index));
+            }
         }
     }
     errors.into_result()
+}
+
+/// Deletes the routes of `table` that leave through link `index`.
+fn flush_table(nl: &mut Netlink, table: u32, index: u32) -> Result<()> {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for route in nl.routes(family, table).context("Unable to list routes")?.iter().filter(|r| r.oif == Some(index)) {
+            match nl.del_route(route) {
+                Err(e) if !cnicore::netlink::is_not_found(&e) => {
+                    return Err(Error::os(format!("Failed to delete route {} of table {table}", route.dst), e))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The reference's CHECK does nothing; ours checks that each address of the interface has its rule.
