@@ -28,11 +28,14 @@ impl Rig {
         let pod = node.pod_netns();
         let device = unique_name("cd");
         veth_between(&node, wan, &device, &unique_name("cw"), &[], &["10.53.0.1/24".parse().unwrap()]);
-        veth_between(&node, &pod, &unique_name("cp"), "eth0", &["10.52.0.1/24".parse().unwrap()], &[format!(
-            "{POD_IP}/24"
-        )
-        .parse()
-        .unwrap()]);
+        veth_between(
+            &node,
+            &pod,
+            &unique_name("cp"),
+            "eth0",
+            &["10.52.0.1/24".parse().unwrap()],
+            &[format!("{POD_IP}/24").parse().unwrap()],
+        );
         Rig { node, pod, device }
     }
 

@@ -34,9 +34,14 @@ impl Rig {
         let pod = node.pod_netns();
         let device = unique_name("hd");
         let wan_end = unique_name("hw");
-        veth_between(&node, &wan, &device, &wan_end, &[NODE_ADDR.parse().unwrap()], &[format!("{WAN_ADDR}/24")
-            .parse()
-            .unwrap()]);
+        veth_between(
+            &node,
+            &wan,
+            &device,
+            &wan_end,
+            &[NODE_ADDR.parse().unwrap()],
+            &[format!("{WAN_ADDR}/24").parse().unwrap()],
+        );
         Rig { node, wan, pod, device }
     }
 

@@ -81,7 +81,19 @@ impl Rig {
     /// Routes as before an ADD: the subnet route back in main, table 100 empty (DEL leaves both, as the
     /// reference's does: the interface plugin's DEL that follows removes the link and its routes).
     fn reset_routes(&self) {
-        self.pod.ip(&["route", "replace", "10.46.0.0/24", "dev", "eth0", "proto", "kernel", "scope", "link", "src", POD_IP]);
+        self.pod.ip(&[
+            "route",
+            "replace",
+            "10.46.0.0/24",
+            "dev",
+            "eth0",
+            "proto",
+            "kernel",
+            "scope",
+            "link",
+            "src",
+            POD_IP,
+        ]);
         self.pod.ip(&["-4", "route", "flush", "table", "100"]);
         self.pod.ip(&["-6", "route", "flush", "table", "100"]);
     }
@@ -163,12 +175,9 @@ fn failures_leave_the_pod_unchanged() {
     bad_table["table"] = json!(-3);
     let mut unreachable_gw = rig.conf("1.0.0");
     unreachable_gw["prevResult"]["ips"][0]["gateway"] = json!("10.99.0.1");
-    for (conf, needle) in [
-        (no_prev, "chained"),
-        (no_ips, "No IP addresses"),
-        (bad_table, "table"),
-        (unreachable_gw, "route"),
-    ] {
+    for (conf, needle) in
+        [(no_prev, "chained"), (no_ips, "No IP addresses"), (bad_table, "table"), (unreachable_gw, "route")]
+    {
         let e = rig.ours("ADD", &conf).expect_err().clone();
         assert!(e["msg"].as_str().unwrap_or_default().contains(needle), "{e}");
         assert_unchanged(&before, &NodeSnapshot::take(&rig.pod, &[]));

@@ -3,7 +3,6 @@
 //! CHECK passes and sees drift; DEL removes it, twice and without the netns; every spec version; a failed ADD
 //! and bad configs leave the pod unchanged. (The reference 1.1.1 has no tap: no takeover test.)
 
-
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::{clean_command, output};

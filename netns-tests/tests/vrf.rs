@@ -23,11 +23,14 @@ impl Rig {
     fn new() -> Rig {
         let node = Node::new();
         let pod = node.pod_netns();
-        veth_between(&node, &pod, &unique_name("vr"), "eth0", &["10.47.0.1/24".parse().unwrap()], &[format!(
-            "{POD_IP}/24"
-        )
-        .parse()
-        .unwrap()]);
+        veth_between(
+            &node,
+            &pod,
+            &unique_name("vr"),
+            "eth0",
+            &["10.47.0.1/24".parse().unwrap()],
+            &[format!("{POD_IP}/24").parse().unwrap()],
+        );
         Rig { node, pod }
     }
 

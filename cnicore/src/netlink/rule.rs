@@ -91,8 +91,7 @@ impl Rule {
             libc::AF_INET6 => true,
             _ => return None,
         };
-        let mut rule =
-            Rule { table: u32::from(header[4]), v6, action: header[7], ..Rule::default() };
+        let mut rule = Rule { table: u32::from(header[4]), v6, action: header[7], ..Rule::default() };
         for (kind, value) in attributes(&data[FIB_RULE_HDR_LEN..]) {
             match kind {
                 FRA_SRC => rule.src = IpNet::new(wire::as_ip(value, v6)?, header[2]).ok(),
@@ -194,7 +193,10 @@ mod tests {
             ],
         );
         let rule = Rule::parse(&emitted(&reported)).unwrap();
-        assert_eq!(rule, Rule { priority: Some(32765), ..Rule::from_source("10.1.0.5/32".parse().unwrap(), 1000, None) });
+        assert_eq!(
+            rule,
+            Rule { priority: Some(32765), ..Rule::from_source("10.1.0.5/32".parse().unwrap(), 1000, None) }
+        );
 
         reported.attributes = vec![RuleAttribute::Table(254), RuleAttribute::Iifname("eth0".into())];
         reported.header.src_len = 0;

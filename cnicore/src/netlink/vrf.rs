@@ -30,9 +30,15 @@ fn table_of_link_message(data: &[u8]) -> Option<u32> {
 
 /// The `RTM_NEWLINK` creating VRF `name` bound to routing table `table`.
 fn vrf_request(name: &str, table: u32) -> Request {
-    new_link_request(name, None, false, "vrf", Some(&|request: &mut Request| {
-        request.attr_u32(IFLA_VRF_TABLE, table);
-    }))
+    new_link_request(
+        name,
+        None,
+        false,
+        "vrf",
+        Some(&|request: &mut Request| {
+            request.attr_u32(IFLA_VRF_TABLE, table);
+        }),
+    )
 }
 
 impl Netlink {

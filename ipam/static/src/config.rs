@@ -93,9 +93,10 @@ pub fn load(ctx: &Context) -> Result<Config> {
         })?;
         let gateway = match a.gateway.as_deref() {
             None | Some("") => None,
-            Some(g) => Some(g.parse::<IpAddr>().map_err(|_| {
-                Error::config(format!("address {i}: invalid gateway address: '{}'", truncate(g)))
-            })?),
+            Some(g) => Some(
+                g.parse::<IpAddr>()
+                    .map_err(|_| Error::config(format!("address {i}: invalid gateway address: '{}'", truncate(g))))?,
+            ),
         };
         addresses.push(Address { address, gateway });
     }
@@ -111,10 +112,8 @@ pub fn load(ctx: &Context) -> Result<Config> {
     }
     if let Some(gateways) = ctx.env.args.get("GATEWAY").filter(|v| !v.is_empty()) {
         for item in gateways.split(',') {
-            let gw: IpAddr = item
-                .trim()
-                .parse()
-                .map_err(|_| Error::env(format!("invalid gateway address: {}", truncate(item))))?;
+            let gw: IpAddr =
+                item.trim().parse().map_err(|_| Error::env(format!("invalid gateway address: {}", truncate(item))))?;
             for a in addresses.iter_mut().filter(|a| a.address.contains(&gw)) {
                 a.gateway = Some(gw);
             }
@@ -143,8 +142,7 @@ pub fn load(ctx: &Context) -> Result<Config> {
 
     // The reference does not check a configured gateway's family; one of the other family makes every
     // interface plugin fail later, so it is refused here.
-    if let Some(a) = addresses.iter().find(|a| a.gateway.is_some_and(|g| g.is_ipv4() != a.address.addr().is_ipv4()))
-    {
+    if let Some(a) = addresses.iter().find(|a| a.gateway.is_some_and(|g| g.is_ipv4() != a.address.addr().is_ipv4())) {
         return Err(Error::config(format!(
             "gateway {} is not of the family of address {}",
             a.gateway.unwrap_or(a.address.addr()),
@@ -252,8 +250,11 @@ mod tests {
         assert_eq!(bad(json!({"routes": [{"dst": "10.0.0.1"}]})).code, codes::INVALID_CONFIG);
         assert_eq!(bad(json!({"addresses": "10.0.0.1/24"})).code, codes::INVALID_CONFIG);
         // An empty gateway is no gateway (Go's net.IP).
-        let c = load_with(json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"addresses": [
-            {"address": "10.0.0.1/24", "gateway": ""}]}}), "")
+        let c = load_with(
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"addresses": [
+            {"address": "10.0.0.1/24", "gateway": ""}]}}),
+            "",
+        )
         .unwrap();
         assert_eq!(addrs(&c), vec![a("10.0.0.1/24", None)]);
     }

@@ -27,7 +27,13 @@ pub(crate) fn host_device_cases() -> Vec<Case> {
         add("kernelpath relative", "kernelpath", json!("sys/devices/x"), INVALID_CONFIG, "/sys/devices/"),
         add("kernelpath outside /sys/devices", "kernelpath", json!("/etc"), INVALID_CONFIG, "/sys/devices/"),
         add("kernelpath leaving by ..", "kernelpath", json!("/sys/devices/../../etc"), INVALID_CONFIG, "/sys/devices/"),
-        add("kernelpath that does not exist", "kernelpath", json!("/sys/devices/no/such"), INTERNAL, "/sys/devices/no/such"),
+        add(
+            "kernelpath that does not exist",
+            "kernelpath",
+            json!("/sys/devices/no/such"),
+            INTERNAL,
+            "/sys/devices/no/such",
+        ),
         add("pciBusID ..", "pciBusID", json!(".."), INVALID_CONFIG, "pciBusID"),
         add("pciBusID with a slash", "pciBusID", json!("0000:00/../x"), INVALID_CONFIG, "pciBusID"),
         add("pciBusID of no device", "pciBusID", json!("0000:ff:1f.7"), INTERNAL, "0000:ff:1f.7"),
@@ -46,7 +52,9 @@ pub(crate) fn host_device_cases() -> Vec<Case> {
             INTERNAL,
         )
         .needle("route"),
-        Case::conf("CNI_IFNAME taken in the pod", "ADD", &base, INTERNAL).env("CNI_IFNAME", Some("eth0")).needle("exists"),
+        Case::conf("CNI_IFNAME taken in the pod", "ADD", &base, INTERNAL)
+            .env("CNI_IFNAME", Some("eth0"))
+            .needle("exists"),
         Case::conf("CHECK without prevResult", "CHECK", &base, INVALID_CONFIG).needle("prevResult"),
     ]);
     cases

@@ -25,7 +25,11 @@ pub(crate) fn sbr_cases(rig: &Rig) -> Vec<Case> {
         Case::conf(
             "gateway the pod cannot reach",
             "ADD",
-            &with(&base, "prevResult/ips", json!([{"address": "10.77.0.2/24", "gateway": "10.98.0.1", "interface": 1}])),
+            &with(
+                &base,
+                "prevResult/ips",
+                json!([{"address": "10.77.0.2/24", "gateway": "10.98.0.1", "interface": 1}]),
+            ),
             INTERNAL,
         )
         .needle("route"),

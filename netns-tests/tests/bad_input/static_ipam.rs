@@ -25,7 +25,12 @@ pub(crate) fn static_cases() -> Vec<Case> {
         add("address a number", "ipam/addresses", json!([{"address": 5}]), "address"),
         add("address with a zone", "ipam/addresses", json!([{"address": "fe80::1%eth0/64"}]), "CIDR"),
         add("addresses a string", "ipam/addresses", json!("10.78.0.5/24"), "addresses"),
-        add("gateway not an address", "ipam/addresses", json!([{"address": "10.78.0.5/24", "gateway": "gw"}]), "gateway"),
+        add(
+            "gateway not an address",
+            "ipam/addresses",
+            json!([{"address": "10.78.0.5/24", "gateway": "gw"}]),
+            "gateway",
+        ),
         add(
             "gateway of the other family",
             "ipam/addresses",
@@ -43,9 +48,14 @@ pub(crate) fn static_cases() -> Vec<Case> {
         env("CNI_ARGS IP list with a bad entry", "IP=10.78.0.9/24,x", "CIDR"),
         env("CNI_ARGS GATEWAY not an address", "GATEWAY=10.78.0", "gateway"),
         env("CNI_ARGS unknown key", "FOO=1", "FOO"),
-        Case::conf("two IPv4 addresses at 0.2.0", "ADD", &with(&base, "cniVersion", json!("0.2.0")), INCOMPATIBLE_VERSION)
-            .env("CNI_ARGS", Some("IP=10.78.1.5/24"))
-            .needle("more than 1 address"),
+        Case::conf(
+            "two IPv4 addresses at 0.2.0",
+            "ADD",
+            &with(&base, "cniVersion", json!("0.2.0")),
+            INCOMPATIBLE_VERSION,
+        )
+        .env("CNI_ARGS", Some("IP=10.78.1.5/24"))
+        .needle("more than 1 address"),
         Case::conf("CHECK without prevResult", "CHECK", &base, INVALID_CONFIG).needle("prevResult"),
         Case::conf(
             "CHECK with a gateway that differs",

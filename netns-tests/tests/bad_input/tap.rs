@@ -41,7 +41,9 @@ pub(crate) fn tap_cases() -> Vec<Case> {
             INTERNAL,
         )
         .needle("route"),
-        Case::conf("CNI_IFNAME taken in the pod", "ADD", &base, INTERNAL).env("CNI_IFNAME", Some("eth0")).needle("exists"),
+        Case::conf("CNI_IFNAME taken in the pod", "ADD", &base, INTERNAL)
+            .env("CNI_IFNAME", Some("eth0"))
+            .needle("exists"),
         Case::conf("CHECK without prevResult", "CHECK", &base, INVALID_CONFIG).needle("prevResult"),
     ]);
     cases

@@ -186,12 +186,12 @@ pub fn find_link(nl: &mut Netlink, selector: &Selector) -> Result<Link> {
             .context("failed to list node links")?
             .into_iter()
             .find(|l| l.mac.as_ref() == Some(mac))
-            .ok_or_else(|| {
-                Error::internal(format!("no link with hardware address {}", cnicore::mac::format(mac)))
-            }),
+            .ok_or_else(|| Error::internal(format!("no link with hardware address {}", cnicore::mac::format(mac)))),
         Selector::KernelPath(path) => by_name(nl, &first_net_device(&path.join("net"))?),
         Selector::Pci(pci) => by_name(nl, &first_net_device(&pci_net_dir(pci)?)?),
-        Selector::Auxiliary(aux) => by_name(nl, &first_net_device(&Path::new(SYS_BUS_AUXILIARY).join(aux).join("net"))?),
+        Selector::Auxiliary(aux) => {
+            by_name(nl, &first_net_device(&Path::new(SYS_BUS_AUXILIARY).join(aux).join("net"))?)
+        }
     }
 }
 

@@ -75,7 +75,9 @@ fn settle_link_local(nl: &mut Netlink, index: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     while std::time::Instant::now() < deadline {
         let settled = nl.addresses(Some(index)).is_ok_and(|addrs| {
-            addrs.iter().any(|a| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local()) && !a.is_tentative())
+            addrs
+                .iter()
+                .any(|a| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local()) && !a.is_tentative())
         });
         if settled {
             return;
@@ -99,7 +101,10 @@ fn preflight(ctx: &Context) -> Result<Preflight> {
             let link = config::find_link(&mut node, &conf.selector)
                 .map_err(|e| Error::new(e.code, format!("failed to find host device: {}", e.msg)))?;
             if link.loopback {
-                return Err(Error::config(format!("{:?} is a loopback device, which cannot leave its netns", link.name)));
+                return Err(Error::config(format!(
+                    "{:?} is a loopback device, which cannot leave its netns",
+                    link.name
+                )));
             }
             let ifname = &ctx.env.ifname;
             if pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
@@ -107,9 +112,7 @@ fn preflight(ctx: &Context) -> Result<Preflight> {
             }
             let alias = alias_of(&mut node, &link.name)?;
             let all = node.addresses(Some(link.index)).context("failed to list the device's addresses")?;
-            let is_link_local = |a: &cnicore::netlink::Address| {
-                matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local())
-            };
+            let is_link_local = |a: &cnicore::netlink::Address| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local());
             let had_link_local = all.iter().any(is_link_local);
             // IPv6 link-local addresses come back by themselves when the device is up.
             let addresses = all.iter().filter(|a| !is_link_local(a)).map(|a| a.addr).collect();

@@ -227,7 +227,8 @@ fn del(ctx: &Context) -> Result<()> {
 /// Deletes the routes of `table` that leave through link `index`.
 fn flush_table(nl: &mut Netlink, table: u32, index: u32) -> Result<()> {
     for family in [IpFamily::V4, IpFamily::V6] {
-        for route in nl.routes(family, table).context("Unable to list routes")?.iter().filter(|r| r.oif == Some(index)) {
+        for route in nl.routes(family, table).context("Unable to list routes")?.iter().filter(|r| r.oif == Some(index))
+        {
             match nl.del_route(route) {
                 Err(e) if !cnicore::netlink::is_not_found(&e) => {
                     return Err(Error::os(format!("Failed to delete route {} of table {table}", route.dst), e))
@@ -304,8 +305,7 @@ mod tests {
             route("fe80::/64", None, None),
         ];
         let plan = plan(&[&a, &b], 3, &routes, &[100, 101, 102, 254]);
-        let rules: Vec<(String, u32)> =
-            plan.rules.iter().map(|r| (r.src.unwrap().to_string(), r.table)).collect();
+        let rules: Vec<(String, u32)> = plan.rules.iter().map(|r| (r.src.unwrap().to_string(), r.table)).collect();
         assert_eq!(rules, [("10.1.0.5/32".to_string(), 103), ("10.2.0.5/32".to_string(), 104)]);
         let routes: Vec<(String, Option<u32>)> = plan.routes.iter().map(|r| (r.dst.to_string(), r.table)).collect();
         assert_eq!(
@@ -326,9 +326,7 @@ mod tests {
     #[test]
     fn table_config() {
         use cnicore::spec::{codes, Command};
-        let load = |t: &str| {
-            load_table(&Context::for_test(Command::Add, format!(r#"{{"name":"n","table":{t}}}"#), ""))
-        };
+        let load = |t: &str| load_table(&Context::for_test(Command::Add, format!(r#"{{"name":"n","table":{t}}}"#), ""));
         assert_eq!(load("500").unwrap(), Some(500));
         for bad in ["0", "-1", "4294967296"] {
             assert_eq!(load(bad).unwrap_err().code, codes::INVALID_CONFIG, "{bad}");

@@ -106,7 +106,8 @@ impl Config {
             (false, false) => IFF_NO_PI,
             (false, true) => IFF_NO_PI | IFF_MULTI_QUEUE,
         };
-        let has_ipam = ctx.conf.ipam.as_ref().and_then(|i| cnicore::spec::gojson::field(i, "type")).is_some_and(|t| t != "");
+        let has_ipam =
+            ctx.conf.ipam.as_ref().and_then(|i| cnicore::spec::gojson::field(i, "type")).is_some_and(|t| t != "");
         let ipam_type = if has_ipam { Some(ctx.conf.ipam_type()?.to_string()) } else { None };
         Ok(Config {
             options: TapOptions { flags, owner: conf.owner, group: conf.group },

@@ -65,10 +65,7 @@ fn add(ctx: &Context) -> Result<CniResult> {
     let existing = find_vrf(&mut nl, &conf.name)?;
     if let Some((_, table)) = &existing {
         if conf.table != 0 && *table != conf.table {
-            return Err(Error::config(format!(
-                "VRF {} already exist with different routing table {table}",
-                conf.name
-            )));
+            return Err(Error::config(format!("VRF {} already exist with different routing table {table}", conf.name)));
         }
     }
     let ifname = ctx.env.ifname.as_str();
@@ -92,8 +89,7 @@ fn add(ctx: &Context) -> Result<CniResult> {
     for family in [IpFamily::V4, IpFamily::V6] {
         let main = nl.routes(family, RT_TABLE_MAIN).context("failed getting all routes")?;
         routes.extend(
-            main.into_iter()
-                .filter(|r| r.oif == Some(link.index) && r.scope == Scope::Universe && r.src.is_some()),
+            main.into_iter().filter(|r| r.oif == Some(link.index) && r.scope == Scope::Universe && r.src.is_some()),
         );
     }
     let mut undo = Undo::default();
@@ -148,7 +144,8 @@ fn apply<'a>(
         Netlink::in_netns(pod_ns).and_then(|mut nl| nl.set_master(index, 0)).context("netlink")
     });
     failpoint::hit("vrf/after-enslave");
-    let now: Vec<IpNet> = nl.addresses(Some(link.index)).context("failed to list addresses")?.iter().map(|a| a.addr).collect();
+    let now: Vec<IpNet> =
+        nl.addresses(Some(link.index)).context("failed to list addresses")?.iter().map(|a| a.addr).collect();
     for addr in v6_addresses.iter().filter(|a| !now.contains(a)) {
         // Without DAD, unlike the reference, so that the address (and its local route in the VRF's table,
         // which the reference polls for) is there at once for the routes below.
@@ -177,7 +174,8 @@ fn del(ctx: &Context) -> Result<()> {
     };
     if let Some(link) = nl.link_by_name(&ctx.env.ifname).context("netlink")? {
         if link.master == Some(vrf.index) {
-            nl.set_master(link.index, 0).with_context(|| format!("resetMaster: could not reset master of {}", link.name))?;
+            nl.set_master(link.index, 0)
+                .with_context(|| format!("resetMaster: could not reset master of {}", link.name))?;
         }
     }
     let links = nl.links().context("failed to list links")?;
