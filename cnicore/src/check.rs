@@ -2,7 +2,7 @@
 //! `ip.ValidateExpectedRoute`): shared by the interface plugins that have no more to check than that.
 
 use crate::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
-use crate::spec::{CniResult, Error, ErrorContext, Interface, Result};
+use crate::spec::{CniResult, Context, Error, ErrorContext, Interface, Result};
 use ipnet::IpNet;
 
 /// The entry of `prev` for pod interface `ifname` in netns `sandbox`.
@@ -53,4 +53,18 @@ pub fn addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifna
         }
     }
     Ok(())
+}
+
+/// The whole CHECK of a plugin whose pod interface is all it made: `CNI_IFNAME` in `prev` for this netns, the
+/// link there (of link kind `kind` when given), its MAC, addresses and routes.
+pub fn pod_interface(ctx: &Context, prev: &CniResult, pod: &mut Netlink, kind: Option<&str>) -> Result<()> {
+    let ifname = ctx.env.ifname.as_str();
+    let entry = pod_entry(prev, ifname, &ctx.netns()?.display().to_string())?;
+    let link = pod
+        .link_by_name(ifname)
+        .context("netlink")?
+        .filter(|l| kind.is_none_or(|k| l.kind.as_deref() == Some(k)))
+        .ok_or_else(|| Error::internal(format!("Container Interface name in prevResult: {ifname} not found")))?;
+    mac(entry, &link)?;
+    addresses_and_routes(pod, prev, link.index, ifname)
 }

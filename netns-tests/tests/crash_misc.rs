@@ -7,8 +7,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const SIGKILL: i32 = 9;
 const POD_IP: &str = "10.52.0.5";
@@ -40,17 +39,10 @@ impl Rig {
     }
 
     fn call(&self, plugin: &str, verb: &str, conf: &Value, ifname: &str, failpoint: Option<&str>) -> PluginOutput {
-        let mut command = clean_command(&self.node, bin(plugin));
-        command
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", "crash1")
-            .env("CNI_NETNS", self.pod.path.display().to_string())
-            .env("CNI_IFNAME", ifname)
-            .env("CNI_PATH", netns_tests::bin_dir());
-        if let Some(point) = failpoint {
-            command.env("CNI_FAILPOINT", point);
-        }
-        output(&mut command, conf.to_string().as_bytes())
+        let netns = self.pod.path.display().to_string();
+        let mut env = vec![("CNI_CONTAINERID", "crash1"), ("CNI_NETNS", netns.as_str()), ("CNI_IFNAME", ifname)];
+        env.extend(failpoint.map(|point| ("CNI_FAILPOINT", point)));
+        run_binary(&self.node, &bin(plugin), verb, &env, conf)
     }
 
     fn settled(&self) -> (NodeSnapshot, NodeSnapshot) {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::upstream::reference;
+use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "sbr1";
 const POD_IP: &str = "10.46.0.5";
@@ -54,15 +54,9 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, netns: Option<&str>) -> PluginOutput {
-        let mut command = clean_command(&self.node, binary);
         let netns = netns.map(str::to_string).unwrap_or_else(|| self.pod.path.display().to_string());
-        command
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", CONTAINER)
-            .env("CNI_NETNS", netns)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", netns_tests::bin_dir());
-        output(&mut command, conf.to_string().as_bytes())
+        let env = [("CNI_CONTAINERID", CONTAINER), ("CNI_NETNS", &netns), ("CNI_IFNAME", "eth0")];
+        run_binary(&self.node, &binary, verb, &env, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {

@@ -5,19 +5,17 @@
 use std::path::PathBuf;
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
-use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{bin, json, Node, PluginOutput, Value};
+use netns_tests::upstream::reference;
+use netns_tests::{bin, json, run_binary, Node, PluginOutput, Value};
 
 fn run(node: &Node, binary: PathBuf, verb: &str, conf: &Value, cni_args: &str) -> PluginOutput {
-    let mut command = clean_command(node, binary);
-    command
-        .env("CNI_COMMAND", verb)
-        .env("CNI_CONTAINERID", "static1")
-        .env("CNI_NETNS", "/proc/self/ns/net")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_ARGS", cni_args)
-        .env("CNI_PATH", netns_tests::bin_dir());
-    output(&mut command, conf.to_string().as_bytes())
+    let env = [
+        ("CNI_CONTAINERID", "static1"),
+        ("CNI_NETNS", "/proc/self/ns/net"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", cni_args),
+    ];
+    run_binary(node, &binary, verb, &env, conf)
 }
 
 fn ipam_conf(version: &str, ipam: Value, extra: Value) -> Value {

@@ -5,8 +5,7 @@
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::upstream::{clean_command, output};
-use netns_tests::{bin, json, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_binary, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "tap1";
 const POD_ADDR: &str = "10.45.0.5/24";
@@ -26,15 +25,9 @@ impl Rig {
     }
 
     fn call(&self, verb: &str, conf: &Value, netns: Option<&str>, ifname: &str) -> PluginOutput {
-        let mut command = clean_command(&self.node, bin("tap"));
         let netns = netns.map(str::to_string).unwrap_or_else(|| self.pod.path.display().to_string());
-        command
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", CONTAINER)
-            .env("CNI_NETNS", netns)
-            .env("CNI_IFNAME", ifname)
-            .env("CNI_PATH", netns_tests::bin_dir());
-        output(&mut command, conf.to_string().as_bytes())
+        let env = [("CNI_CONTAINERID", CONTAINER), ("CNI_NETNS", &netns), ("CNI_IFNAME", ifname)];
+        run_binary(&self.node, &bin("tap"), verb, &env, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {

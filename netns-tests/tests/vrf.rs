@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::upstream::{clean_command, output, reference};
-use netns_tests::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::upstream::reference;
+use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
 const POD_IP: &str = "10.47.0.5";
 
@@ -44,14 +44,9 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, ifname: &str) -> PluginOutput {
-        let mut command = clean_command(&self.node, binary);
-        command
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", "vrf1")
-            .env("CNI_NETNS", self.pod.path.display().to_string())
-            .env("CNI_IFNAME", ifname)
-            .env("CNI_PATH", netns_tests::bin_dir());
-        output(&mut command, conf.to_string().as_bytes())
+        let netns = self.pod.path.display().to_string();
+        let env = [("CNI_CONTAINERID", "vrf1"), ("CNI_NETNS", &netns), ("CNI_IFNAME", ifname)];
+        run_binary(&self.node, &binary, verb, &env, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {

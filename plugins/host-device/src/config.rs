@@ -5,7 +5,7 @@
 //! to a userspace driver (vfio-pci, uio_pci_generic, igb_uio) is in DPDK mode: it has no link to move.
 
 use cnicore::netlink::{Link, Netlink};
-use cnicore::spec::{gojson, truncate_for_msg as truncate, validate_ifname, Context, Dns, Error, ErrorContext, Result};
+use cnicore::spec::{truncate_for_msg as truncate, validate_ifname, Context, Dns, Error, ErrorContext, Result};
 use serde::Deserialize;
 use std::path::{Component, Path, PathBuf};
 
@@ -67,8 +67,7 @@ impl Config {
     /// so that a DEL after the device went away still succeeds.
     pub fn load(ctx: &Context, lenient_sysfs: bool) -> Result<Config> {
         let conf: ConfIn = ctx.parse_conf()?;
-        let has_ipam = ctx.conf.ipam.as_ref().and_then(|i| gojson::field(i, "type")).is_some_and(|t| t != "");
-        let ipam_type = if has_ipam { Some(ctx.conf.ipam_type()?.to_string()) } else { None };
+        let ipam_type = ctx.conf.ipam_type_if_any()?.map(str::to_string);
         let mut pci = conf.pci_bus_id;
         let mut auxiliary = None;
         let device_id = conf.runtime_config.map(|r| r.device_id).unwrap_or_default();

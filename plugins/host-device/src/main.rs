@@ -262,15 +262,8 @@ fn check(ctx: &Context) -> Result<()> {
     if conf.dpdk {
         return Ok(());
     }
-    let ifname = ctx.env.ifname.as_str();
-    let entry = cnicore::check::pod_entry(&prev, ifname, &ctx.netns()?.display().to_string())?;
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
-    let link = pod
-        .link_by_name(ifname)
-        .context("netlink")?
-        .ok_or_else(|| Error::internal(format!("Container Interface name in prevResult: {ifname} not found")))?;
-    cnicore::check::mac(entry, &link)?;
-    cnicore::check::addresses_and_routes(&mut pod, &prev, link.index, ifname)
+    cnicore::check::pod_interface(ctx, &prev, &mut pod, None)
 }
 
 impl Plugin for HostDevice {

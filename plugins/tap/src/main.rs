@@ -106,9 +106,7 @@ impl Config {
             (false, false) => IFF_NO_PI,
             (false, true) => IFF_NO_PI | IFF_MULTI_QUEUE,
         };
-        let has_ipam =
-            ctx.conf.ipam.as_ref().and_then(|i| cnicore::spec::gojson::field(i, "type")).is_some_and(|t| t != "");
-        let ipam_type = if has_ipam { Some(ctx.conf.ipam_type()?.to_string()) } else { None };
+        let ipam_type = ctx.conf.ipam_type_if_any()?.map(str::to_string);
         Ok(Config {
             options: TapOptions { flags, owner: conf.owner, group: conf.group },
             mtu,
@@ -243,16 +241,8 @@ fn check(ctx: &Context) -> Result<()> {
         ipam::exec(ctx, Command::Check)?;
     }
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
-    let ifname = ctx.env.ifname.as_str();
-    let entry = cnicore::check::pod_entry(&prev, ifname, &ctx.netns()?.display().to_string())?;
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
-    let link = pod
-        .link_by_name(ifname)
-        .context("netlink")?
-        .filter(|l| l.kind.as_deref() == Some("tun"))
-        .ok_or_else(|| Error::internal(format!("tap {ifname} not found in the pod")))?;
-    cnicore::check::mac(entry, &link)?;
-    cnicore::check::addresses_and_routes(&mut pod, &prev, link.index, ifname)
+    cnicore::check::pod_interface(ctx, &prev, &mut pod, Some("tun"))
 }
 
 impl Plugin for Tap {
