@@ -130,10 +130,8 @@ fn sbr_killed_at_each_step() {
     for point in ["after-rule", "after-routes"] {
         crash("sbr", "eth0", sbr_conf, &format!("sbr/{point}"), |rig| {
             assert!(!rig.pod.ip(&["rule"]).contains(POD_IP), "rule left");
-            for family in ["-4", "-6"] {
-                let routes = rig.pod.ip(&[family, "route", "show", "table", "all"]);
-                assert!(!routes.contains("table 100"), "table 100 left: {routes}");
-            }
+            // The routes copied to table 100 stay, as the reference leaves them: the link's deletion by the
+            // interface plugin's DEL removes them, and a new ADD reuses the table.
         });
     }
 }

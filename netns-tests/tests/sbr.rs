@@ -1,7 +1,7 @@
 //! sbr against the real kernel, chained after an interface plugin's result (the pod's eth0, a veth to the
 //! node, built by the test): ADD adds "from <address> lookup 100" with table 100 holding the default route via
 //! the gateway and the subnet route, the main table loses eth0's routes, traffic from the address still flows;
-//! the next free table is taken when 100 is in use; `table` adds the rules only; DEL removes the rules, twice
+//! the next table without a rule is taken when 100 has one; `table` adds the rules only; DEL removes the rules, twice
 //! and without the netns; every spec version; failures leave the pod unchanged; takeover both ways with the
 //! reference 1.1.1.
 
@@ -120,6 +120,11 @@ fn rule_and_table_per_address() {
     rig.call(bin("sbr"), "DEL", &conf, Some("/run/netns/no-such-netns")).expect_ok();
     let e = rig.ours("CHECK", &conf).expect_err().clone();
     assert!(e["msg"].as_str().unwrap().contains("no rule"), "{e}");
+    // ADD again on the same interface (its routes are in table 100 now, as the reference leaves them).
+    rig.ours("ADD", &conf).expect_ok();
+    assert_eq!(rig.source_rules(), [format!("32765:\tfrom {POD_IP} lookup 100")]);
+    assert!(rig.ping_from_pod_address(), "no traffic after a second ADD");
+    rig.ours("DEL", &conf).expect_ok();
 }
 
 #[test]
@@ -128,7 +133,8 @@ fn next_free_table_and_table_config() {
     rig.pod.ip(&["rule", "add", "from", "192.0.2.1", "lookup", "100"]);
     rig.pod.ip(&["route", "add", "198.51.100.0/24", "dev", "eth0", "table", "101"]);
     rig.ours("ADD", &rig.conf("1.0.0")).expect_ok();
-    assert!(rig.source_rules()[0].ends_with("lookup 102"), "{:?}", rig.source_rules());
+    // As the reference: a table is taken when a rule names it; routes alone do not count.
+    assert!(rig.source_rules()[0].ends_with("lookup 101"), "{:?}", rig.source_rules());
     rig.ours("DEL", &rig.conf("1.0.0")).expect_ok();
 
     let main_before = rig.pod.ip(&["route", "show", "table", "main"]);

@@ -161,11 +161,6 @@ fn route_get_request(dst: IpAddr) -> Request {
 impl Netlink {
     /// The unicast routes of `family` in routing table `table` (e.g. [`RT_TABLE_MAIN`]).
     pub fn routes(&mut self, family: IpFamily, table: u32) -> io::Result<Vec<Route>> {
-        Ok(self.all_routes(family)?.into_iter().filter(|route| route.table == Some(table)).collect())
-    }
-
-    /// The unicast routes of `family` in every routing table.
-    pub fn all_routes(&mut self, family: IpFamily) -> io::Result<Vec<Route>> {
         let family = match family {
             IpFamily::V4 => libc::AF_INET,
             IpFamily::V6 => libc::AF_INET6,
@@ -176,6 +171,7 @@ impl Netlink {
             .iter()
             .filter(|reply| reply.message_type == libc::RTM_NEWROUTE)
             .filter_map(|reply| Route::parse(&reply.data))
+            .filter(|route| route.table == Some(table))
             .collect())
     }
 

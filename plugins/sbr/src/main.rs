@@ -1,9 +1,10 @@
 //! `sbr` (source-based routing), a chained plugin, as the reference v1.9: for each address of the pod
 //! interface in `prevResult`, a rule "from <address> lookup <table>", the table holding a default route through
 //! the address's gateway and a copy of the interface's routes, which then leave the main table. Tables are
-//! numbered from 100, each the first one no rule (and, unlike the reference, no route) uses. With `table` in the
+//! numbered from 100, each the first one no rule uses. With `table` in the
 //! config, only the rules are added, all to that table, and the routes stay. DEL removes the rules whose source
-//! is an address of the interface (and, unlike the reference, the routes of the tables it numbered). Both hold a lock on the netns file, as the reference does.
+//! is an address of the interface; the routes it copied stay in their tables and go with the link. Both hold a
+//! lock on the netns file, as the reference does.
 
 use std::fs::File;
 
@@ -64,14 +65,11 @@ fn all_rules(nl: &mut Netlink) -> Result<Vec<Rule>> {
     Ok(rules)
 }
 
-/// The routing tables in use: those of every rule and every route, of both families.
-fn tables_in_use(nl: &mut Netlink, rules: &[Rule]) -> Result<Vec<u32>> {
-    let mut tables: Vec<u32> = rules.iter().map(|r| r.table).collect();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        let routes = nl.all_routes(family).context("Failed to list all routes")?;
-        tables.extend(routes.iter().filter_map(|r| r.table));
-    }
-    Ok(tables)
+/// The routing tables in use as the reference counts them: those of the rules, and main (its route listing
+/// sees the main table only). A table that holds routes but has no rule is reused, as theirs does: that is what
+/// lets an ADD after a DEL on the same interface find its table (and the routes DEL left there) again.
+fn tables_in_use(rules: &[Rule]) -> Vec<u32> {
+    rules.iter().map(|r| r.table).chain([RT_TABLE_MAIN]).collect()
 }
 
 /// The first table from `candidate` on that is not in use.
@@ -139,7 +137,7 @@ fn add(ctx: &Context) -> Result<CniResult> {
         }
         None => {
             let rules = all_rules(&mut nl)?;
-            let in_use = tables_in_use(&mut nl, &rules)?;
+            let in_use = tables_in_use(&rules);
             let link = nl
                 .link_by_name(ifname)
                 .context("netlink")?
@@ -200,7 +198,6 @@ fn del(ctx: &Context) -> Result<()> {
     let Some(link) = nl.link_by_name(ifname).context("netlink")? else { return Ok(()) };
     let addresses = nl.addresses(Some(link.index)).context("Failed to list all addrs")?;
     let mut errors = Errors::new();
-    let mut emptied = Vec::new();
     for rule in all_rules(&mut nl)? {
         let ours = table.is_none_or(|t| t == rule.table)
             && rule.src.is_some_and(|src| addresses.iter().any(|a| a.addr.addr() == src.addr()));
@@ -212,32 +209,9 @@ fn del(ctx: &Context) -> Result<()> {
                 }
                 _ => {}
             }
-            // A table sbr numbered itself holds only what it copied there for this interface. The reference
-            // leaves those routes to go with the link; without the link's deletion (a killed ADD, a DEL of sbr
-            // alone) they would keep the table from being reused.
-            if table.is_none() && !emptied.contains(&rule.table) {
-                emptied.push(rule.table);
-                errors.record(flush_table(&mut nl, rule.table, link.index));
-            }
         }
     }
     errors.into_result()
-}
-
-/// Deletes the routes of `table` that leave through link `index`.
-fn flush_table(nl: &mut Netlink, table: u32, index: u32) -> Result<()> {
-    for family in [IpFamily::V4, IpFamily::V6] {
-        for route in nl.routes(family, table).context("Unable to list routes")?.iter().filter(|r| r.oif == Some(index))
-        {
-            match nl.del_route(route) {
-                Err(e) if !cnicore::netlink::is_not_found(&e) => {
-                    return Err(Error::os(format!("Failed to delete route {} of table {table}", route.dst), e))
-                }
-                _ => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The reference's CHECK does nothing; ours checks that each address of the interface has its rule.
