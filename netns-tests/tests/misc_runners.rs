@@ -138,3 +138,17 @@ fn tap_static_through_upstream_cnitool() {
         tap(Some(&tool));
     }
 }
+
+/// VERSION as podman asks it (`CNI_NETNS=dummy CNI_PATH=dummy`): every spec version, for each plugin.
+#[test]
+fn version_of_each_plugin_as_podman_asks() {
+    let node = Node::new();
+    let env = [("CNI_COMMAND", "VERSION"), ("CNI_NETNS", "dummy"), ("CNI_PATH", "dummy"), ("CNI_IFNAME", "dummy")];
+    for plugin in ["static", "host-device", "tap", "sbr", "vrf"] {
+        let out = netns_tests::upstream::run_raw(&node, bin(plugin), &[], &env, br#"{"cniVersion":"0.4.0"}"#);
+        let answer = ok(&out, plugin);
+        assert_eq!(answer["cniVersion"], "0.4.0", "{plugin}: {answer}");
+        let versions = answer["supportedVersions"].as_array().expect("supportedVersions");
+        assert_eq!(versions.len(), netns_tests::cnicore::spec::SUPPORTED_VERSIONS.len(), "{plugin}: {answer}");
+    }
+}
