@@ -58,7 +58,8 @@ bench static "$WORK/static.json" "$node" "$pod"
 
 # host-device: a veth end of the node, moved in as eth0 and back.
 ip -n "$node" link add bmd$$ type veth peer name bmw$$
-jq -n --arg dev "bmd$$" '{cniVersion: "1.0.0", name: "bench", type: "host-device", device: $dev}' >"$WORK/hd.json"
+jq -n --arg dev "bmd$$" --arg dir "$WORK/hd" '{cniVersion: "1.0.0", name: "bench", type: "host-device", device: $dev,
+    dataDir: $dir}' >"$WORK/hd.json"
 bench host-device "$WORK/hd.json" "$node" "$pod"
 ip -n "$node" link del bmd$$
 

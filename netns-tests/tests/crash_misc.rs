@@ -79,6 +79,7 @@ fn crash(plugin: &str, ifname: &str, conf: impl Fn(&Rig) -> Value, failpoint: &s
 
 fn host_device_conf(rig: &Rig) -> Value {
     json!({"cniVersion": "1.0.0", "name": "crash-net", "type": "host-device", "device": rig.device,
+        "dataDir": rig.node.dir().join("host-device"),
         "ipam": {"type": "static", "addresses": [{"address": "10.53.0.5/24"}]}})
 }
 
@@ -87,6 +88,8 @@ fn host_device_gone(rig: &Rig) {
     assert!(rig.node.netlink().link_by_name(&rig.device).unwrap().is_some(), "device not back in the node");
     let alias = rig.node.ip_json(&["link", "show", "dev", &rig.device])[0]["ifalias"].clone();
     assert_eq!(alias, Value::Null, "alias left on the device");
+    let records = std::fs::read_dir(rig.node.dir().join("host-device")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(records, 0, "a record left");
 }
 
 #[test]

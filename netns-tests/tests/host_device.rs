@@ -1,7 +1,7 @@
 //! host-device (with static IPAM) against the real kernel. The "device" is one end of a veth pair between the
 //! test's node and a "wan" namespace, so the moved device carries real traffic: ADD moves it into the pod as
 //! `eth0` with the static address, the pod pings the wan through it, CHECK passes, DEL brings it back to the
-//! node under its name (no alias left, down as the reference leaves it), a second DEL and a DEL without the
+//! node under its name with its address and up state (no alias left, no record left), a second DEL and a DEL without the
 //! netns succeed. Also: every spec version, selection by MAC, a failed ADD (the device back with its addresses
 //! and up state), bad selectors (node unchanged), and takeover both ways with the reference 1.1.1 binary.
 
@@ -49,6 +49,7 @@ impl Rig {
 
     fn conf(&self, version: &str) -> Value {
         json!({"cniVersion": version, "name": "hd-net", "type": "host-device", "device": self.device,
+            "dataDir": self.data_dir(),
             "ipam": {"type": "static", "addresses": [{"address": POD_ADDR}]},
             "dns": {"nameservers": ["10.44.0.53"]}})
     }
@@ -76,10 +77,23 @@ impl Rig {
         assert!(self.node.netlink().link_by_name(&self.device).unwrap().is_none(), "device still in the node");
     }
 
+    fn data_dir(&self) -> PathBuf {
+        self.node.dir().join("host-device")
+    }
+
+    /// Back in the node under its name, without alias; as it was (up, its address) when our ADD recorded it.
     fn assert_back_in_node(&self) {
+        self.assert_back_as(true);
+        let addresses = self.node.ip(&["-4", "addr", "show", "dev", &self.device]);
+        assert!(addresses.contains(NODE_ADDR), "the device's address not given back: {addresses}");
+        let records = std::fs::read_dir(self.data_dir()).map(|d| d.count()).unwrap_or(0);
+        assert_eq!(records, 0, "a record left in {}", self.data_dir().display());
+    }
+
+    fn assert_back_as(&self, up: bool) {
         assert!(self.pod.netlink().link_by_name("eth0").unwrap().is_none(), "eth0 still in the pod");
         let link = self.node.netlink().require_link(&self.device).expect("device back in the node");
-        assert!(!link.up, "the reference leaves the device down");
+        assert_eq!(link.up, up, "up state of the device back in the node");
         assert_eq!(Rig::alias(&self.node, &self.device), None, "alias cleared");
     }
 }
@@ -146,7 +160,8 @@ fn selects_by_mac_without_ipam() {
     let rig = Rig::new();
     let mac = rig.node.netlink().require_link(&rig.device).unwrap().mac.unwrap();
     let mac = netns_tests::cnicore::mac::format(&mac);
-    let conf = json!({"cniVersion": "1.0.0", "name": "hd-net", "type": "host-device", "hwaddr": mac.to_uppercase()});
+    let conf = json!({"cniVersion": "1.0.0", "name": "hd-net", "type": "host-device", "hwaddr": mac.to_uppercase(),
+        "dataDir": rig.data_dir()});
     let result = rig.ours("ADD", &conf).expect_ok().clone();
     rig.assert_in_pod();
     assert_eq!(result["interfaces"][0]["mac"], mac);
@@ -179,7 +194,8 @@ fn a_failed_add_leaves_the_node_unchanged() {
         json!({}),
     ];
     for case in cases {
-        let mut conf = json!({"cniVersion": "1.0.0", "name": "hd-net", "type": "host-device"});
+        let mut conf =
+            json!({"cniVersion": "1.0.0", "name": "hd-net", "type": "host-device", "dataDir": rig.data_dir()});
         conf.as_object_mut().unwrap().extend(case.as_object().unwrap().clone());
         let e = rig.ours("ADD", &conf).expect_err().clone();
         eprintln!("{case}: {e}");
@@ -195,14 +211,16 @@ fn a_failed_add_leaves_the_node_unchanged() {
 #[test]
 fn takeover_both_ways_with_the_reference() {
     let rig = Rig::new();
-    let conf = json!({"cniVersion": "0.4.0", "name": "hd-net", "type": "host-device", "device": rig.device});
+    let conf = json!({"cniVersion": "0.4.0", "name": "hd-net", "type": "host-device", "device": rig.device,
+        "dataDir": rig.data_dir()});
     let theirs = reference("host-device");
     // Theirs moved it in: ours CHECKs and moves it back.
     let result = rig.call(theirs.clone(), "ADD", &conf, None).expect_ok().clone();
     rig.assert_in_pod();
     rig.ours("CHECK", &with_prev(&conf, &result)).expect_ok();
     rig.ours("DEL", &conf).expect_ok();
-    rig.assert_back_in_node();
+    // No record of ours: down and bare, as the reference brings it back.
+    rig.assert_back_as(false);
     // Ours moved it in: theirs CHECKs and moves it back (1.1.1 leaves the alias on the device).
     let result = rig.ours("ADD", &conf).expect_ok().clone();
     rig.call(theirs.clone(), "CHECK", &with_prev(&conf, &result), None).expect_ok();

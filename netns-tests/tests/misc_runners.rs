@@ -72,7 +72,8 @@ fn host_device_and_sbr(upstream: Option<&Path>) {
     lab.write(
         "hdnet",
         vec![
-            json!({"type": "host-device", "device": device, "ipam": {"type": "static",
+            json!({"type": "host-device", "device": device, "dataDir": lab.node.dir().join("host-device"),
+                "ipam": {"type": "static",
                 "addresses": [{"address": format!("{POD_IP}/24"), "gateway": "10.51.0.1"}]}}),
             json!({"type": "sbr"}),
         ],

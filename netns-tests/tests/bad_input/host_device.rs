@@ -3,13 +3,14 @@
 
 use super::*;
 
-pub(crate) fn host_device_base() -> Value {
+pub(crate) fn host_device_base(rig: &Rig) -> Value {
     json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "host-device", "device": HOST_VETH,
+        "dataDir": rig.state.join("host-device"),
         "ipam": {"type": "static", "addresses": [{"address": "10.78.0.5/24"}]}})
 }
 
-pub(crate) fn host_device_cases() -> Vec<Case> {
-    let base = host_device_base();
+pub(crate) fn host_device_cases(rig: &Rig) -> Vec<Case> {
+    let base = host_device_base(rig);
     let bare = with(&base, "device", Value::Null);
     let add = |name: &str, key: &str, value: Value, code: u64, needle: &str| {
         Case::conf(name, "ADD", &with(&bare, key, value), code).needle(needle)
@@ -56,6 +57,8 @@ pub(crate) fn host_device_cases() -> Vec<Case> {
             .env("CNI_IFNAME", Some("eth0"))
             .needle("exists"),
         Case::conf("CHECK without prevResult", "CHECK", &base, INVALID_CONFIG).needle("prevResult"),
+        Case::conf("dataDir relative", "ADD", &with(&base, "dataDir", json!("var/lib/cni")), INVALID_CONFIG)
+            .needle("dataDir"),
     ]);
     cases
 }
@@ -63,8 +66,11 @@ pub(crate) fn host_device_cases() -> Vec<Case> {
 #[test]
 fn host_device() {
     let rig = Rig::new();
-    run_group("host-device", "net1", &rig, host_device_cases());
-    let base = host_device_base();
+    // The data directory is bookkeeping that stays once made; the cases judge the records in it.
+    fs::create_dir_all(rig.state.join("host-device")).expect("host-device dataDir");
+    let cases = host_device_cases(&rig);
+    run_group("host-device", "net1", &rig, cases);
+    let base = host_device_base(&rig);
     rig.run_plugin("host-device", "net1", &Case::conf("valid", "ADD", &base, 0)).expect_ok();
     rig.run_plugin("host-device", "net1", &Case::conf("valid", "DEL", &base, 0)).expect_ok();
 }

@@ -610,7 +610,7 @@ fn corpus_size() {
         ("tuning", tuning::tuning_cases(&rig).len()),
         ("flannel", flannel::flannel_cases(&rig).len()),
         ("static", static_ipam::static_cases().len()),
-        ("host-device", host_device::host_device_cases().len()),
+        ("host-device", host_device::host_device_cases(&rig).len()),
         ("tap", tap::tap_cases().len()),
         ("sbr", sbr::sbr_cases(&rig).len()),
         ("vrf", vrf::vrf_cases(&rig).len()),

@@ -30,6 +30,8 @@ pub struct Config {
     pub dpdk: bool,
     pub ipam_type: Option<String>,
     pub dns: Option<Dns>,
+    /// Where the records of what the devices had go (ours: the reference keeps none).
+    pub data_dir: PathBuf,
 }
 
 #[derive(Deserialize)]
@@ -45,6 +47,8 @@ struct ConfIn {
     pci_bus_id: String,
     #[serde(default)]
     runtime_config: Option<RuntimeIn>,
+    #[serde(default)]
+    data_dir: String,
 }
 
 #[derive(Deserialize)]
@@ -122,7 +126,12 @@ impl Config {
                 }
             }
         };
-        Ok(Config { selector, dpdk, ipam_type, dns: ctx.conf.dns.clone() })
+        let data_dir = match conf.data_dir.as_str() {
+            "" => PathBuf::from(crate::saved::DEFAULT_DATA_DIR),
+            d if d.starts_with('/') && !d.contains('\0') => PathBuf::from(d),
+            d => return Err(Error::config(format!("dataDir must be an absolute path, got {:?}", truncate(d)))),
+        };
+        Ok(Config { selector, dpdk, ipam_type, dns: ctx.conf.dns.clone(), data_dir })
     }
 }
 

@@ -1,18 +1,20 @@
 //! `host-device`: moves an existing device of the node into the pod, renamed to `CNI_IFNAME`, and back on DEL
 //! under its original name. As the reference v1.9, the original name travels with the device as its alias
-//! (`IFLA_IFALIAS`), so a device moved by either plugin is moved back by the other; the device comes back down
-//! and without addresses (moving a device to another namespace drops its addresses, and neither plugin keeps
-//! them).
+//! (`IFLA_IFALIAS`), so a device moved by either plugin is moved back by the other. Moving a device to another
+//! namespace drops its addresses and the reference's DEL returns it down and bare; ours records them before the
+//! move ([`saved`]) and gives them back with the up state.
 
 mod config;
+mod saved;
 
 use cnicore::failpoint;
-use cnicore::netlink::{is_exists, AddressOptions, Link, Netlink};
+use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, ErrorContext, Errors, Interface, Plugin};
 use cnicore::spec::{IpConfig, Result};
 use cnicore::undo::Undo;
 use config::Config;
+use saved::Saved;
 
 struct HostDevice;
 
@@ -154,33 +156,31 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
     }
     let Some(device) = &p.device else { return Ok(result) };
     let (name, index) = (device.link.name.clone(), device.link.index);
+    let saved = Saved { device: name.clone(), up: device.link.up, addresses: device.addresses.clone() };
+    let record = saved::path(&p.conf.data_dir, ctx)?;
+    saved::write(&record, &saved)?;
+    undo.push(format!("remove {}", record.display()), move || saved::remove(&record));
     p.node.set_alias(index, &name).with_context(|| format!("failed to set alias to {name:?}"))?;
     let restore = device.alias.clone().unwrap_or_default();
     let (node_ns, pod_ns) = (&p.node_ns, &p.pod_ns);
+    let device_name = name.clone();
     undo.push(format!("restore the alias of {name:?}"), move || {
         let mut nl = Netlink::in_netns(node_ns).context("netlink")?;
-        let link = nl.require_link(&name).context("netlink")?;
+        let link = nl.require_link(&device_name).context("netlink")?;
         nl.set_alias(link.index, &restore).context("netlink")
     });
     failpoint::hit("host-device/after-alias");
 
     move_link(&mut p.node, &device.link.name, &p.pod_ns, ifname)?;
-    let (name, was_up, addresses) = (device.link.name.clone(), device.link.up, device.addresses.clone());
     let had_link_local = device.had_link_local;
     undo.push(format!("move {ifname:?} back to the node as {name:?}"), move || {
         let mut pod = Netlink::in_netns(pod_ns).context("netlink")?;
-        move_link(&mut pod, ifname, node_ns, &name)?;
+        move_link(&mut pod, ifname, node_ns, &saved.device)?;
         let mut node = Netlink::in_netns(node_ns).context("netlink")?;
-        let link = node.require_link(&name).context("netlink")?;
-        for addr in addresses {
-            node.add_address_with(link.index, addr, AddressOptions { nodad: true, ..Default::default() })
-                .with_context(|| format!("failed to put {addr} back on {name:?}"))?;
-        }
-        if was_up {
-            node.set_up(link.index).context("netlink")?;
-            if had_link_local {
-                settle_link_local(&mut node, link.index);
-            }
+        let link = node.require_link(&saved.device).context("netlink")?;
+        saved::restore(&mut node, link.index, &saved)?;
+        if saved.up && had_link_local {
+            settle_link_local(&mut node, link.index);
         }
         Ok(())
     });
@@ -201,7 +201,11 @@ fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(|ctx| Config::load(ctx, true))?;
     let mut errors = Errors::new();
     if !conf.dpdk {
-        errors.record(move_out(ctx, &conf));
+        let record = saved::path(&conf.data_dir, ctx)?;
+        // The record goes once the device is back (or was never moved); kept for a retry otherwise.
+        if errors.record(move_out(ctx, &conf, &record)).is_some() {
+            errors.record(saved::remove(&record));
+        }
     }
     if conf.ipam_type.is_some() {
         errors.record(ipam::exec(ctx, Command::Del));
@@ -226,7 +230,7 @@ fn clear_stale_alias(conf: &Config) {
 
 /// Moves the pod's `CNI_IFNAME` back to the node under the name its alias holds. Nothing to do without the
 /// netns or the link; a link without an alias was not moved in by host-device and stays.
-fn move_out(ctx: &Context, conf: &Config) -> Result<()> {
+fn move_out(ctx: &Context, conf: &Config, record: &std::path::Path) -> Result<()> {
     let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(()) };
     let ifname = ctx.env.ifname.as_str();
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
@@ -248,8 +252,12 @@ fn move_out(ctx: &Context, conf: &Config) -> Result<()> {
     move_link(&mut pod, ifname, &node_ns, &name)?;
     failpoint::hit("host-device/del-after-move");
     let link = node.require_link(&name).with_context(|| format!("failed to find {name:?} back in the node"))?;
-    // As the reference: the device comes back down (its state before ADD is not known) and without the alias.
-    node.set_alias(link.index, "").with_context(|| format!("failed to unset the alias of {name:?}"))
+    node.set_alias(link.index, "").with_context(|| format!("failed to unset the alias of {name:?}"))?;
+    // With the record of our ADD, as it was; without (the reference moved it in), down and bare as theirs leaves it.
+    match saved::read(record) {
+        Some(saved) if saved.device == name => saved::restore(&mut node, link.index, &saved),
+        _ => Ok(()),
+    }
 }
 
 fn check(ctx: &Context) -> Result<()> {
