@@ -71,16 +71,19 @@ struct Device {
     had_link_local: bool,
 }
 
+/// An IPv6 link-local address, which the kernel makes again by itself when the device comes up.
+fn is_link_local(addr: &ipnet::IpNet) -> bool {
+    matches!(addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local())
+}
+
 /// Waits (briefly: a failed ADD only) until the device given back has its IPv6 link-local address again, out of
 /// duplicate address detection (its local route comes with that), so that the node is as it was when ADD fails.
 fn settle_link_local(nl: &mut Netlink, index: u32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     while std::time::Instant::now() < deadline {
-        let settled = nl.addresses(Some(index)).is_ok_and(|addrs| {
-            addrs
-                .iter()
-                .any(|a| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local()) && !a.is_tentative())
-        });
+        let settled = nl
+            .addresses(Some(index))
+            .is_ok_and(|addrs| addrs.iter().any(|a| is_link_local(&a.addr) && !a.is_tentative()));
         if settled {
             return;
         }
@@ -114,10 +117,8 @@ fn preflight(ctx: &Context) -> Result<Preflight> {
             }
             let alias = alias_of(&mut node, &link.name)?;
             let all = node.addresses(Some(link.index)).context("failed to list the device's addresses")?;
-            let is_link_local = |a: &cnicore::netlink::Address| matches!(a.addr, ipnet::IpNet::V6(n) if n.addr().is_unicast_link_local());
-            let had_link_local = all.iter().any(is_link_local);
-            // IPv6 link-local addresses come back by themselves when the device is up.
-            let addresses = all.iter().filter(|a| !is_link_local(a)).map(|a| a.addr).collect();
+            let had_link_local = all.iter().any(|a| is_link_local(&a.addr));
+            let addresses = all.iter().filter(|a| !is_link_local(&a.addr)).map(|a| a.addr).collect();
             Some(Device { link, alias, addresses, had_link_local })
         }
     };
