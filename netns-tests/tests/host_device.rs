@@ -229,3 +229,22 @@ fn takeover_both_ways_with_the_reference() {
     assert!(rig.pod.netlink().link_by_name("eth0").unwrap().is_none());
     drop(rig.wan);
 }
+
+#[test]
+fn gc_removes_the_records_of_attachments_that_are_gone() {
+    let rig = Rig::new();
+    let conf = rig.conf("1.1.0");
+    rig.ours("ADD", &conf).expect_ok();
+    let records = || std::fs::read_dir(rig.data_dir()).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(records(), 1);
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": CONTAINER, "ifname": "eth0"}]);
+    rig.ours("GC", &gc).expect_ok();
+    assert_eq!(records(), 1, "the record of a valid attachment is kept");
+    gc["cni.dev/valid-attachments"] = json!([]);
+    rig.ours("GC", &gc).expect_ok();
+    assert_eq!(records(), 0, "the record of an attachment not in the list is removed");
+    // Without its record, DEL brings the device back as the reference would: down and bare.
+    rig.ours("DEL", &conf).expect_ok();
+    rig.assert_back_as(false);
+}

@@ -157,7 +157,13 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
     }
     let Some(device) = &p.device else { return Ok(result) };
     let (name, index) = (device.link.name.clone(), device.link.index);
-    let saved = Saved { device: name.clone(), up: device.link.up, addresses: device.addresses.clone() };
+    let saved = Saved {
+        container_id: ctx.env.container_id.clone(),
+        ifname: ifname.to_string(),
+        device: name.clone(),
+        up: device.link.up,
+        addresses: device.addresses.clone(),
+    };
     let record = saved::path(&p.conf.data_dir, ctx)?;
     saved::write(&record, &saved)?;
     undo.push(format!("remove {}", record.display()), move || saved::remove(&record));
@@ -284,6 +290,16 @@ impl Plugin for HostDevice {
     }
     fn check(&self, ctx: &Context) -> Result<()> {
         check(ctx)
+    }
+    /// The records of attachments not in the valid list go; GC is passed on to IPAM, as the spec asks.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let conf = Config::load(ctx, true)?;
+        let mut errors = Errors::new();
+        errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
+        if conf.ipam_type.is_some() {
+            errors.record(ipam::exec(ctx, Command::Gc));
+        }
+        errors.into_result()
     }
     fn status(&self, ctx: &Context) -> Result<()> {
         match Config::load(ctx, true)?.ipam_type {

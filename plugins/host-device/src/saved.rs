@@ -18,6 +18,10 @@ pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/host-device";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Saved {
+    /// The attachment (GC keeps the records of the valid ones).
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
     /// The device's name in the node.
     pub device: String,
     pub up: bool,
@@ -66,6 +70,27 @@ pub fn remove(path: &Path) -> Result<()> {
     }
 }
 
+/// GC: removes the records of attachments not in `valid` (a pod that went without a DEL, a node rebooted).
+pub fn gc(data_dir: &Path, valid: &[(String, String)]) -> Result<()> {
+    let entries = match fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::os(format!("failed to read {}", data_dir.display()), e)),
+    };
+    let mut errors = cnicore::spec::Errors::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let Some(saved) = read(&path) else { continue };
+        if !valid.iter().any(|(id, ifname)| *id == saved.container_id && *ifname == saved.ifname) {
+            errors.record(remove(&path));
+        }
+    }
+    errors.into_result()
+}
+
 /// Puts the saved addresses and up state back on link `index` of the node (addresses it has already are kept).
 pub fn restore(node: &mut Netlink, index: u32, saved: &Saved) -> Result<()> {
     let present: Vec<IpNet> = node.addresses(Some(index)).context("netlink")?.iter().map(|a| a.addr).collect();
@@ -89,9 +114,20 @@ mod tests {
     fn round_trip_and_missing() {
         let dir = std::env::temp_dir().join(format!("hd-saved-{}", std::process::id()));
         let path = dir.join("c-net1.json");
-        let saved = Saved { device: "eth1".into(), up: true, addresses: vec!["10.0.0.2/24".parse().unwrap()] };
+        let saved = Saved {
+            container_id: "c".into(),
+            ifname: "net1".into(),
+            device: "eth1".into(),
+            up: true,
+            addresses: vec!["10.0.0.2/24".parse().unwrap()],
+        };
         write(&path, &saved).unwrap();
-        assert_eq!(read(&path), Some(saved));
+        assert_eq!(read(&path), Some(saved.clone()));
+        gc(&dir, &[("c".into(), "net1".into())]).unwrap();
+        assert!(path.exists(), "a valid attachment's record is kept");
+        gc(&dir, &[("d".into(), "net1".into())]).unwrap();
+        assert!(!path.exists(), "a stale record is removed");
+        write(&path, &saved).unwrap();
         remove(&path).unwrap();
         remove(&path).unwrap();
         assert_eq!(read(&path), None);

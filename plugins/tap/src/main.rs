@@ -255,6 +255,13 @@ impl Plugin for Tap {
     fn check(&self, ctx: &Context) -> Result<()> {
         check(ctx)
     }
+    /// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        match Config::load(ctx)?.ipam_type {
+            Some(_) => ipam::exec(ctx, Command::Gc),
+            None => Ok(()),
+        }
+    }
     fn status(&self, ctx: &Context) -> Result<()> {
         match Config::load(ctx)?.ipam_type {
             Some(_) => ipam::exec(ctx, Command::Status),
