@@ -240,6 +240,8 @@ row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
     row "binary size, $p" "$(size "$ref/$p")" "$(size "$ours/$p")" ""
   done
   row "binary size, cnitool" "$(size "$cnitool")" "$(size "$ours/cnitool")" ""
+  # static, host-device, sbr, vrf and tap: each plugin's ADD and DEL alone (scripts/bench-misc.sh).
+  OURS_DIR=$ours BENCH_RUNS=$RUNS "$root/scripts/bench-misc.sh"
 } >"$tmp/table.md"
 cat "$tmp/table.md"
 if [[ -n $cri_table ]]; then

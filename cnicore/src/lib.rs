@@ -3,10 +3,13 @@
 //! - [`spec`]: the CNI specification: versions, environment, configs, results of every version and their
 //!   conversion, errors, the entry point every plugin's `main` calls, and IPAM delegation.
 //! - [`netns`], [`netlink`], [`sysctl`]: network namespaces and a small synchronous netlink layer.
-//! - [`iface`]: the pod interface configured from an IPAM result (addresses, routes, sysctls).
+//! - [`iface`]: the pod interface configured from an IPAM result (addresses, routes, sysctls); [`check`]: and
+//!   checked against it.
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 //! - [`mac`]: Ethernet addresses as configs and results spell them.
+//! - [`undo`]: the undo list of an ADD; [`tuntap`]: persistent tap devices.
 
+pub mod check;
 pub mod failpoint;
 pub mod firewall;
 pub mod iface;
@@ -18,5 +21,7 @@ pub mod state;
 pub mod subnet_env;
 pub mod sysctl;
 pub mod tc;
+pub mod tuntap;
+pub mod undo;
 
 pub use spec::{Error, Result};

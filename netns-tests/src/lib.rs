@@ -364,7 +364,18 @@ impl PluginOutput {
 /// PATH, CNI_COMMAND=`cni_command`, CNI_PATH=[`bin_dir`] and `env` (CNI_CONTAINERID, CNI_NETNS, ...),
 /// and `stdin` as the network configuration.
 pub fn run_plugin(node: &Node, plugin: &str, cni_command: &str, env: &[(&str, &str)], stdin: &Value) -> PluginOutput {
-    let mut command = upstream::clean_command(node, bin(plugin));
+    run_binary(node, &bin(plugin), cni_command, env, stdin)
+}
+
+/// Like [`run_plugin`] for any plugin binary (a reference plugin, say), in any namespace of the test.
+pub fn run_binary(
+    ns: &TestNetns,
+    binary: &Path,
+    cni_command: &str,
+    env: &[(&str, &str)],
+    stdin: &Value,
+) -> PluginOutput {
+    let mut command = upstream::clean_command(ns, binary);
     command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
     upstream::output(&mut command, stdin.to_string().as_bytes())
 }

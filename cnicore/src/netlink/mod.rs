@@ -12,6 +12,8 @@ pub mod dad;
 pub mod link;
 pub mod neigh;
 pub mod route;
+pub mod rule;
+pub mod vrf;
 pub mod vxlan;
 pub mod wire;
 
@@ -30,6 +32,7 @@ pub use link::{BridgePort, InfoBridge, Link};
 pub use neigh::{FdbEntry, Neighbour};
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
+pub use rule::Rule;
 pub use vxlan::Vxlan;
 pub use wire::{Reply, Request};
 

@@ -55,6 +55,17 @@ impl NetConf {
         Ok(t)
     }
 
+    /// The `ipam.type` of a plugin for which IPAM is optional: `None` without an `ipam` section or with an empty
+    /// type, as the reference's `IPAM.Type == ""`.
+    pub fn ipam_type_if_any(&self) -> Result<Option<&str>> {
+        let has_type = self.ipam.as_ref().and_then(|i| gojson::field(i, "type")).is_some_and(|t| t != "");
+        if has_type {
+            self.ipam_type().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
     /// A key of `runtimeConfig`, when present (matched as Go matches a struct field).
     pub fn runtime(&self, key: &str) -> Option<&Value> {
         self.runtime_config.as_ref().and_then(|r| gojson::field(r, key))

@@ -19,11 +19,16 @@ mod bandwidth;
 mod bridge;
 mod firewall;
 mod flannel;
+mod host_device;
 mod host_local;
 mod loopback;
 mod portmap;
 mod runner;
+mod sbr;
+mod static_ipam;
+mod tap;
 mod tuning;
+mod vrf;
 
 use std::fs;
 use std::path::PathBuf;
@@ -643,6 +648,11 @@ fn corpus_size() {
         ("bandwidth", bandwidth::bandwidth_cases(&rig).len()),
         ("tuning", tuning::tuning_cases(&rig).len()),
         ("flannel", flannel::flannel_cases(&rig).len()),
+        ("static", static_ipam::static_cases().len()),
+        ("host-device", host_device::host_device_cases(&rig).len()),
+        ("tap", tap::tap_cases().len()),
+        ("sbr", sbr::sbr_cases(&rig).len()),
+        ("vrf", vrf::vrf_cases(&rig).len()),
         ("cnitool", runner::runner_cases(&rig).len()),
     ];
     let total: usize = counts.iter().map(|(_, n)| n).sum();

@@ -1,8 +1,8 @@
 //! CHECK: the attachment still looks as `prevResult` says: the bridge, the pod's veth and its host end on
 //! the bridge, the pod's addresses and routes, and with ipMasq the masquerade rules (exceptions included).
 
-use cnicore::netlink::{IpFamily, Link, Netlink, RT_TABLE_MAIN};
-use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result};
+use cnicore::netlink::{Link, Netlink};
+use cnicore::spec::{ipam, Command, Context, Error, ErrorContext, Interface, Result};
 
 use ipnet::IpNet;
 
@@ -40,7 +40,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     if pod_link.kind.as_deref() != Some("veth") {
         return Err(Error::internal(format!("Error: Container interface {ifname} not of type veth")));
     }
-    check_mac(pod_entry, &pod_link)?;
+    cnicore::check::mac(pod_entry, &pod_link)?;
     if let Some(mtu) = pod_entry.mtu.filter(|&m| m != pod_link.mtu) {
         return Err(Error::internal(format!(
             "Interface {ifname} MTU {} doesn't match prevResult's {mtu}",
@@ -59,7 +59,7 @@ pub fn check(ctx: &Context) -> Result<()> {
             && link.peer_index == Some(pod_link.index)
             && link.master == Some(bridge.index);
         if ours {
-            check_mac(entry, &link)?;
+            cnicore::check::mac(entry, &link)?;
             found_host = true;
             break;
         }
@@ -68,7 +68,7 @@ pub fn check(ctx: &Context) -> Result<()> {
         return Err(Error::internal(format!("CNI veth created for bridge {} was not found", conf.bridge)));
     }
 
-    check_addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
+    cnicore::check::addresses_and_routes(&mut pod_nl, &prev, pod_link.index, ifname)?;
     if conf.layer3 && conf.ip_masq {
         let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
         let backend = Backend::or_detect(conf.masq_backend)?;
@@ -84,13 +84,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// The addresses of `prev` on the pod interface (or on no interface in particular).
-pub(crate) fn pod_ips<'a>(prev: &'a CniResult, ifname: &'a str) -> impl Iterator<Item = IpNet> + 'a {
-    prev.ips
-        .iter()
-        .filter(move |ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
-        .map(|ip| ip.address)
-}
+pub(crate) use cnicore::check::pod_ips;
 
 fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> Result<Link> {
     let name = &conf.bridge;
@@ -116,37 +110,4 @@ fn check_bridge(nl: &mut Netlink, entry: Option<&Interface>, conf: &Config) -> R
         )));
     }
     Ok(link)
-}
-
-fn check_mac(entry: &Interface, link: &Link) -> Result<()> {
-    let actual = link.mac.map(|m| format_mac(&m)).unwrap_or_default();
-    if !entry.mac.is_empty() && entry.mac.to_lowercase() != actual {
-        return Err(Error::internal(format!("Interface {} Mac {} doesn't match: {actual}", entry.name, entry.mac)));
-    }
-    Ok(())
-}
-
-/// Every address of the pod interface in `prev` is on the link, and every route is in the pod's table.
-fn check_addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {
-    let addresses = nl.addresses(Some(index)).context("netlink")?;
-    for ip in pod_ips(prev, ifname) {
-        if !addresses.iter().any(|a| a.addr == ip) {
-            return Err(Error::internal(format!("Failed to match addr {ip} on interface {ifname}")));
-        }
-    }
-    let mut routes = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        if prev.routes.iter().any(|r| r.dst.addr().is_ipv4() == (family == IpFamily::V4)) {
-            routes.extend(nl.routes(family, RT_TABLE_MAIN).context("netlink")?);
-        }
-    }
-    for expected in prev.routes.iter().filter(|r| r.table.is_none_or(|t| t == RT_TABLE_MAIN)) {
-        let present =
-            routes.iter().any(|r| r.dst == expected.dst && expected.gw.is_none_or(|gw| r.gateway == Some(gw)));
-        if !present {
-            let via = expected.gw.map(|g| format!(" via {g}")).unwrap_or_default();
-            return Err(Error::internal(format!("Failed to match route {}{via} in the container", expected.dst)));
-        }
-    }
-    Ok(())
 }

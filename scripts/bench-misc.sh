@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Benchmark of static, host-device, sbr, tap and vrf, ours against the reference (Debian's containernetworking-plugins
+# 1.1.1 in /usr/lib/cni; it has no tap), with scripts/lib/adddel-medians.sh: ADD and DEL medians, each call one exec
+# inside a "node" namespace, ours and the reference alternating. host-device moves a veth end of the node into the pod
+# and back (no IPAM, so that only the plugin is timed); sbr adds its rule for the pod's eth0 (a veth to the node); vrf needs a kernel with VRF support and is reported as skipped without it.
+# Prints markdown table rows ("| <plugin> ADD | ref | ours | speed-up |"); scripts/bench.sh appends them to its table.
+#
+# Needs root and jq. Touches only the namespaces it makes and a temporary directory (removed on exit).
+#   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 50)
+#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${BENCH_RUNS:-50}
+OURS_DIR=$(realpath "${OURS_DIR:-target/release}")
+REF=/usr/lib/cni
+
+die() { echo "bench-misc: $*" >&2; exit 1; }
+[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+command -v jq >/dev/null || die "needs jq"
+for p in static host-device tap sbr vrf; do
+    [[ -x $OURS_DIR/$p ]] || cargo build --release --quiet -p "$([[ $p == static ]] && echo static-ipam || echo "$p")"
+done
+
+WORK=$(mktemp -d /tmp/bench-misc.XXXXXX)
+namespaces=()
+cleanup() {
+    for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
+
+ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
+row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
+
+# bench PLUGIN CONF NODE POD [REFERENCE]: the two rows of one plugin, net of the harness's exec.
+bench() {
+    local plugin=$1 conf=$2 node=$3 pod=$4 reference=${5:-$REF/$1}
+    local out
+    out=$(ip netns exec "$node" scripts/lib/adddel-medians.sh "$OURS_DIR/$plugin" "$reference" "$conf" "$RUNS" "$pod") ||
+        die "$plugin: ADD/DEL loop failed"
+    read -r ours_add ours_del ref_add ref_del harness <<<"$out"
+    net() { echo $(($1 > harness ? $1 - harness : 1)); }
+    row "$plugin ADD" "$(ms "$ref_add")" "$(ms "$ours_add")" "$(ratio "$(net "$ref_add")" "$(net "$ours_add")")"
+    row "$plugin DEL" "$(ms "$ref_del")" "$(ms "$ours_del")" "$(ratio "$(net "$ref_del")" "$(net "$ours_del")")"
+}
+
+node=bmn$$ pod=bmp$$
+newns "$node"; newns "$pod"
+
+# static: IPAM alone.
+jq -n '{cniVersion: "1.0.0", name: "bench", type: "bridge", ipam: {type: "static",
+    addresses: [{address: "10.60.0.5/24", gateway: "10.60.0.1"}], routes: [{dst: "0.0.0.0/0"}],
+    dns: {nameservers: ["10.60.0.53"]}}}' >"$WORK/static.json"
+bench static "$WORK/static.json" "$node" "$pod"
+
+# host-device: a veth end of the node, moved in as eth0 and back.
+ip -n "$node" link add bmd$$ type veth peer name bmw$$
+jq -n --arg dev "bmd$$" --arg dir "$WORK/hd" '{cniVersion: "1.0.0", name: "bench", type: "host-device", device: $dev,
+    dataDir: $dir}' >"$WORK/hd.json"
+bench host-device "$WORK/hd.json" "$node" "$pod"
+ip -n "$node" link del bmd$$
+
+# sbr: the pod's eth0, a veth to the node. The result has no gateway: a default route left in the table by a DEL
+# (theirs and ours leave the table's routes to go with the link) makes the reference's next ADD fail with EEXIST.
+# The first ADD moves the subnet route to table 100; later ones find none to move: the rule is the steady work.
+ip -n "$node" link add bms$$ type veth peer name eth0 netns "$pod"
+ip -n "$node" addr add 10.61.0.1/24 dev bms$$; ip -n "$node" link set bms$$ up
+ip -n "$pod" addr add 10.61.0.5/24 dev eth0; ip -n "$pod" link set eth0 up
+jq -n --arg pod "/run/netns/$pod" '{cniVersion: "1.0.0", name: "bench", type: "sbr",
+    prevResult: {cniVersion: "1.0.0", interfaces: [{name: "eth0", sandbox: $pod}],
+        ips: [{address: "10.61.0.5/24", interface: 0}]}}' >"$WORK/sbr.json"
+bench sbr "$WORK/sbr.json" "$node" "$pod"
+
+# vrf: only where the kernel makes VRFs.
+if ip -n "$pod" link add bmvrf type vrf table 77 2>/dev/null; then
+    ip -n "$pod" link del bmvrf
+    jq '.type = "vrf" | .vrfname = "blue"' "$WORK/sbr.json" >"$WORK/vrf.json"
+    bench vrf "$WORK/vrf.json" "$node" "$pod"
+else
+    row "vrf ADD/DEL" "(skipped: kernel $(uname -r) has no VRF support)" "" ""
+fi
+ip -n "$node" link del bms$$
+
+# tap: no reference in 1.1.1; ours against itself, to show its own cost.
+jq -n '{cniVersion: "1.0.0", name: "bench", type: "tap", multiQueue: true}' >"$WORK/tap.json"
+bench tap "$WORK/tap.json" "$node" "$pod" "$OURS_DIR/tap" |
+    sed -E 's/^\| tap (ADD|DEL) \| [^|]* \| ([^|]*) \| [^|]* \|$/| tap \1 (no reference in 1.1.1) | - | \2 | - |/'
