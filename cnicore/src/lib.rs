@@ -19,5 +19,6 @@ pub mod state;
 pub mod subnet_env;
 pub mod sysctl;
 pub mod tc;
+pub mod undo;
 
 pub use spec::{Error, Result};

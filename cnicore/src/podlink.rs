@@ -294,3 +294,14 @@ pub fn ipam_configured(ctx: &Context) -> Result<bool> {
         Some(_) => Err(Error::config("ipam must be an object")),
     }
 }
+
+/// A free-looking host veth name as the reference makes them: `veth` and 8 random hex digits.
+pub fn random_veth_name() -> Result<String> {
+    let mut bytes = [0u8; 4];
+    // SAFETY: the buffer is valid for its length; getrandom(2) writes at most that many bytes.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        return Err(Error::os("failed to generate a random veth name", std::io::Error::last_os_error()));
+    }
+    Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
+}
