@@ -34,15 +34,27 @@ pub struct LinkRig {
 impl LinkRig {
     /// `plugin` with our host-local (ours) or the reference host-local (reference).
     pub fn new(plugin: &str) -> LinkRig {
+        LinkRig::with_reference(plugin, true)
+    }
+
+    /// Like [`LinkRig::new`] for a plugin the reference 1.1.1 does not have (its directory is left empty).
+    pub fn new_ours_only(plugin: &str) -> LinkRig {
+        LinkRig::with_reference(plugin, false)
+    }
+
+    fn with_reference(plugin: &str, with_reference: bool) -> LinkRig {
         let node = Node::new();
         let lan = TestNetns::new("lan");
         veth_between(&node, &lan, UPLINK, "eth0", &[], &[format!("{LAN_HOST}/24").parse().expect("lan address")]);
         let ours =
             plugin_dir(&node.dir().join("cni-ours"), &[(plugin, &bin(plugin)), ("host-local", &bin("host-local"))]);
-        let reference = plugin_dir(
-            &node.dir().join("cni-reference"),
-            &[(plugin, &reference(plugin)), ("host-local", &reference("host-local"))],
-        );
+        let theirs = if with_reference {
+            vec![(plugin, reference(plugin)), ("host-local", reference("host-local"))]
+        } else {
+            vec![]
+        };
+        let theirs: Vec<(&str, &Path)> = theirs.iter().map(|(name, path)| (*name, path.as_path())).collect();
+        let reference = plugin_dir(&node.dir().join("cni-reference"), &theirs);
         LinkRig { node, lan, ours, reference, network: unique_name("net") }
     }
 

@@ -218,7 +218,8 @@ fn failed_adds_leave_node_and_pod_unchanged() {
     let pod = rig.node.pod_netns();
     let ipam_dir = rig.ipam_dir();
     // host-local's directory is left out: it keeps its lock and last-reserved files, as the reference does.
-    let before = (NodeSnapshot::take(&rig.node, &[]), NodeSnapshot::take(&pod, &[]));
+    let settle = std::time::Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
     let full = json!({"type": "host-local", "dataDir": ipam_dir, "ranges": [[{"subnet": "10.30.0.0/30"}]]});
     let cases = [
         (json!({"master": "nosuch0"}), "nosuch0"),
