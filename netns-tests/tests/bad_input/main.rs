@@ -17,13 +17,18 @@
 
 mod bandwidth;
 mod bridge;
+mod dummy;
 mod firewall;
 mod flannel;
 mod host_local;
+mod ipvlan;
 mod loopback;
+mod macvlan;
 mod portmap;
+mod ptp;
 mod runner;
 mod tuning;
+mod vlan;
 
 use std::fs;
 use std::path::PathBuf;
@@ -604,6 +609,11 @@ fn corpus_size() {
         ("bandwidth", bandwidth::bandwidth_cases(&rig).len()),
         ("tuning", tuning::tuning_cases(&rig).len()),
         ("flannel", flannel::flannel_cases(&rig).len()),
+        ("macvlan", macvlan::macvlan_cases(&rig).len()),
+        ("ptp", ptp::ptp_cases(&rig).len()),
+        ("ipvlan", ipvlan::ipvlan_cases(&rig).len()),
+        ("vlan", vlan::vlan_cases(&rig).len()),
+        ("dummy", dummy::dummy_cases(&rig).len()),
         ("cnitool", runner::runner_cases(&rig).len()),
     ];
     let total: usize = counts.iter().map(|(_, n)| n).sum();

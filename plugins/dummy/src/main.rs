@@ -39,8 +39,9 @@ impl Plugin for Dummy {
     fn check(&self, ctx: &Context) -> Result<()> {
         require_ipam(ctx)?;
         ctx.open_netns()?;
-        ipam::exec(ctx, Command::Check)?;
+        // Before asking IPAM: a missing prevResult is the config's fault, whatever IPAM would say.
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("dummy: Required prevResult missing"))?;
+        ipam::exec(ctx, Command::Check)?;
         let link = podlink::check_pod_side(ctx, &prev, "dummy", |_| Ok(()))?;
         if !link.up {
             return Err(Error::internal(format!("Interface {} is down", ctx.env.ifname)));
