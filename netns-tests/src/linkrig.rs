@@ -86,6 +86,20 @@ impl LinkRig {
         conf: &Value,
         args: &str,
     ) -> PluginOutput {
+        let env = if args.is_empty() { Vec::new() } else { vec![("CNI_ARGS", args)] };
+        self.run_env(which, command, netns, id, conf, &env)
+    }
+
+    /// Like [`LinkRig::run`] with extra environment variables (`CNI_ARGS`, `CNI_FAILPOINT`, ...).
+    pub fn run_env(
+        &self,
+        which: Impl,
+        command: &str,
+        netns: Option<&Path>,
+        id: &str,
+        conf: &Value,
+        env: &[(&str, &str)],
+    ) -> PluginOutput {
         let plugin = conf["type"].as_str().expect("config type");
         let cni_path = self.cni_path(which);
         let mut cmd = clean_command(&self.node, cni_path.join(plugin));
@@ -93,10 +107,8 @@ impl LinkRig {
             .env("CNI_CONTAINERID", id)
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", cni_path)
-            .env("CNI_NETNS", netns.map(|p| p.as_os_str().to_owned()).unwrap_or_default());
-        if !args.is_empty() {
-            cmd.env("CNI_ARGS", args);
-        }
+            .env("CNI_NETNS", netns.map(|p| p.as_os_str().to_owned()).unwrap_or_default())
+            .envs(env.iter().copied());
         output(&mut cmd, conf.to_string().as_bytes())
     }
 
