@@ -31,6 +31,7 @@ pub mod images;
 pub mod kubenet;
 pub mod linkrig;
 pub mod podman;
+pub mod podman_macvlan;
 pub mod recorder;
 pub mod runtimes;
 pub mod snapshot;
