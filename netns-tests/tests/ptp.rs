@@ -3,7 +3,8 @@
 //! uplink that has no route back to them (masqueraded, with iptables and with nftables: the wan sees the
 //! node's address); IPv6; MTU; CHECK and drift; DEL leaves nothing (veths, routes, rules, leases), is
 //! idempotent and works without netns; every spec version with GC and STATUS; takeover both ways with the
-//! reference ptp 1.1.1 (/usr/lib/cni), masquerade rules included.
+//! reference ptp 1.1.1 (/usr/lib/cni), masquerade rules included; a pod of the reference v1.9 nftables masquerade
+//! (its rule from the fixture rendered from their source) checked and removed by ours.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -298,4 +299,46 @@ fn takeover_both_ways_with_the_reference() {
         assert!(rig.leases().is_empty(), "{adder:?} then {other:?}: {:?}", rig.leases());
         assert!(!nat_rules(&rig).contains("CNI-"), "{adder:?} then {other:?}: {}", nat_rules(&rig));
     }
+}
+
+/// A ptp pod of the reference v1.6-v1.9 with `ipMasqBackend: nftables` (their v1.9 binary cannot be installed
+/// here: the reference 1.1.1 makes the pod, their masquerade rule is loaded from the fixture rendered from their
+/// source, as `reference_nft.rs` does for the bridge): it keeps reaching the wan, our CHECK accepts it, our DEL
+/// removes their rule.
+#[test]
+fn a_reference_v1_9_nftables_masquerade_is_checked_and_removed() {
+    if !has_nft() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "nft is missing (scripts/setup.sh installs it)");
+        eprintln!("skipped: nft not installed");
+        return;
+    }
+    let rig = rig();
+    let theirs = conf(&rig, "1.0.0", json!({}));
+    let ours = conf(&rig, "1.0.0", json!({"ipMasq": true, "ipMasqBackend": "nftables"}));
+    let pod = rig.node.pod_netns();
+    let result = rig.add(Impl::Reference, &pod, "v19", &theirs);
+    let ip: ipnet::IpNet = result["ips"][0]["address"].as_str().unwrap().parse().unwrap();
+    let comment = netns_tests::cnicore::firewall::reference_nft::ipmasq_comment(&rig.network, "eth0", "v19");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference-v1.9-ipmasq-nftables.nft");
+    let text: String = std::fs::read_to_string(path)
+        .expect("fixture")
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let text = text
+        .replace("${POD_IP}", &ip.addr().to_string())
+        .replace("${POD_SUBNET}", &ip.trunc().to_string())
+        .replace("${COMMENT}", &comment);
+    let out = rig.node.exec("nft", &["-f", "-"], &[], text.as_bytes());
+    assert!(out.status.success(), "nft -f: {}", String::from_utf8_lossy(&out.stderr));
+
+    let _server = TcpServer::echo_source(&rig.lan, 8080);
+    let seen = tcp_ask(&pod, SocketAddr::new(LAN_HOST.parse().unwrap(), 8080));
+    assert_eq!(seen.as_deref(), Some(NODE_UPLINK), "their masquerade");
+    rig.check(Impl::Ours, &pod, "v19", &ours, &result).expect_ok();
+    rig.del(Impl::Ours, Some(&pod.path), "v19", &ours, &result);
+    assert!(!nft_ruleset(&rig).contains(&comment), "{}", nft_ruleset(&rig));
+    assert!(!pod.links().contains(&"eth0".to_string()));
+    assert!(rig.leases().is_empty());
 }
