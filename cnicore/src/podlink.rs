@@ -197,10 +197,16 @@ fn configure(attachment: &Attachment, sockets: &mut Sockets, link: &Link, leased
 /// is no error; a link of another kind under that name is left alone.
 pub fn del(ctx: &Context, kind: &str, ipam: bool) -> Result<()> {
     let mut errors = Errors::new();
-    if ipam {
-        errors.record(ipam::exec(ctx, Command::Del));
+    // Independent, and both mostly wait (IPAM is a process, a link deletion waits for the kernel): at once.
+    let (ipam_outcome, link_outcome) = std::thread::scope(|s| {
+        let link = s.spawn(|| delete_pod_link(ctx, kind));
+        let ipam_outcome = ipam.then(|| ipam::exec(ctx, Command::Del));
+        (ipam_outcome, link.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked"))))
+    });
+    if let Some(outcome) = ipam_outcome {
+        errors.record(outcome);
     }
-    errors.record(delete_pod_link(ctx, kind));
+    errors.record(link_outcome);
     errors.into_result()
 }
 

@@ -105,19 +105,40 @@ impl Plugin for Ptp {
     fn del(&self, ctx: &Context) -> Result<()> {
         let conf = ctx.load_for_teardown(Config::load)?;
         let mut errors = Errors::new();
-        errors.record(ipam::exec(ctx, Command::Del));
         let mut ips = prev_result_ips(ctx);
-        if let Some(found) = errors.record(delete_pod_veth(ctx)) {
-            ips.extend(found);
+        let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
+        if let Some(veth) = &pod_veth {
+            ips.extend(veth.addresses.iter().copied());
         }
         ips.sort();
         ips.dedup();
-        if conf.ip_masq {
-            errors.record(masq::teardown(&conf.masq(&ctx.env.container_id, &ips)));
-            // The rule the reference v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
-            if Backend::Nftables.available() {
-                errors.record(reference_nft::ipmasq_teardown(&conf.network, &ctx.env.ifname, &ctx.env.container_id));
+        // The steps are independent and mostly wait (the kernel tearing the veth down, firewall and IPAM
+        // processes): they run at the same time.
+        let conf = &conf;
+        let (network, ifname, container_id) = (&conf.network, &ctx.env.ifname, &ctx.env.container_id);
+        let outcomes = std::thread::scope(|s| {
+            let mut workers = Vec::new();
+            if let Some(veth) = pod_veth {
+                workers.push(s.spawn(move || veth.delete(ifname)));
             }
+            if conf.ip_masq {
+                let ips = &ips;
+                workers.push(s.spawn(move || masq::teardown(&conf.masq(container_id, ips))));
+                // The rule the reference v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+                if Backend::Nftables.available() {
+                    workers.push(s.spawn(move || reference_nft::ipmasq_teardown(network, ifname, container_id)));
+                }
+            }
+            let mut outcomes = vec![ipam::exec(ctx, Command::Del)];
+            outcomes.extend(
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
+            );
+            outcomes
+        });
+        for outcome in outcomes {
+            errors.record(outcome);
         }
         errors.into_result()
     }
@@ -357,27 +378,40 @@ fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
     }
 }
 
-/// Deletes the pod's veth (which takes the host end, its address and host routes with it) and returns the
-/// pod's global addresses it had. A missing netns or link is not an error; a link of another kind is left alone.
-fn delete_pod_veth(ctx: &Context) -> Result<Vec<IpNet>> {
-    let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(Vec::new()) };
+/// The pod's veth and the global addresses it has.
+struct PodVeth {
+    netlink: Netlink,
+    index: u32,
+    addresses: Vec<IpNet>,
+}
+
+impl PodVeth {
+    /// Deletes the pod's veth, which takes the host end, its address and host routes with it.
+    fn delete(mut self, ifname: &str) -> Result<()> {
+        match self.netlink.delete_link(self.index) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
+        }
+    }
+}
+
+/// The pod's veth, if the netns and the link are there; a link of another kind is left alone.
+fn find_pod_veth(ctx: &Context) -> Result<Option<PodVeth>> {
+    let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(None) };
     let ifname = ctx.env.ifname.as_str();
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
     let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     if link.kind.as_deref() != Some("veth") {
         cnicore::warn!("{ifname:?} in the pod is not a veth; leaving it alone");
-        return Ok(Vec::new());
+        return Ok(None);
     }
     let addresses =
         pod.addresses(Some(link.index)).with_context(|| format!("failed to list {ifname:?}'s addresses"))?;
-    let global = addresses.into_iter().map(|a| a.addr).filter(|a| is_global(a.addr())).collect();
-    match pod.delete_link(link.index) {
-        Ok(()) => Ok(global),
-        Err(e) if is_not_found(&e) => Ok(global),
-        Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
-    }
+    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global(a.addr())).collect();
+    Ok(Some(PodVeth { netlink: pod, index: link.index, addresses }))
 }
 
 fn is_global(ip: IpAddr) -> bool {
