@@ -311,3 +311,65 @@ pub fn random_veth_name() -> Result<String> {
     }
     Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::codes;
+    use serde_json::json;
+
+    fn ctx(conf: serde_json::Value) -> Context {
+        Context::for_test(Command::Add, serde_json::to_vec(&conf).unwrap(), "")
+    }
+
+    #[test]
+    fn ipam_section_as_the_reference_reads_it() {
+        let base = json!({"cniVersion": "1.1.0", "name": "n", "type": "macvlan"});
+        assert!(!ipam_configured(&ctx(base.clone())).unwrap());
+        let with = |ipam: serde_json::Value| {
+            let mut conf = base.clone();
+            conf["ipam"] = ipam;
+            ipam_configured(&ctx(conf))
+        };
+        assert!(!with(json!({})).unwrap());
+        assert!(!with(serde_json::Value::Null).unwrap());
+        assert!(with(json!({"type": "host-local"})).unwrap());
+        assert_eq!(with(json!({"subnet": "10.0.0.0/24"})).unwrap_err().code, codes::INVALID_CONFIG);
+        assert_eq!(with(json!("host-local")).unwrap_err().code, codes::INVALID_CONFIG);
+    }
+
+    #[test]
+    fn mtu_at_most_the_masters() {
+        let master = Link {
+            index: 2,
+            name: "eth0".into(),
+            mtu: 1500,
+            mac: None,
+            up: true,
+            oper_up: true,
+            carrier: true,
+            loopback: false,
+            pointopoint: false,
+            promisc: false,
+            allmulti: false,
+            txqlen: 1000,
+            kind: None,
+            master: None,
+            peer_index: None,
+            bridge_port: None,
+        };
+        assert!(check_mtu(None, &master).is_ok() && check_mtu(Some(1500), &master).is_ok());
+        let e = check_mtu(Some(9000), &master).unwrap_err();
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (codes::INVALID_CONFIG, "invalid MTU 9000, must be [0, master MTU(1500)]")
+        );
+    }
+
+    #[test]
+    fn veth_names_look_like_the_references() {
+        let name = random_veth_name().unwrap();
+        assert_eq!(name.len(), 12);
+        assert!(name.starts_with("veth") && name[4..].bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+    }
+}
