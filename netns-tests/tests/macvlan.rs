@@ -1,6 +1,6 @@
 //! The macvlan plugin against the real kernel: pods on macvlan links of the node's uplink (a veth to a "lan"
 //! namespace) reach each other and the lan; modes, MTU, MAC (config, CNI_ARGS, capability), bcqueuelen, the
-//! default-route master, linkInContainer, layer 2 only; CHECK (and drift); DEL leaves nothing and is
+//! default-route master, linkInContainer, layer 2 only, dual stack; CHECK (and drift); DEL leaves nothing and is
 //! idempotent (also without netns); every spec version; a failed ADD leaves the node unchanged; takeover both
 //! ways with the reference macvlan 1.1.1 (/usr/lib/cni).
 
@@ -263,4 +263,22 @@ fn takeover_both_ways_with_the_reference() {
         assert!(!pod.links().contains(&"eth0".to_string()), "{adder:?} then {other:?}");
         assert!(rig.leases().is_empty(), "{adder:?} then {other:?}: {:?}", rig.leases());
     }
+}
+
+#[test]
+fn dual_stack() {
+    let rig = LinkRig::new("macvlan");
+    rig.lan.ip(&["addr", "add", "fd30::fe/64", "dev", "eth0", "nodad"]);
+    let mut conf = conf(&rig, "1.0.0", json!({}));
+    conf["ipam"]["ranges"] = json!([[{"subnet": SUBNET}], [{"subnet": "fd30::/64"}]]);
+    let (pod1, pod2) = (rig.node.pod_netns(), rig.node.pod_netns());
+    let r1 = rig.add(Impl::Ours, &pod1, "d1", &conf);
+    let r2 = rig.add(Impl::Ours, &pod2, "d2", &conf);
+    let v6 = |r: &Value| r["ips"][1]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+    assert_ping(&pod1, "fd30::fe".parse().unwrap());
+    assert_ping(&pod1, v6(&r2).parse().unwrap());
+    rig.check(Impl::Ours, &pod2, "d2", &conf, &r2).expect_ok();
+    rig.del(Impl::Ours, Some(&pod1.path), "d1", &conf, &r1);
+    rig.del(Impl::Ours, Some(&pod2.path), "d2", &conf, &r2);
+    assert!(rig.leases().is_empty());
 }
