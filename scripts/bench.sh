@@ -201,6 +201,10 @@ for side in ref ours; do
   done
 done
 
+# The link plugins (ptp, macvlan, ipvlan, vlan, dummy), each exec'd on its own with host-local: their own script.
+echo "bench: link plugins, $RUNS runs each side" >&2
+links_table=$(RUNS=$RUNS OURS_DIR=$ours "$root/scripts/bench-links.sh") || { echo "bench: bench-links.sh failed" >&2; exit 1; }
+
 # Through containerd: two daemons (ours, reference) in node netns of their own, pods alternating.
 cri_table=""
 if [[ ${CRI_BENCH:-1} != 0 ]]; then
@@ -244,6 +248,7 @@ row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
   OURS_DIR=$ours BENCH_RUNS=$RUNS "$root/scripts/bench-misc.sh"
 } >"$tmp/table.md"
 cat "$tmp/table.md"
+{ echo; echo "## Link plugins (one plugin exec each, with host-local; scripts/bench-links.sh)"; echo; echo "$links_table"; } | tee -a "$tmp/table.md"
 if [[ -n $cri_table ]]; then
   { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
 fi

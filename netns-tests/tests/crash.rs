@@ -21,6 +21,9 @@
 //!
 //! host-local's fail points are also tested with host-local run on its own (its ADD killed, then its DEL and
 //! a new ADD), since under the bridge a killed host-local makes the bridge roll back rather than die.
+//!
+//! macvlan and ptp are killed at each of their fail points when run on their own (`link_plugin_crash`): the DEL
+//! that follows must leave node and pod exactly as before (lease and masquerade rules included).
 
 use netns_tests::kubenet;
 
@@ -291,4 +294,83 @@ fn residue_check_sees_a_live_pod_nftables() {
             ("host port element", "nftables: + elements = { tcp . 8080"),
         ],
     );
+}
+
+// ---- The link plugins (macvlan, ptp) on their own, as a runtime calls them ----
+
+/// A macvlan or ptp ADD killed at `failpoint`: the node (and the pod) changed; DEL without prevResult (the ADD
+/// never answered) puts both back as they were, lease and masquerade rules included; a new ADD works (the pod
+/// reaches its peer) and its DEL leaves nothing either.
+fn link_plugin_crash(plugin: &str, failpoint: &str) {
+    use netns_tests::linkrig::{Impl, LinkRig, LAN_HOST, UPLINK};
+    use std::time::Duration;
+
+    let rig = LinkRig::new(plugin);
+    let mut conf = json!({"cniVersion": "1.0.0", "name": rig.network, "type": plugin});
+    let peer: IpAddr = if plugin == "ptp" {
+        // ADD turns ip_forward on and leaves it (as the reference does): on before the snapshot.
+        rig.node.run(|| cnicore_sysctl_on("net/ipv4/ip_forward"));
+        // The nat table exists before (DEL leaves it, empty).
+        for op in ["-A", "-D"] {
+            let args = ["-t", "nat", op, "POSTROUTING", "-j", "RETURN"];
+            assert!(rig.node.exec("iptables", &args, &[], b"").status.success());
+        }
+        conf["ipMasq"] = json!(true);
+        conf["ipam"] = rig.ipam("10.40.0.0/24");
+        "10.40.0.1".parse().expect("constant")
+    } else {
+        conf["master"] = json!(UPLINK);
+        conf["ipam"] = rig.ipam("10.30.0.0/24");
+        LAN_HOST.parse().expect("constant")
+    };
+    let pod = rig.node.pod_netns();
+    let settle = Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+
+    let out = rig.run_env(Impl::Ours, "ADD", Some(&pod.path), "crash", &conf, &[("CNI_FAILPOINT", failpoint)]);
+    assert_eq!(
+        out.status.signal(),
+        Some(SIGKILL),
+        "{plugin} not killed at {failpoint} (built with --features cnicore/failpoints?): {}",
+        out.stdout_text
+    );
+    let changed = NodeSnapshot::take(&rig.node, &[]) != before.0
+        || NodeSnapshot::take(&pod, &[]) != before.1
+        || !rig.leases().is_empty();
+    assert!(changed, "{failpoint}: the killed ADD changed nothing (is the fail point after a change?)");
+
+    rig.run(Impl::Ours, "DEL", Some(&pod.path), "crash", &conf, "").expect_ok();
+    let after = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+    netns_tests::snapshot::assert_unchanged(&before.0, &after.0);
+    netns_tests::snapshot::assert_unchanged(&before.1, &after.1);
+    assert!(rig.leases().is_empty(), "{failpoint}: leases left {:?}", rig.leases());
+
+    let result = rig.add(Impl::Ours, &pod, "crash", &conf);
+    assert_ping(&pod, peer);
+    rig.del(Impl::Ours, Some(&pod.path), "crash", &conf, &result);
+    netns_tests::snapshot::assert_unchanged(&before.0, &NodeSnapshot::settled(&rig.node, &[], settle));
+    assert!(rig.leases().is_empty());
+}
+
+fn cnicore_sysctl_on(name: &str) {
+    netns_tests::cnicore::sysctl::write(name, "1").unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+macro_rules! link_crash_tests {
+    ($($test:ident: $plugin:literal at $failpoint:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            link_plugin_crash($plugin, $failpoint);
+        }
+    )*};
+}
+
+link_crash_tests! {
+    macvlan_after_link: "macvlan" at "macvlan/after-link";
+    macvlan_after_ipam: "macvlan" at "macvlan/after-ipam";
+    ptp_after_ipam: "ptp" at "ptp/after-ipam";
+    ptp_after_veth: "ptp" at "ptp/after-veth";
+    ptp_after_pod: "ptp" at "ptp/after-pod";
+    ptp_after_host: "ptp" at "ptp/after-host";
+    ptp_after_masq: "ptp" at "ptp/after-masq";
 }

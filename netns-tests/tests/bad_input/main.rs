@@ -17,17 +17,22 @@
 
 mod bandwidth;
 mod bridge;
+mod dummy;
 mod firewall;
 mod flannel;
 mod host_device;
 mod host_local;
+mod ipvlan;
 mod loopback;
+mod macvlan;
 mod portmap;
+mod ptp;
 mod runner;
 mod sbr;
 mod static_ipam;
 mod tap;
 mod tuning;
+mod vlan;
 mod vrf;
 
 use std::fs;
@@ -653,6 +658,11 @@ fn corpus_size() {
         ("tap", tap::tap_cases().len()),
         ("sbr", sbr::sbr_cases(&rig).len()),
         ("vrf", vrf::vrf_cases(&rig).len()),
+        ("macvlan", macvlan::macvlan_cases(&rig).len()),
+        ("ptp", ptp::ptp_cases(&rig).len()),
+        ("ipvlan", ipvlan::ipvlan_cases(&rig).len()),
+        ("vlan", vlan::vlan_cases(&rig).len()),
+        ("dummy", dummy::dummy_cases(&rig).len()),
         ("cnitool", runner::runner_cases(&rig).len()),
     ];
     let total: usize = counts.iter().map(|(_, n)| n).sum();

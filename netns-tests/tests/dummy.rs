@@ -1,0 +1,88 @@
+//! The dummy plugin against the real kernel. This kernel may lack dummy links (CONFIG_DUMMY): then ADD must
+//! fail with an error naming the missing support and leave the node and the pod unchanged (tested here on every
+//! kernel without it), and the other tests print that they were skipped. With dummy links: the pod's address
+//! on a dummy link, CHECK (and a link set down), DEL leaves nothing, every spec version. (The reference 1.1.1
+//! has no dummy plugin: no takeover test.)
+
+use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig};
+use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
+use netns_tests::{assert_ping, json, Value};
+
+const SUBNET: &str = "10.50.0.0/24";
+
+fn conf(rig: &LinkRig, version: &str) -> Value {
+    json!({"cniVersion": version, "name": rig.network, "type": "dummy", "ipam": rig.ipam(SUBNET)})
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// Our dummy with our host-local (the reference 1.1.1 has no dummy plugin).
+fn rig() -> LinkRig {
+    LinkRig::new_ours_only("dummy")
+}
+
+#[test]
+fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
+    if kernel_has_kind("dummy") {
+        eprintln!(
+            "skipped: this kernel ({}) has dummy links; the missing-support path is not reachable",
+            kernel_release()
+        );
+        return;
+    }
+    let rig = rig();
+    let pod = rig.node.pod_netns();
+    let settle = std::time::Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+    for version in ["0.3.1", "1.0.0", "1.1.0"] {
+        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf(&rig, version), "");
+        let err = out.expect_err();
+        assert_eq!(err["msg"], "this kernel has no dummy support (CONFIG_DUMMY)", "{}", out.stdout_text);
+        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
+        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf(&rig, version), "").expect_ok();
+    }
+    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
+    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+}
+
+#[test]
+fn add_check_del_in_every_version() {
+    if !kernel_has_kind("dummy") {
+        eprintln!("skipped: this kernel ({}) has no dummy support (CONFIG_DUMMY)", kernel_release());
+        return;
+    }
+    let rig = rig();
+    for version in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let conf = conf(&rig, version);
+        let pod = rig.node.pod_netns();
+        let result = rig.add(Impl::Ours, &pod, "v", &conf);
+        assert_eq!(link_details(&pod, "eth0").expect("eth0")["linkinfo"]["info_kind"], "dummy");
+        let ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+        assert_ping(&pod, ip.parse().unwrap());
+        if version >= "0.4.0" {
+            rig.check(Impl::Ours, &pod, "v", &conf, &result).expect_ok();
+            pod.ip(&["link", "set", "eth0", "down"]);
+            rig.check(Impl::Ours, &pod, "v", &conf, &result).expect_err();
+        }
+        rig.del(Impl::Ours, Some(&pod.path), "v", &conf, &result);
+        rig.del(Impl::Ours, Some(&pod.path), "v", &conf, &result);
+        assert!(!pod.links().contains(&"eth0".to_string()));
+    }
+    assert!(rig.leases().is_empty());
+}
+
+#[test]
+fn ipam_is_required_and_del_always_succeeds() {
+    let rig = rig();
+    let pod = rig.node.pod_netns();
+    let mut bare = conf(&rig, "1.0.0");
+    bare.as_object_mut().unwrap().remove("ipam");
+    let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "x", &bare, "");
+    assert_eq!(out.expect_err()["msg"], "dummy interface requires an IPAM configuration");
+    rig.run(Impl::Ours, "DEL", Some(&pod.path), "x", &bare, "").expect_ok();
+    rig.run(Impl::Ours, "DEL", None, "x", &conf(&rig, "1.1.0"), "").expect_ok();
+    rig.run(Impl::Ours, "STATUS", None, "", &conf(&rig, "1.1.0"), "").expect_ok();
+}

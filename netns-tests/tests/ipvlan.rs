@@ -1,0 +1,113 @@
+//! The ipvlan plugin against the real kernel. This kernel may lack ipvlan (CONFIG_IPVLAN): then ADD must
+//! fail with an error naming the missing support and leave the node and the pod unchanged (tested here on
+//! every kernel without it), and the traffic tests print that they were skipped. With ipvlan: pods on l2 and
+//! l3 links of the node's uplink reach the lan, CHECK, DEL leaves nothing, every spec version, the chained
+//! form (master and addresses from prevResult), takeover both ways with the reference ipvlan 1.1.1.
+
+use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, LAN_HOST, UPLINK};
+use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
+use netns_tests::{assert_ping, json, unique_name, Value};
+
+const SUBNET: &str = "10.30.0.0/24";
+
+fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
+    let mut conf = json!({
+        "cniVersion": version, "name": rig.network, "type": "ipvlan", "master": UPLINK, "ipam": rig.ipam(SUBNET),
+    });
+    for (key, value) in extra.as_object().expect("object") {
+        conf[key] = value.clone();
+    }
+    conf
+}
+
+/// True (after saying so) when the kernel has no ipvlan: the traffic tests are then skipped.
+fn skipped() -> bool {
+    if kernel_has_kind("ipvlan") {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has no ipvlan support (CONFIG_IPVLAN)", kernel_release());
+    true
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+#[test]
+fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
+    if kernel_has_kind("ipvlan") {
+        eprintln!("skipped: this kernel ({}) has ipvlan; the missing-support path is not reachable", kernel_release());
+        return;
+    }
+    let rig = LinkRig::new("ipvlan");
+    let pod = rig.node.pod_netns();
+    let settle = std::time::Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+    for version in ["0.3.1", "1.0.0", "1.1.0"] {
+        let conf = conf(&rig, version, json!({"mode": "l3"}));
+        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
+        let err = out.expect_err();
+        assert_eq!(err["msg"], "this kernel has no ipvlan support (CONFIG_IPVLAN)", "{}", out.stdout_text);
+        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
+        // DEL of the failed attachment succeeds (a runtime's rollback).
+        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
+    }
+    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
+    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+}
+
+#[test]
+fn pods_reach_the_lan_check_and_del_in_every_version() {
+    if skipped() {
+        return;
+    }
+    let rig = LinkRig::new("ipvlan");
+    for (version, mode) in [("0.3.1", "l2"), ("0.4.0", "l3"), ("1.0.0", "l3s"), ("1.1.0", "l2")] {
+        let conf = conf(&rig, version, json!({"mode": mode}));
+        let pod = rig.node.pod_netns();
+        let result = rig.add(Impl::Ours, &pod, "v", &conf);
+        assert_eq!(link_details(&pod, "eth0").expect("eth0")["linkinfo"]["info_kind"], "ipvlan");
+        if mode == "l2" {
+            assert_ping(&pod, LAN_HOST.parse().unwrap());
+        }
+        if version >= "0.4.0" {
+            rig.check(Impl::Ours, &pod, "v", &conf, &result).expect_ok();
+        }
+        rig.del(Impl::Ours, Some(&pod.path), "v", &conf, &result);
+        rig.del(Impl::Ours, Some(&pod.path), "v", &conf, &result);
+        assert!(!pod.links().contains(&"eth0".to_string()));
+    }
+    assert!(rig.leases().is_empty());
+}
+
+#[test]
+fn takeover_both_ways_with_the_reference() {
+    if skipped() {
+        return;
+    }
+    let rig = LinkRig::new("ipvlan");
+    let conf = conf(&rig, "1.0.0", json!({}));
+    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
+        let pod = rig.node.pod_netns();
+        let id = unique_name("t");
+        let result = rig.add(adder, &pod, &id, &conf);
+        rig.check(other, &pod, &id, &conf, &result).expect_ok();
+        rig.del(other, Some(&pod.path), &id, &conf, &result);
+        assert!(!pod.links().contains(&"eth0".to_string()));
+    }
+    assert!(rig.leases().is_empty());
+}
+
+#[test]
+fn del_without_the_link_or_the_netns_succeeds() {
+    let rig = LinkRig::new("ipvlan");
+    let conf = conf(&rig, "1.1.0", json!({}));
+    let pod = rig.node.pod_netns();
+    rig.run(Impl::Ours, "DEL", Some(&pod.path), "x", &conf, "").expect_ok();
+    rig.run(Impl::Ours, "DEL", None, "x", &conf, "").expect_ok();
+    let path = pod.path.clone();
+    drop(pod);
+    rig.run(Impl::Ours, "DEL", Some(&path), "x", &conf, "").expect_ok();
+    rig.run(Impl::Ours, "STATUS", None, "", &conf, "").expect_ok();
+}

@@ -1,0 +1,124 @@
+//! The vlan plugin against the real kernel. This kernel may lack 802.1Q (CONFIG_VLAN_8021Q): then ADD must
+//! fail with an error naming the missing support and leave the node and the pod unchanged (tested here on every
+//! kernel without it), and the traffic tests print that they were skipped. With 8021q: a pod on VLAN 100 of the
+//! node's uplink reaches the lan's VLAN 100 interface, MTU, CHECK (and a wrong vlanId), DEL leaves nothing,
+//! every spec version, takeover both ways with the reference vlan 1.1.1.
+
+use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, UPLINK};
+use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
+use netns_tests::{assert_ping, json, unique_name, Value};
+
+const SUBNET: &str = "10.30.100.0/24";
+const LAN_VLAN_HOST: &str = "10.30.100.254";
+
+fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
+    let mut conf = json!({
+        "cniVersion": version, "name": rig.network, "type": "vlan", "master": UPLINK, "vlanId": 100,
+        "ipam": rig.ipam(SUBNET),
+    });
+    for (key, value) in extra.as_object().expect("object") {
+        conf[key] = value.clone();
+    }
+    conf
+}
+
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// True (after saying so) when the kernel has no 802.1Q: the traffic tests are then skipped.
+fn skipped() -> bool {
+    if kernel_has_kind("vlan") {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has no vlan support (CONFIG_VLAN_8021Q)", kernel_release());
+    true
+}
+
+#[test]
+fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
+    if kernel_has_kind("vlan") {
+        eprintln!("skipped: this kernel ({}) has 8021q; the missing-support path is not reachable", kernel_release());
+        return;
+    }
+    let rig = LinkRig::new("vlan");
+    let pod = rig.node.pod_netns();
+    let settle = std::time::Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+    for version in ["0.3.1", "1.0.0", "1.1.0"] {
+        let conf = conf(&rig, version, json!({"mtu": 1400}));
+        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
+        let err = out.expect_err();
+        assert_eq!(err["msg"], "this kernel has no vlan support (CONFIG_VLAN_8021Q)", "{}", out.stdout_text);
+        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
+        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
+    }
+    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
+    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+}
+
+#[test]
+fn master_and_mtu_are_checked_before_anything_changes() {
+    let rig = LinkRig::new("vlan");
+    let pod = rig.node.pod_netns();
+    let settle = std::time::Duration::from_secs(5);
+    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+    for (extra, message) in [
+        (json!({"master": "nosuch0"}), "failed to lookup master \"nosuch0\""),
+        (json!({"mtu": 9000}), "invalid MTU 9000, must be [0, master MTU(1500)]"),
+        (json!({"vlanId": 5000}), "invalid VLAN ID 5000"),
+    ] {
+        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "b", &conf(&rig, "1.0.0", extra.clone()), "");
+        assert!(out.expect_err()["msg"].as_str().unwrap().contains(message), "{extra}: {}", out.stdout_text);
+    }
+    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
+    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+}
+
+#[test]
+fn a_pod_on_vlan_100_reaches_the_lan_in_every_version() {
+    if skipped() {
+        return;
+    }
+    let rig = LinkRig::new("vlan");
+    rig.lan.ip(&["link", "add", "link", "eth0", "name", "eth0.100", "type", "vlan", "id", "100"]);
+    rig.lan.ip(&["addr", "add", &format!("{LAN_VLAN_HOST}/24"), "dev", "eth0.100"]);
+    rig.lan.ip(&["link", "set", "eth0.100", "up"]);
+    for version in ["0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let config = conf(&rig, version, json!({"mtu": 1400}));
+        let pod = rig.node.pod_netns();
+        let result = rig.add(Impl::Ours, &pod, "v", &config);
+        let details = link_details(&pod, "eth0").expect("eth0");
+        assert_eq!(details["linkinfo"]["info_data"]["id"].as_u64(), Some(100), "{details}");
+        assert_eq!(details["mtu"].as_u64(), Some(1400));
+        assert_ping(&pod, LAN_VLAN_HOST.parse().unwrap());
+        if version >= "0.4.0" {
+            rig.check(Impl::Ours, &pod, "v", &config, &result).expect_ok();
+            let other = conf(&rig, version, json!({"mtu": 1400, "vlanId": 101}));
+            rig.check(Impl::Ours, &pod, "v", &other, &result).expect_err();
+        }
+        rig.del(Impl::Ours, Some(&pod.path), "v", &config, &result);
+        rig.del(Impl::Ours, Some(&pod.path), "v", &config, &result);
+        assert!(!pod.links().contains(&"eth0".to_string()));
+    }
+    assert!(rig.leases().is_empty());
+}
+
+#[test]
+fn takeover_both_ways_with_the_reference() {
+    if skipped() {
+        return;
+    }
+    let rig = LinkRig::new("vlan");
+    let conf = conf(&rig, "1.0.0", json!({}));
+    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
+        let pod = rig.node.pod_netns();
+        let id = unique_name("t");
+        let result = rig.add(adder, &pod, &id, &conf);
+        rig.check(other, &pod, &id, &conf, &result).expect_ok();
+        rig.del(other, Some(&pod.path), &id, &conf, &result);
+        assert!(!pod.links().contains(&"eth0".to_string()));
+    }
+    assert!(rig.leases().is_empty());
+}

@@ -1,0 +1,479 @@
+//! The ptp plugin: a veth pair per pod, routed rather than bridged. The pod's addresses come from IPAM; the
+//! pod reaches its gateway through a /32 (/128) link route and its subnet through the gateway; the node
+//! holds the gateway address (/32, /128) on the host veth and a /32 (/128) route to each pod address; ipMasq
+//! masquerades the pod's traffic leaving its subnet (the reference's chains, iptables or nftables).
+//!
+//! ADD validates, then applies with an undo list; DEL removes what is still there and always succeeds.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use cnicore::failpoint;
+use cnicore::firewall::masq::{self, Attachment as Masq};
+use cnicore::firewall::{reference_nft, Backend};
+use cnicore::netlink::{is_exists, is_not_found, AddressOptions, Link, Netlink, Route, Scope};
+use cnicore::netns::NetNs;
+use cnicore::podlink;
+use cnicore::spec::{
+    ipam, plugin_main, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Plugin, Result,
+};
+use cnicore::sysctl;
+use cnicore::undo::Undo;
+use ipnet::IpNet;
+use serde::Deserialize;
+
+/// Attempts at a free random host veth name.
+const VETH_NAME_ATTEMPTS: usize = 10;
+/// Bound on the veth ends becoming operationally up.
+const UP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Position of the pod interface in the result's `interfaces`.
+const POD_INTERFACE: usize = 1;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawConf {
+    #[serde(default)]
+    ip_masq: bool,
+    #[serde(default)]
+    ip_masq_backend: Option<String>,
+    #[serde(default)]
+    mtu: Option<i64>,
+}
+
+#[derive(Debug)]
+struct Config {
+    network: String,
+    ip_masq: bool,
+    masq_backend: Option<Backend>,
+    mtu: Option<u32>,
+    /// `dns` of the config when set: it replaces IPAM's.
+    dns: Option<Dns>,
+}
+
+impl Config {
+    fn load(ctx: &Context) -> Result<Config> {
+        let raw: RawConf = ctx.parse_conf()?;
+        if !podlink::ipam_configured(ctx)? {
+            return Err(Error::config("ptp needs an ipam section with a type"));
+        }
+        let mtu = match raw.mtu {
+            None | Some(0) => None,
+            Some(m) if (68..=65535).contains(&m) => Some(m as u32),
+            Some(m) => return Err(Error::config(format!("invalid MTU {m}: must be between 68 and 65535"))),
+        };
+        let masq_backend = raw
+            .ip_masq_backend
+            .as_deref()
+            .map(|b| Backend::parse(b).map_err(|e| Error::config(format!("ipMasqBackend: {}", e.msg))))
+            .transpose()?;
+        Ok(Config {
+            network: ctx.conf.name.clone(),
+            ip_masq: raw.ip_masq,
+            masq_backend,
+            mtu,
+            dns: ctx.conf.dns.clone().filter(|d| !d.is_empty()),
+        })
+    }
+
+    fn masq<'a>(&'a self, container_id: &'a str, ips: &'a [IpNet]) -> Masq<'a> {
+        Masq { network: &self.network, container_id, ips, non_masquerade: &[] }
+    }
+}
+
+struct Ptp;
+
+impl Plugin for Ptp {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        let conf = Config::load(ctx)?;
+        let pod_ns = ctx.open_netns()?;
+        let mut node = Netlink::new().context("failed to open netlink in the node namespace")?;
+        let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
+        let ifname = ctx.env.ifname.as_str();
+        if pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
+            return Err(already_in_pod(ctx));
+        }
+        ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
+        let backend = if conf.ip_masq { Some(Backend::or_detect(conf.masq_backend)?) } else { None };
+        let mut undo = Undo::default();
+        let outcome = add(ctx, &conf, backend, &pod_ns, &mut node, &mut pod, &mut undo);
+        if outcome.is_err() {
+            undo.rollback();
+        }
+        outcome
+    }
+
+    fn del(&self, ctx: &Context) -> Result<()> {
+        let conf = ctx.load_for_teardown(Config::load)?;
+        let mut errors = Errors::new();
+        let mut ips = prev_result_ips(ctx);
+        let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
+        if let Some(veth) = &pod_veth {
+            ips.extend(veth.addresses.iter().copied());
+        }
+        ips.sort();
+        ips.dedup();
+        // The steps are independent and mostly wait (the kernel tearing the veth down, firewall and IPAM
+        // processes): they run at the same time.
+        let conf = &conf;
+        let (network, ifname, container_id) = (&conf.network, &ctx.env.ifname, &ctx.env.container_id);
+        let outcomes = std::thread::scope(|s| {
+            let mut workers = Vec::new();
+            if let Some(veth) = pod_veth {
+                workers.push(s.spawn(move || veth.delete(ifname)));
+            }
+            if conf.ip_masq {
+                let ips = &ips;
+                workers.push(s.spawn(move || masq::teardown(&conf.masq(container_id, ips))));
+                // The rule the reference v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+                if Backend::Nftables.available() {
+                    workers.push(s.spawn(move || reference_nft::ipmasq_teardown(network, ifname, container_id)));
+                }
+            }
+            let mut outcomes = vec![ipam::exec(ctx, Command::Del)];
+            outcomes.extend(
+                workers
+                    .into_iter()
+                    .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
+            );
+            outcomes
+        });
+        for outcome in outcomes {
+            errors.record(outcome);
+        }
+        errors.into_result()
+    }
+
+    fn check(&self, ctx: &Context) -> Result<()> {
+        let conf = Config::load(ctx)?;
+        ctx.open_netns()?;
+        ipam::exec(ctx, Command::Check)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("ptp: Required prevResult missing"))?;
+        podlink::check_pod_side(ctx, &prev, "veth", |_| Ok(()))?;
+        if conf.ip_masq {
+            let ips = pod_ips(&prev, &ctx.env.ifname);
+            let backend = Backend::or_detect(conf.masq_backend)?;
+            if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
+                let theirs = backend == Backend::Nftables
+                    && reference_nft::ipmasq_has_rule(&conf.network, &ctx.env.ifname, &ctx.env.container_id)?;
+                if !theirs {
+                    return Err(ours);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reference has no GC; ours frees IPAM's stale leases and the masquerade rules of vanished attachments.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let conf = Config::load(ctx)?;
+        let mut errors = Errors::new();
+        errors.record(ipam::exec(ctx, Command::Gc));
+        if conf.ip_masq {
+            let valid = ctx.valid_attachments()?;
+            errors.record(masq::gc(&conf.network, &valid));
+            if Backend::Nftables.available() {
+                errors.record(reference_nft::ipmasq_gc(&conf.network, &valid));
+            }
+        }
+        errors.into_result()
+    }
+
+    fn status(&self, ctx: &Context) -> Result<()> {
+        Config::load(ctx)?;
+        ipam::exec(ctx, Command::Status)
+    }
+}
+
+fn already_in_pod(ctx: &Context) -> Error {
+    let netns = ctx.env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+    Error::internal(format!("an interface named {:?} already exists in netns {netns:?}", ctx.env.ifname))
+}
+
+fn add<'a>(
+    ctx: &'a Context,
+    conf: &'a Config,
+    backend: Option<Backend>,
+    pod_ns: &NetNs,
+    node: &mut Netlink,
+    pod: &mut Netlink,
+    undo: &mut Undo<'a>,
+) -> Result<CniResult> {
+    let lease = ipam::add(ctx)?;
+    undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+    failpoint::hit("ptp/after-ipam");
+    if lease.ips.is_empty() {
+        return Err(Error::internal("IPAM plugin returned missing IP config"));
+    }
+    let mut gateways = Vec::new();
+    for ip in &lease.ips {
+        let gw = ip.gateway.ok_or_else(|| {
+            Error::internal(format!("IPAM gave {} no gateway: ptp routes the pod through one", ip.address))
+        })?;
+        if gw.is_ipv4() != ip.address.addr().is_ipv4() {
+            return Err(Error::internal(format!("gateway {gw} is not of the family of {}", ip.address)));
+        }
+        gateways.push(gw);
+    }
+    let v4 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv4());
+    let v6 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv6());
+    enable_forwarding(v4, v6)?;
+
+    let ifname = ctx.env.ifname.as_str();
+    let host = create_veth(node, pod, pod_ns, ctx, conf.mtu)?;
+    let host_name = host.name.clone();
+    undo.push(format!("delete veth {host_name}"), move || {
+        let mut nl = Netlink::new().context("netlink")?;
+        nl.delete_link_by_name(&host_name).map(|_| ()).with_context(|| format!("failed to delete {host_name:?}"))
+    });
+    failpoint::hit("ptp/after-veth");
+    let pod_link = pod.require_link(ifname).with_context(|| format!("failed to find {ifname:?} in the pod"))?;
+
+    let mut result = CniResult {
+        interfaces: vec![
+            Interface { name: host.name.clone(), mac: mac_of(&host), ..Default::default() },
+            Interface {
+                name: ifname.to_string(),
+                mac: mac_of(&pod_link),
+                sandbox: ctx.netns()?.display().to_string(),
+                ..Default::default()
+            },
+        ],
+        ips: lease.ips,
+        routes: lease.routes,
+        dns: lease.dns,
+    };
+    for ip in &mut result.ips {
+        ip.interface = Some(POD_INTERFACE);
+    }
+    if result.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
+        // The node sends neighbour solicitations only from a link-local address that passed DAD (a second or
+        // two after link-up): without DAD on this point-to-point link the pod is reachable when ADD returns.
+        let key = format!("net/ipv6/conf/{}/accept_dad", host.name);
+        sysctl::write(&key, "0").with_context(|| format!("failed to set {key}=0"))?;
+    }
+    // The host end up first: the pod's routes through the gateway are only usable once it is.
+    node.set_up(host.index).with_context(|| format!("failed to set {:?} up", host.name))?;
+    cnicore::iface::configure(pod_ns, pod, ifname, pod_link.index, &result, false)?;
+    pod_routes(pod, pod_link.index, &result)?;
+    failpoint::hit("ptp/after-pod");
+    host_side(node, &host, &result)?;
+    failpoint::hit("ptp/after-host");
+
+    if let Some(backend) = backend {
+        let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
+        let container_id = ctx.env.container_id.as_str();
+        let outcome = masq::setup(backend, &conf.masq(container_id, &ips));
+        undo.push("remove the masquerade rules", move || masq::teardown(&conf.masq(container_id, &ips)));
+        outcome?;
+        failpoint::hit("ptp/after-masq");
+    }
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+fn mac_of(link: &Link) -> String {
+    link.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default()
+}
+
+fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
+    let keys = [(v4, "net/ipv4/ip_forward"), (v6, "net/ipv6/conf/all/forwarding")];
+    for (_, key) in keys.iter().filter(|(wanted, _)| *wanted) {
+        sysctl::write_if_different(key, "1").with_context(|| format!("Could not enable IP forwarding ({key})"))?;
+    }
+    Ok(())
+}
+
+/// Creates the veth pair: `CNI_IFNAME` directly in the pod, `veth<random>` on the node.
+fn create_veth(node: &mut Netlink, pod: &mut Netlink, pod_ns: &NetNs, ctx: &Context, mtu: Option<u32>) -> Result<Link> {
+    let ifname = ctx.env.ifname.as_str();
+    for _ in 0..VETH_NAME_ATTEMPTS {
+        let name = podlink::random_veth_name()?;
+        match node.create_veth(&name, ifname, pod_ns, mtu, None) {
+            Ok(host) => return Ok(host),
+            Err(e) if is_exists(&e) => {
+                if pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
+                    return Err(already_in_pod(ctx));
+                }
+            }
+            Err(e) => return Err(Error::os("failed to make veth pair", e)),
+        }
+    }
+    Err(Error::internal("failed to find a unique veth name"))
+}
+
+/// In the pod, for each address: the gateway as a /32 (/128) link route, and the subnet through the gateway
+/// instead of on the link (the subnet's other addresses are other pods, reached through the node).
+fn pod_routes(pod: &mut Netlink, index: u32, result: &CniResult) -> Result<()> {
+    for ip in &result.ips {
+        let Some(gw) = ip.gateway else { continue };
+        let subnet = ip.address.trunc();
+        let prefix = Route { dst: subnet, oif: Some(index), scope: Scope::Nowhere, ..Default::default() };
+        match pod.del_route(&prefix) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(Error::os(format!("failed to delete route {subnet}"), e)),
+        }
+        let gw_host = host_net(gw);
+        let src = Some(ip.address.addr());
+        let link_route = Route { dst: gw_host, oif: Some(index), scope: Scope::Link, src, ..Default::default() };
+        let via_gateway = Route { dst: subnet, oif: Some(index), gateway: Some(gw), src, ..Default::default() };
+        for route in [link_route, via_gateway] {
+            match pod.add_route(&route) {
+                Ok(()) => {}
+                // The same gateway for two addresses of one family: its link route is there already.
+                Err(e) if is_exists(&e) => {}
+                Err(e) => return Err(Error::os(format!("failed to add route {}", route.dst), e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// On the node: the gateway addresses on the host veth, and a host route to each pod address.
+fn host_side(node: &mut Netlink, host: &Link, result: &CniResult) -> Result<()> {
+    for ip in &result.ips {
+        if let Some(gw) = ip.gateway {
+            // No DAD: the address is the same on every host veth, and the pod needs its answers at once.
+            let options = AddressOptions { nodad: true, ..Default::default() };
+            match node.add_address_with(host.index, host_net(gw), options) {
+                Ok(()) => {}
+                Err(e) if is_exists(&e) => {}
+                Err(e) => return Err(Error::os(format!("failed to add IP addr {gw} to {:?}", host.name), e)),
+            }
+        }
+        let route = Route { dst: host_net(ip.address.addr()), oif: Some(host.index), ..Default::default() };
+        match node.add_route(&route) {
+            Ok(()) => {}
+            Err(e) if is_exists(&e) => {}
+            Err(e) => return Err(Error::os("failed to add route on host", e)),
+        }
+    }
+    node.wait_oper_up(host.index, UP_TIMEOUT)
+        .map_err(|e| Error::internal(format!("{:?} did not come up: {e}", host.name)))
+}
+
+fn host_net(ip: IpAddr) -> IpNet {
+    IpNet::from(ip)
+}
+
+/// The pod addresses of `prev` on `ifname` (or on no interface in particular).
+fn pod_ips(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
+    prev.ips
+        .iter()
+        .filter(|ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
+        .map(|ip| ip.address)
+        .collect()
+}
+
+fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
+    match ctx.prev_result() {
+        Ok(Some(prev)) => pod_ips(&prev, &ctx.env.ifname),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
+            Vec::new()
+        }
+    }
+}
+
+/// The pod's veth and the global addresses it has.
+struct PodVeth {
+    netlink: Netlink,
+    index: u32,
+    addresses: Vec<IpNet>,
+}
+
+impl PodVeth {
+    /// Deletes the pod's veth, which takes the host end, its address and host routes with it.
+    fn delete(mut self, ifname: &str) -> Result<()> {
+        match self.netlink.delete_link(self.index) {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
+        }
+    }
+}
+
+/// The pod's veth, if the netns and the link are there; a link of another kind is left alone.
+fn find_pod_veth(ctx: &Context) -> Result<Option<PodVeth>> {
+    let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(None) };
+    let ifname = ctx.env.ifname.as_str();
+    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
+    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
+        return Ok(None);
+    };
+    if link.kind.as_deref() != Some("veth") {
+        cnicore::warn!("{ifname:?} in the pod is not a veth; leaving it alone");
+        return Ok(None);
+    }
+    let addresses =
+        pod.addresses(Some(link.index)).with_context(|| format!("failed to list {ifname:?}'s addresses"))?;
+    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global(a.addr())).collect();
+    Ok(Some(PodVeth { netlink: pod, index: link.index, addresses }))
+}
+
+fn is_global(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !(a.is_loopback() || a.is_link_local() || a.is_multicast() || a.is_unspecified()),
+        IpAddr::V6(a) => {
+            !(a.is_loopback() || a.is_multicast() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
+fn main() {
+    plugin_main("CNI ptp plugin (cni-plugins-rs)", &Ptp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cnicore::spec::codes;
+    use serde_json::{json, Value};
+
+    fn load(conf: Value) -> Result<Config> {
+        Config::load(&Context::for_test(Command::Add, serde_json::to_vec(&conf).unwrap(), ""))
+    }
+
+    fn base() -> Value {
+        json!({"cniVersion":"1.1.0","name":"n","type":"ptp","ipam":{"type":"host-local"}})
+    }
+
+    #[test]
+    fn config() {
+        let c = load(base()).unwrap();
+        assert!(!c.ip_masq && c.mtu.is_none() && c.masq_backend.is_none() && c.dns.is_none());
+        let mut full = base();
+        full["ipMasq"] = true.into();
+        full["ipMasqBackend"] = "nftables".into();
+        full["mtu"] = 1400.into();
+        full["dns"] = json!({"nameservers": ["10.0.0.10"]});
+        let c = load(full).unwrap();
+        assert_eq!((c.ip_masq, c.masq_backend, c.mtu), (true, Some(Backend::Nftables), Some(1400)));
+        assert!(c.dns.is_some());
+    }
+
+    #[test]
+    fn bad_inputs_are_config_errors() {
+        let with = |key: &str, value: Value| {
+            let mut c = base();
+            c[key] = value;
+            c
+        };
+        let mut no_ipam = base();
+        no_ipam.as_object_mut().unwrap().remove("ipam");
+        for conf in [
+            no_ipam,
+            with("ipam", json!({})),
+            with("mtu", (-1).into()),
+            with("mtu", 70000.into()),
+            with("ipMasqBackend", "ebtables".into()),
+            with("ipMasq", "yes".into()),
+        ] {
+            let e = load(conf.clone()).unwrap_err();
+            assert!([codes::INVALID_CONFIG, codes::DECODE].contains(&e.code), "{conf}: {e:?}");
+        }
+    }
+}
