@@ -23,7 +23,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use cri_client::v1::{ContainerState, LinuxSandboxSecurityContext, Mount, NamespaceMode, NamespaceOption};
@@ -651,18 +652,41 @@ fn image_installs_through_cri_while_a_pod_is_added_by_the_old_binaries() {
     let log_dir = node.dir().join("pod-logs");
     fs::create_dir_all(&log_dir).expect("log dir");
 
-    // The other pod: its ADD starts now, through the old binaries, on a CRI connection of its own.
-    let socket = containerd.socket.clone();
-    let web = pod_config("default", "web", "uid-web", &[], &[], &log_dir);
-    let adder = std::thread::spawn(move || {
-        let mut cri = Cri::connect(&socket, Duration::from_secs(20)).expect("CRI");
-        let started = Instant::now();
-        let id = cri.run_pod_sandbox(web).map_err(|e| e.message().to_string());
-        (id, started.elapsed())
-    });
+    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
+        panic!("{what}: {e}\n{}", containerd.log_problems(10));
+    };
+    // A pod added through the old binaries before the install, deleted through the new ones after it.
+    let web_config = pod_config("default", "web", "uid-web", &[], &[], &log_dir);
+    let web = cri.run_pod_sandbox(web_config).unwrap_or_else(|e| fail("RunPodSandbox (old binaries)", &e.message()));
+
+    // Pods added and deleted without pause on a CRI connection of their own, from before the installer starts
+    // until after it exits: some ADD runs while binaries are being replaced.
+    let done = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (socket, log_dir, done) = (containerd.socket.clone(), log_dir.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut cri = Cri::connect(&socket, Duration::from_secs(20)).expect("CRI");
+            let mut cycles = Vec::new();
+            let mut i = 0;
+            while !done.load(Ordering::SeqCst) || cycles.is_empty() {
+                i += 1;
+                let name = format!("churn-{i}");
+                let started = Instant::now();
+                let result = cri
+                    .run_pod_sandbox(pod_config("default", &name, &format!("uid-{name}"), &[], &[], &log_dir))
+                    .and_then(|id| cri.stop_pod_sandbox(&id).and_then(|()| cri.remove_pod_sandbox(&id)))
+                    .map_err(|e| format!("{name}: {}", e.message()));
+                cycles.push((started, Instant::now(), result));
+            }
+            cycles
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
 
     // The installer as the DaemonSet runs it: host network, the node's directories as hostPaths.
     let mut sandbox = pod_config("kube-system", "cni-rs-install", "uid-install", &[], &[], &log_dir);
+    // As the kubelet sends a hostNetwork pod: the node's hostname (none of its own), the node's netns.
+    sandbox.hostname = String::new();
     sandbox.linux.get_or_insert_with(Default::default).security_context = Some(LinuxSandboxSecurityContext {
         namespace_options: Some(NamespaceOption { network: NamespaceMode::Node as i32, ..Default::default() }),
         ..Default::default()
@@ -680,9 +704,6 @@ fn image_installs_through_cri_while_a_pod_is_added_by_the_old_binaries() {
             ..Default::default()
         },
     ];
-    let fail = |what: &str, e: &dyn std::fmt::Display| -> ! {
-        panic!("{what}: {e}\n{}", containerd.log_problems(10));
-    };
     let install_started = Instant::now();
     let pod = cri.run_pod_sandbox(sandbox.clone()).unwrap_or_else(|e| fail("RunPodSandbox (installer)", &e.message()));
     let cid = cri.create_container(&pod, container, sandbox).unwrap_or_else(|e| fail("CreateContainer", &e.message()));
@@ -699,12 +720,20 @@ fn image_installs_through_cri_while_a_pod_is_added_by_the_old_binaries() {
     let log = fs::read_to_string(log_dir.join("install-cni.log")).unwrap_or_default();
     assert_eq!(exit, 0, "the installer exits 0: {log}");
 
-    let (web, add_took) = adder.join().expect("the adding thread");
-    let web = web.unwrap_or_else(|e| fail("RunPodSandbox of the other pod, during the install", &e));
-    eprintln!("the other pod's ADD took {add_took:?}; the installer pod ran to its exit in {installed_after:?}");
+    let install_ended = Instant::now();
+    done.store(true, Ordering::SeqCst);
+    let cycles = churn.join().expect("the churn thread");
+    let failed: Vec<&String> = cycles.iter().filter_map(|(_, _, r)| r.as_ref().err()).collect();
+    assert!(failed.is_empty(), "pods added and deleted during the install: {failed:?}");
+    let during = cycles.iter().filter(|(start, end, _)| *start < install_ended && *end > install_started).count();
+    eprintln!(
+        "{} pods added and deleted, {during} of them while the installer pod ran ({installed_after:?})",
+        cycles.len()
+    );
+    assert!(during > 0, "a pod's ADD/DEL overlapped the install");
     let status = cri.pod_sandbox_status(&web, false).unwrap_or_else(|e| fail("PodSandboxStatus", &e.message()));
     let ip: IpAddr = pod_ips(&status).first().unwrap_or_else(|| panic!("a pod IP: {status:?}")).parse().unwrap();
-    assert!(node.ping(ip), "the node reaches the other pod at {ip}");
+    assert!(node.ping(ip), "the node reaches the pod added by the old binaries at {ip}");
 
     // The node's directory now holds ours (plugins the reference has and ours does not are left alone).
     for plugin in &dist.plugins {
@@ -712,7 +741,7 @@ fn image_installs_through_cri_while_a_pod_is_added_by_the_old_binaries() {
     }
     assert!(host_conf.join("10-flannel.conflist").is_file(), "the conflist written");
 
-    // The other pod's DEL now runs through the new binaries, on the reference's state: it succeeds, and cleans up.
+    // The first pod's DEL now runs through the new binaries, on the reference's state: it succeeds, and cleans up.
     cri.stop_pod_sandbox(&web).unwrap_or_else(|e| fail("StopPodSandbox of the other pod", &e.message()));
     cri.remove_pod_sandbox(&web).unwrap_or_else(|e| fail("RemovePodSandbox of the other pod", &e.message()));
     cri.stop_pod_sandbox(&pod).unwrap_or_else(|e| fail("StopPodSandbox (installer)", &e.message()));
