@@ -428,7 +428,7 @@ fn installed_tree() -> Option<&'static Path> {
     ROOT.get_or_init(|| {
         let dist = dist()?;
         let root = ScratchRoot::new(
-            dist.dir.join(format!("installed-{}", std::process::id())),
+            dist.dir.join("installed"),
             &[&dist.reference_deb, &dist.plugins_deb],
         );
         root.dpkg_ok(&["-i", dist.reference_deb.to_str().unwrap()]);
