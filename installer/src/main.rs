@@ -97,8 +97,8 @@ fn run(cli: &Cli) -> Result<(), String> {
         cnicore::state::ensure_dir(&cli.conf_dir, 0o755)
             .map_err(|e| format!("create {}: {e}", cli.conf_dir.display()))?;
         let dest = cli.conf_dir.join(&name);
-        let outcome = install_file(&cli.conflist, &dest, CONFLIST_MODE)
-            .map_err(|e| format!("write {}: {e}", dest.display()))?;
+        let outcome =
+            install_file(&cli.conflist, &dest, CONFLIST_MODE).map_err(|e| format!("write {}: {e}", dest.display()))?;
         sync_dir(&cli.conf_dir).map_err(|e| format!("sync {}: {e}", cli.conf_dir.display()))?;
         let what = if outcome == Outcome::Installed { "written" } else { "unchanged" };
         println!("cni-installer: {} {what}", dest.display());

@@ -131,8 +131,11 @@ fn reference_deb(dir: &Path) -> Option<PathBuf> {
     if let Some(deb) = cached(&cache) {
         return Some(deb);
     }
-    let output =
-        Command::new("apt-get").args(["download", "-q", REFERENCE_PACKAGE]).current_dir(&cache).output().expect("apt-get");
+    let output = Command::new("apt-get")
+        .args(["download", "-q", REFERENCE_PACKAGE])
+        .current_dir(&cache)
+        .output()
+        .expect("apt-get");
     let found = cached(&cache);
     let why = format!("apt-get download {REFERENCE_PACKAGE}: {}", String::from_utf8_lossy(&output.stderr));
     if daemon::require("Debian's containernetworking-plugins .deb", found.is_some(), &why) {
@@ -337,7 +340,8 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
     assert_eq!(bins, dist.plugins, "/usr/lib/cni holds every plugin of the workspace, and nothing else");
     for (path, (mode, owner)) in plugin_files.iter().chain(deb_files(&dist.fabric_deb).iter()) {
         assert_eq!(owner, "root/root", "{path} owned by root");
-        let executable = path.starts_with("/usr/lib/cni/") || path.ends_with("bin/fabricd") || path == "/usr/bin/cnitool";
+        let executable =
+            path.starts_with("/usr/lib/cni/") || path.ends_with("bin/fabricd") || path == "/usr/bin/cnitool";
         let expected = match () {
             _ if mode.starts_with('d') => "drwxr-xr-x",
             _ if executable => "-rwxr-xr-x",
@@ -427,10 +431,7 @@ fn installed_tree() -> Option<&'static Path> {
     static ROOT: OnceLock<Option<ScratchRoot>> = OnceLock::new();
     ROOT.get_or_init(|| {
         let dist = dist()?;
-        let root = ScratchRoot::new(
-            dist.dir.join("installed"),
-            &[&dist.reference_deb, &dist.plugins_deb],
-        );
+        let root = ScratchRoot::new(dist.dir.join("installed"), &[&dist.reference_deb, &dist.plugins_deb]);
         root.dpkg_ok(&["-i", dist.reference_deb.to_str().unwrap()]);
         root.dpkg_ok(&["-i", dist.plugins_deb.to_str().unwrap()]);
         assert!(root.installed(PLUGINS_PACKAGE) && !root.installed(REFERENCE_PACKAGE));
@@ -836,10 +837,10 @@ fn daemonset_matches_the_image_and_the_binaries() {
     }
     assert_eq!(fabricd["--firewall-backend"], "nftables", "the image has nft, not iptables");
     // The metrics port is the container's port named metrics.
-    let port = fabricd["--metrics-addr"].rsplit(':').next().unwrap().to_string();
+    let port: u64 = fabricd["--metrics-addr"].rsplit(':').next().unwrap().parse().expect("a port number");
     let ports = main["ports"].as_array().expect("ports");
     assert!(
-        ports.iter().any(|p| p["name"] == "metrics" && p["containerPort"].to_string() == port),
+        ports.iter().any(|p| p["name"] == "metrics" && p["containerPort"] == port),
         "metrics port {port} declared: {ports:?}"
     );
     // The capabilities it needs and no more.
