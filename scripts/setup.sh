@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 # lintian, fakeroot, binutils (strip): scripts/package.sh and its tests (netns-tests/tests/package.rs); buildah
 # (below) builds the installer image.
 packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine
-  etcd-client protobuf-compiler openssl curl jq lintian fakeroot binutils)
+  etcd-client protobuf-compiler openssl curl jq lintian fakeroot binutils dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -127,8 +127,20 @@ fn install_file(source: &Path, dest: &Path, mode: u32) -> io::Result<Outcome> {
     if is_same(dest, &content, mode)? {
         return Ok(Outcome::Unchanged);
     }
+    remove_stale_temporary(dest)?;
     write_atomic(dest, &content, mode)?;
     Ok(Outcome::Installed)
+}
+
+/// An init container is PID 1 every time, so a run killed mid-write leaves the very temporary name
+/// (`write_atomic`'s `.tmp-<name>-<pid>`) the next run would create exclusively: remove it first.
+fn remove_stale_temporary(dest: &Path) -> io::Result<()> {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temporary = dest.with_file_name(format!(".tmp-{name}-{}", std::process::id()));
+    match fs::remove_file(temporary) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// True when `path` is a regular file (not a symlink) with exactly `content` and `mode`.
@@ -201,6 +213,20 @@ mod tests {
         assert_eq!(fs::read(&dest).unwrap(), b"new binary");
         let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
         assert_eq!(leftovers.len(), 2, "no temporary file left: {leftovers:?}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_temporary_file_left_by_a_killed_run_is_no_obstacle() {
+        let dir = scratch("stale");
+        let source = dir.join("bridge");
+        fs::write(&source, b"new binary").unwrap();
+        let dest = dir.join("installed");
+        let stale = dir.join(format!(".tmp-installed-{}", std::process::id()));
+        fs::write(&stale, b"half a bin").unwrap();
+        assert_eq!(install_file(&source, &dest, BINARY_MODE).unwrap(), Outcome::Installed);
+        assert_eq!(fs::read(&dest).unwrap(), b"new binary");
+        assert!(!stale.exists());
         fs::remove_dir_all(&dir).unwrap();
     }
 
