@@ -9,7 +9,8 @@
 //!   busybox's sh), then ours replacing it (`Conflicts` + `Replaces`), the reference refused while ours is there,
 //!   ours removed and the reference installed again;
 //! - podman and containerd (its CRI) running pods with the scratch root's `/usr/lib/cni` as their plugin
-//!   directory;
+//!   directory; that tree is left in `target/debug/package-test/installed` for `scripts/test.sh`, which runs the
+//!   whole `_ours` podman and containerd suites on it (`CNI_PLUGIN_DIR`);
 //! - the image: run under podman with a host directory bind-mounted (installed, then unchanged on a second run,
 //!   a binary in use replaced by rename), and as a pod through containerd's CRI with a hostPath to the plugin
 //!   directory containerd itself uses, while another pod is being added through the old (reference) binaries:
