@@ -129,7 +129,8 @@ build_deb "$tree" cni-rs-fabric \
   " conflists as libcni does."
 
 if command -v lintian >/dev/null; then
-  lintian --fail-on error --suppress-tags-from-file /dev/null "$out"/cni-rs-{plugins,fabric}_"${debversion}"_"$arch".deb
+  # TMPDIR: lintian leaves its mldbm-* files behind.
+  TMPDIR=$work lintian --fail-on error "$out"/cni-rs-{plugins,fabric}_"${debversion}"_"$arch".deb
 fi
 
 ((image)) || exit 0

@@ -374,8 +374,15 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
     assert!(fabric_depends.contains(&format!("{PLUGINS_PACKAGE} (=")), "{fabric_depends}");
     assert_eq!(deb_field(&dist.fabric_deb, "Architecture"), deb_field(&dist.plugins_deb, "Architecture"));
 
-    // lintian: no error (warnings are printed by package.sh).
-    let output = run(Command::new("lintian").args(["--fail-on", "error"]).arg(&dist.plugins_deb).arg(&dist.fabric_deb));
+    // lintian: no error (warnings are printed by package.sh). Its own TMPDIR: it leaves mldbm-* files there.
+    let tmp = dist.dir.join(format!("lintian-{}", std::process::id()));
+    fs::create_dir_all(&tmp).expect("lintian TMPDIR");
+    let output = run(Command::new("lintian")
+        .env("TMPDIR", &tmp)
+        .args(["--fail-on", "error"])
+        .arg(&dist.plugins_deb)
+        .arg(&dist.fabric_deb));
+    let _ = fs::remove_dir_all(&tmp);
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success() && !text.lines().any(|l| l.starts_with("E:")), "lintian: {text}");
 }
