@@ -3,6 +3,8 @@
 //!
 //! - the packages: file lists, owners and modes, the relations to Debian's `containernetworking-plugins`, and
 //!   lintian without an error;
+//! - apt's resolver, simulating `apt install ./<deb>` on this machine (`apt-get -s`: nothing changes): the
+//!   reference removed, nothing else;
 //! - the swap both ways in a scratch root (`dpkg --root`, never the machine's own `/usr/lib/cni`): a dpkg
 //!   database holding the packages our packages and the reference depend on (copied from the machine's), the
 //!   reference installed from Debian's own .deb (`apt-get download`; its maintainer scripts run chrooted, under
@@ -432,6 +434,25 @@ fn package_swaps_with_the_reference_both_ways() {
     assert!(root.installed(REFERENCE_PACKAGE));
     assert_eq!(root.cni_files(), reference_files);
     assert_eq!(fs::read(root.cni_dir().join("bridge")).unwrap(), reference_bridge);
+}
+
+/// apt's resolver on this machine's own state (the reference installed by scripts/setup.sh), in simulation only
+/// (`apt-get -s` changes nothing): `apt install ./<deb>` removes the reference, nothing else, and installs ours.
+#[test]
+fn apt_would_swap_the_reference_for_ours() {
+    let Some(dist) = dist() else { return };
+    let installed = run(Command::new("dpkg-query").args(["-W", "-f", "${Status}", REFERENCE_PACKAGE]));
+    if String::from_utf8_lossy(&installed.stdout) != "install ok installed" {
+        daemon::require(REFERENCE_PACKAGE, false, "run scripts/setup.sh (installs Debian's reference plugins)");
+        return;
+    }
+    let text = ok(Command::new("apt-get").args(["-s", "-q", "install"]).arg(&dist.plugins_deb).arg(&dist.fabric_deb));
+    let removed: Vec<&str> = text.lines().filter(|l| l.starts_with("Remv ")).collect();
+    assert_eq!(removed.len(), 1, "only the reference removed: {text}");
+    assert!(removed[0].starts_with(&format!("Remv {REFERENCE_PACKAGE} ")), "{text}");
+    for package in [PLUGINS_PACKAGE, FABRIC_PACKAGE] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("Inst {package} "))), "{package} installed: {text}");
+    }
 }
 
 /// A scratch root where ours replaced the reference, shared by the runtime tests of this run.
