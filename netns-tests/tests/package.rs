@@ -617,8 +617,14 @@ fn image_installs_the_plugins_under_podman() {
     let host = node.dir().join("host");
     let bin = host.join("opt/cni/bin");
     fs::create_dir_all(&bin).expect("host bin dir");
-    // An old plugin, held open as by a runtime executing it: replaced by rename, its content untouched.
-    fs::write(bin.join("bridge"), b"old bridge").expect("old bridge");
+    // The old plugins: the reference's, where it has one of ours. The old bridge is held open, as by a runtime
+    // executing it: it must be replaced by rename, its content untouched.
+    let old_plugins: Vec<String> =
+        dist.plugins.iter().filter(|p| Path::new(REFERENCE_DIR).join(p).is_file()).cloned().collect();
+    for plugin in &old_plugins {
+        fs::copy(Path::new(REFERENCE_DIR).join(plugin), bin.join(plugin)).expect("copy a reference plugin");
+    }
+    let reference_bridge = fs::read(bin.join("bridge")).expect("old bridge");
     let old = fs::File::open(bin.join("bridge")).expect("open old bridge");
     let old_inode = old.metadata().unwrap().ino();
     let volume = format!("{}:/host", host.display());
@@ -628,7 +634,34 @@ fn image_installs_the_plugins_under_podman() {
         args.push(IMAGE);
         podman.ok(&args)
     };
+    // While the installer runs, every plugin is executed again and again, as runtimes would: each exec finds a
+    // whole binary, old or new (never a missing, busy or half-written file).
+    let done = Arc::new(AtomicBool::new(false));
+    let execs = {
+        let (bin, done, plugins) = (bin.clone(), done.clone(), old_plugins.clone());
+        std::thread::spawn(move || {
+            let (mut runs, mut failures) = (0, Vec::new());
+            while !done.load(Ordering::SeqCst) {
+                for plugin in &plugins {
+                    let output = Command::new(bin.join(plugin)).env_clear().env("CNI_COMMAND", "VERSION").output();
+                    runs += 1;
+                    match output {
+                        Ok(o) if o.status.success() => {}
+                        Ok(o) => {
+                            failures.push(format!("{plugin}: {} {}", o.status, String::from_utf8_lossy(&o.stderr)))
+                        }
+                        Err(e) => failures.push(format!("{plugin}: {e}")),
+                    }
+                }
+            }
+            (runs, failures)
+        })
+    };
     let first = installer(&podman);
+    done.store(true, Ordering::SeqCst);
+    let (runs, failures) = execs.join().expect("the exec thread");
+    assert!(failures.is_empty(), "execs during the install failed: {failures:?}");
+    eprintln!("{runs} plugin execs while the installer ran, none failed");
     assert!(first.contains(&format!("{} binaries installed, 0 unchanged", dist.plugins.len())), "{first}");
     let installed: BTreeSet<String> =
         fs::read_dir(&bin).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
@@ -639,7 +672,9 @@ fn image_installs_the_plugins_under_podman() {
         assert!(is_ours(&bin.join(plugin)), "{plugin} runs on this node");
     }
     assert_ne!(fs::metadata(bin.join("bridge")).unwrap().ino(), old_inode, "bridge replaced by a new inode");
-    assert_eq!(std::io::read_to_string(old).unwrap(), "old bridge", "the old bridge was never written into");
+    let mut old_content = Vec::new();
+    std::io::Read::read_to_end(&mut &old, &mut old_content).unwrap();
+    assert!(old_content == reference_bridge, "the old bridge was never written into");
     let conflist = host.join("etc/cni/net.d/10-flannel.conflist");
     assert_eq!(fs::read(&conflist).unwrap(), fs::read(workspace().join("conf/10-flannel.conflist")).unwrap());
     assert_eq!(fs::metadata(&conflist).unwrap().mode() & 0o7777, 0o644);
