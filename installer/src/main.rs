@@ -216,6 +216,48 @@ mod tests {
         fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A shell (another process, as a runtime is) executes the installed binary in a loop while it is replaced
+    /// again and again: no exec ever fails (ETXTBSY from a file still open for writing, ENOENT between two names,
+    /// ENOEXEC from a half-written file).
+    #[test]
+    fn a_binary_executed_in_a_loop_is_replaced_without_a_failed_exec() {
+        let dir = scratch("exec");
+        let dest = dir.join("plugin");
+        let elf = fs::read("/bin/true").unwrap();
+        // Two contents that both run: an ELF ignores bytes appended to it.
+        let (first, second) = (dir.join("first"), dir.join("second"));
+        fs::write(&first, &elf).unwrap();
+        fs::write(&second, [elf.as_slice(), b"\0"].concat()).unwrap();
+        install_file(&first, &dest, BINARY_MODE).unwrap();
+        let errors = dir.join("errors");
+        /// Stops the shell and removes the directory, also when the test fails.
+        struct Loop(std::process::Child, PathBuf);
+        impl Drop for Loop {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+                let _ = fs::remove_dir_all(&self.1);
+            }
+        }
+        let shell = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"while [ ! -e "$1.stop" ]; do "$1" 2>>"$2"; done"#)
+            .arg("sh")
+            .arg(&dest)
+            .arg(&errors)
+            .spawn()
+            .unwrap();
+        let mut guard = Loop(shell, dir.clone());
+        for round in 0..300 {
+            let source = if round % 2 == 0 { &second } else { &first };
+            assert_eq!(install_file(source, &dest, BINARY_MODE).unwrap(), Outcome::Installed);
+        }
+        fs::write(dir.join("plugin.stop"), b"").unwrap();
+        guard.0.wait().unwrap();
+        let errors = fs::read_to_string(&errors).unwrap_or_default();
+        assert!(errors.is_empty(), "execs failed while the binary was replaced: {errors}");
+    }
+
     #[test]
     fn a_temporary_file_left_by_a_killed_run_is_no_obstacle() {
         let dir = scratch("stale");
