@@ -679,6 +679,17 @@ fn image_installs_the_plugins_under_podman() {
     assert_eq!(fs::read(&conflist).unwrap(), fs::read(workspace().join("conf/10-flannel.conflist")).unwrap());
     assert_eq!(fs::metadata(&conflist).unwrap().mode() & 0o7777, 0o644);
 
+    // The image's other executables start with the libraries the image has (no shell: each is the entrypoint).
+    for (entrypoint, arg, expect) in
+        [("/usr/sbin/fabricd", "--help", "--etcd-endpoints"), ("/usr/sbin/nft", "--version", "nftables")]
+    {
+        let mut args = vec!["run", "--rm", "--network", "none", "--entrypoint", entrypoint];
+        args.extend_from_slice(RUN_LIMITS);
+        args.extend([IMAGE, arg]);
+        let text = podman.ok(&args);
+        assert!(text.contains(expect), "{entrypoint} {arg} in the image: {text}");
+    }
+
     // Again: nothing to do, nothing touched.
     let inodes: Vec<u64> = dist.plugins.iter().map(|p| fs::metadata(bin.join(p)).unwrap().ino()).collect();
     let second = installer(&podman);
