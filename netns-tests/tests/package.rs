@@ -36,7 +36,7 @@ use netns_tests::containerd::{self, Containerd, ContainerdConfig};
 use netns_tests::daemon::{self, http_get};
 use netns_tests::images::{BUSYBOX, BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
 use netns_tests::podman::{self, Podman, RUN_LIMITS};
-use netns_tests::runtimes::{eventually, node_with_wan, pod_links, NODE_IP};
+use netns_tests::runtimes::{self, eventually, node_with_wan, pod_links, NODE_IP};
 use netns_tests::upstream::REFERENCE_DIR;
 use netns_tests::{bin_dir, json, kubenet, Value};
 
@@ -933,4 +933,90 @@ fn binaries_helper_lists_the_workspace_plugins() {
         .current_dir(workspace()));
     let listed: BTreeSet<String> = output.lines().map(String::from).collect();
     assert_eq!(listed, workspace_plugins());
+}
+
+/// fabricd from the image as the DaemonSet runs it: the manifest's flags (static mode instead of etcd: no etcd
+/// here), its capabilities and nothing more (`--cap-drop=all`, the manifest's `add`), the node's network, the
+/// manifest's mount paths on the test's directories. It programs the node (a host-gw route to a peer, its
+/// nftables masquerade) and writes subnet.env and the conflist, with `/proc/sys` read-only as in a pod: the node's
+/// ip_forward is set beforehand, as the manifest says.
+#[test]
+fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
+    if !podman::available() {
+        return;
+    }
+    let Some(dist) = dist() else { return };
+    let docs = yaml_documents(&workspace().join("deploy/cni-rs.yaml"));
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    let main = &ds["spec"]["template"]["spec"]["containers"][0];
+    let caps: Vec<&str> = main["securityContext"]["capabilities"]["add"]
+        .as_array()
+        .expect("capabilities")
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let mounts: BTreeMap<&str, &str> = main["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["name"].as_str().unwrap(), m["mountPath"].as_str().unwrap()))
+        .collect();
+
+    let (node, _wan) = node_with_wan();
+    node.ip(&["link", "set", "lo", "up"]);
+    let forwarding = node.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"], &[], b"");
+    assert!(forwarding.status.success(), "ip_forward in the node netns");
+    let podman = Podman::new(&node, &bin_dir());
+    podman.ok(&["load", "--quiet", "--input", dist.image.to_str().unwrap()]);
+    let (run_flannel, cni_conf) = (node.dir().join("run-flannel"), node.dir().join("net.d"));
+    fs::create_dir_all(&run_flannel).unwrap();
+    fs::create_dir_all(&cni_conf).unwrap();
+    let static_config = node.dir().join("static.json");
+    let config = json!({"Network": "10.244.0.0/16", "Backend": {"Type": "host-gw"}, "Subnet": "10.244.1.0/24",
+                        "Peers": [{"Subnet": "10.244.2.0/24", "PublicIP": runtimes::WAN_IP}]});
+    fs::write(&static_config, config.to_string()).unwrap();
+
+    let volumes = [
+        format!("{}:{}", run_flannel.display(), mounts["run-flannel"]),
+        format!("{}:{}", cni_conf.display(), mounts["cni-conf"]),
+        format!("{}:/etc/fabricd/static.json:ro", static_config.display()),
+    ];
+    let cap_add = caps.join(",");
+    let mut args: Vec<String> = ["run", "-d", "--name", "fabricd", "--network", "host", "--cap-drop=all"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(format!("--cap-add={cap_add}"));
+    for volume in &volumes {
+        args.extend(["-v".to_string(), volume.clone()]);
+    }
+    args.extend(RUN_LIMITS.iter().map(|s| s.to_string()));
+    args.extend(["--entrypoint".to_string(), main["command"][0].as_str().unwrap().to_string(), IMAGE.to_string()]);
+    for arg in main["args"].as_array().unwrap() {
+        let arg = arg.as_str().unwrap();
+        if !arg.starts_with("--etcd-") && !arg.starts_with("--metrics-addr") {
+            args.push(arg.to_string());
+        }
+    }
+    args.extend(["--static-config=/etc/fabricd/static.json".to_string(), "--metrics-addr=".to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    podman.ok(&args);
+
+    let programmed = eventually(Duration::from_secs(20), || {
+        let route = node.ip(&["route", "show", "10.244.2.0/24"]);
+        let conflist = cni_conf.join("10-fabric.conflist");
+        match (route.contains(runtimes::WAN_IP), run_flannel.join("subnet.env").is_file(), conflist.is_file()) {
+            (true, true, true) => Ok(()),
+            state => Err(format!("route {route:?}, subnet.env and conflist present: {state:?}")),
+        }
+    });
+    let logs = podman.run(&["logs", "fabricd"]);
+    let logs = format!("{}{}", String::from_utf8_lossy(&logs.stdout), String::from_utf8_lossy(&logs.stderr));
+    programmed.unwrap_or_else(|e| panic!("fabricd in the image did not program the node: {e}\nits log:\n{logs}"));
+    let subnet_env = fs::read_to_string(run_flannel.join("subnet.env")).unwrap();
+    assert!(subnet_env.contains("FLANNEL_SUBNET=10.244.1.1/24"), "{subnet_env}");
+    let ruleset = node.exec("nft", &["list", "ruleset"], &[], b"");
+    let ruleset = String::from_utf8_lossy(&ruleset.stdout).into_owned();
+    assert!(ruleset.contains("table inet fabricd"), "the masquerade, through the image's nft: {ruleset}\n{logs}");
+    podman.ok(&["rm", "-f", "fabricd"]);
 }
