@@ -17,6 +17,7 @@
 //!   a binary in use replaced by rename), and as a pod through containerd's CRI with a hostPath to the plugin
 //!   directory containerd itself uses, while another pod is being added through the old (reference) binaries:
 //!   that pod's ADD and its DEL succeed;
+//! - fabricd from the image with the DaemonSet's flags (static mode for etcd), capabilities and mount paths;
 //! - `deploy/`: the DaemonSet's image is the image package.sh writes, its paths are its volumes' mounts, its
 //!   flags are flags the binaries accept.
 
