@@ -923,7 +923,7 @@ fn daemonset_matches_the_image_and_the_binaries() {
     let security = &main["securityContext"];
     assert_eq!(security["privileged"], false);
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(security["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
+    assert_eq!(security["capabilities"]["add"], json!(["NET_ADMIN"]));
 }
 
 #[test]
@@ -938,8 +938,8 @@ fn binaries_helper_lists_the_workspace_plugins() {
 
 /// fabricd from the image as the DaemonSet runs it: the manifest's flags (static mode instead of etcd: no etcd
 /// here), its capabilities and nothing more (`--cap-drop=all`, the manifest's `add`), the node's network, the
-/// manifest's mount paths on the test's directories. It programs the node (a host-gw route to a peer, its
-/// nftables masquerade) and writes subnet.env and the conflist, with `/proc/sys` read-only as in a pod: the node's
+/// manifest's mount paths on the test's directories. It programs the node (its vxlan device and the route to a
+/// peer through it, its nftables masquerade) and writes subnet.env and the conflist, with `/proc/sys` read-only as in a pod: the node's
 /// ip_forward is set beforehand, as the manifest says.
 #[test]
 fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
@@ -973,7 +973,7 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     fs::create_dir_all(&run_flannel).unwrap();
     fs::create_dir_all(&cni_conf).unwrap();
     let static_config = node.dir().join("static.json");
-    let config = json!({"Network": "10.244.0.0/16", "Backend": {"Type": "host-gw"}, "Subnet": "10.244.1.0/24",
+    let config = json!({"Network": "10.244.0.0/16", "Backend": {"Type": "vxlan"}, "Subnet": "10.244.1.0/24",
                         "Peers": [{"Subnet": "10.244.2.0/24", "PublicIP": runtimes::WAN_IP}]});
     fs::write(&static_config, config.to_string()).unwrap();
 
@@ -1006,7 +1006,7 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     let programmed = eventually(Duration::from_secs(20), || {
         let route = node.ip(&["route", "show", "10.244.2.0/24"]);
         let conflist = cni_conf.join("10-fabric.conflist");
-        match (route.contains(runtimes::WAN_IP), run_flannel.join("subnet.env").is_file(), conflist.is_file()) {
+        match (route.contains("dev flannel.1"), run_flannel.join("subnet.env").is_file(), conflist.is_file()) {
             (true, true, true) => Ok(()),
             state => Err(format!("route {route:?}, subnet.env and conflist present: {state:?}")),
         }
@@ -1016,6 +1016,7 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     programmed.unwrap_or_else(|e| panic!("fabricd in the image did not program the node: {e}\nits log:\n{logs}"));
     let subnet_env = fs::read_to_string(run_flannel.join("subnet.env")).unwrap();
     assert!(subnet_env.contains("FLANNEL_SUBNET=10.244.1.1/24"), "{subnet_env}");
+    assert!(node.links().iter().any(|l| l == "flannel.1"), "the vxlan device");
     let ruleset = node.exec("nft", &["list", "ruleset"], &[], b"");
     let ruleset = String::from_utf8_lossy(&ruleset.stdout).into_owned();
     assert!(ruleset.contains("table inet fabricd"), "the masquerade, through the image's nft: {ruleset}\n{logs}");
