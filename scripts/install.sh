@@ -4,6 +4,7 @@
 #   scripts/install.sh [--prefix DIR] [--conf] [--force]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 prefix=/opt/cni/bin conf=0 force=0
 while (($#)); do
   case $1 in
@@ -14,11 +15,14 @@ while (($#)); do
   esac
   shift
 done
-cargo build --release --quiet --workspace --exclude netns-tests --exclude cri-client
+mapfile -t plugins < <(cni_plugin_binaries)
+build=()
+while read -r p; do build+=(-p "$p"); done < <(cni_plugin_packages)
+cargo build --release --quiet "${build[@]}" -p cnitool
 install -d -m 0755 "$prefix"
-# The plugins (flannel: flannel's meta-plugin, for conflists whose first plugin is "type": "flannel") and the
+# The plugins (every bin of the crates under plugins/ and ipam/; flannel is flannel's meta-plugin) and the
 # runner. fabricd, the node agent, is a daemon: see fabricd/README.md and conf/fabricd.service.
-for b in bridge host-local portmap bandwidth loopback tuning firewall flannel cnitool; do
+for b in "${plugins[@]}" cnitool; do
   # Install through a temporary name and rename, so a running kubelet never executes a half-written binary.
   install -m 0755 "target/release/$b" "$prefix/.$b.new"
   mv -f "$prefix/.$b.new" "$prefix/$b"

@@ -10,9 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # etcd-client and openssl: the fabric tests (etcd-server below); protobuf-compiler: etcd-client generates its gRPC code at build time;
-# curl: fabricd's metrics in the tests and the fabric benchmark.
+# curl: fabricd's metrics in the tests and the fabric benchmark. jq: scripts/lib/binaries.sh reads cargo metadata;
+# lintian, fakeroot, binutils (strip): scripts/package.sh and its tests (netns-tests/tests/package.rs); buildah
+# (below) builds the installer image.
 packages=(iptables nftables iproute2 iputils-ping iperf3 conntrack socat netcat-openbsd containernetworking-plugins hyperfine
-  etcd-client protobuf-compiler openssl curl)
+  etcd-client protobuf-compiler openssl curl jq lintian fakeroot binutils dpkg-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -52,7 +54,7 @@ install_without_starting() { # WHAT PACKAGE...
 install_without_starting "the firewall plugin's firewalld tests" firewalld dbus-daemon
 # The runtime tests: containerd and podman (with runc) run pods in test namespaces, busybox-static makes their
 # images offline, protoc builds the CRI client's bindings.
-install_without_starting "the runtime tests" containerd runc podman busybox-static protobuf-compiler
+install_without_starting "the runtime tests" containerd runc podman busybox-static protobuf-compiler buildah
 # The fabric tests: etcd 3.4, started by each test in its own namespace on a temporary data dir.
 install_without_starting "the fabric tests" etcd-server
 

@@ -18,3 +18,9 @@ if [[ ${CNI_TEST_FUZZ:-1} != 0 ]]; then
   scripts/fuzz.sh --short
 fi
 cargo test --workspace --quiet "${features[@]}" "$@"
+# The runtime suites once more with "ours" = the Debian package as tests/package.rs installed it over the reference
+# in a scratch root (dpkg --root): podman and containerd run pods with that /usr/lib/cni as their plugin directory.
+installed=target/debug/package-test/installed/usr/lib/cni
+if [[ -d $installed ]]; then
+  CNI_PLUGIN_DIR=$PWD/$installed cargo test -p netns-tests --quiet "${features[@]}" --test podman --test containerd -- _ours
+fi

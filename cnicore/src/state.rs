@@ -43,6 +43,9 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
             .open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
+        // Closed before it takes the name: an executable still open for writing cannot be exec'd (ETXTBSY), and
+        // the installer renames plugins that runtimes exec at any moment.
+        drop(f);
         crate::failpoint::hit("state/before-rename");
         fs::rename(&tmp, path)
     })();

@@ -18,9 +18,11 @@ pub enum Plugins {
 }
 
 impl Plugins {
+    /// Ours: `$CNI_PLUGIN_DIR` if set (an installed tree, e.g. the Debian package's `/usr/lib/cni` in a scratch
+    /// root: see `tests/package.rs`), else the workspace's built binaries.
     pub fn dir(self) -> PathBuf {
         match self {
-            Plugins::Ours => bin_dir(),
+            Plugins::Ours => std::env::var_os("CNI_PLUGIN_DIR").map(PathBuf::from).unwrap_or_else(bin_dir),
             Plugins::Reference => PathBuf::from(REFERENCE_DIR),
         }
     }
