@@ -1,0 +1,394 @@
+//! The dhcp IPAM plugin and its daemon against a real DHCP server (Debian's dnsmasq) in a namespace of the
+//! test, with ours and with the reference (1.1.1):
+//!
+//! ```text
+//!   pod (eth0: the lease) --veth-- server (s0 10.77.0.1/24, dnsmasq)        node: the dhcp daemon
+//! ```
+//!
+//! The daemon runs in the node namespace with its socket and state in the test's directory; it is killed by
+//! PID when the test ends. dnsmasq's own lease file is the witness: the pod's address is its entry, and the
+//! entry goes when DEL releases the lease. A packet socket on the server's side records every message to
+//! port 67, to show how renewals are sent (RFC 2131 §4.3.6). dnsmasq names T1 = 4 s (its shortest lease is
+//! two minutes), so renewals come within the test. Build first (`cargo build -p dhcp`).
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use netns_tests::daemon::{on_path, require};
+use netns_tests::fabric::{wait_for, Daemon};
+use netns_tests::upstream::{clean_command, output, reference};
+use netns_tests::{bin, json, veth_between, Node, PluginOutput, TestNetns, Value};
+
+const NETWORK: &str = "dhcpnet";
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+
+fn have_dnsmasq() -> bool {
+    require("dnsmasq", on_path("dnsmasq"), "scripts/setup.sh installs dnsmasq-base")
+}
+
+/// A DHCP message seen by the server's side of the link.
+#[derive(Debug, Clone)]
+struct Seen {
+    ip_dst: Ipv4Addr,
+    kind: u8,
+    ciaddr: Ipv4Addr,
+    options: Vec<u8>,
+    chaddr: [u8; 6],
+}
+
+/// Records what is sent to port 67 on `ifname` in `ns` until dropped.
+struct Capture {
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn parse_request(p: &[u8]) -> Option<Seen> {
+    if p.len() < 20 || p[0] >> 4 != 4 || p[9] != 17 {
+        return None;
+    }
+    let ihl = usize::from(p[0] & 0xf) * 4;
+    let ip_dst = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
+    let udp = p.get(ihl..)?;
+    if u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]) != 67 {
+        return None;
+    }
+    let d = udp.get(8..)?;
+    if d.len() < 240 || d[0] != 1 {
+        return None;
+    }
+    let ciaddr = Ipv4Addr::new(d[12], d[13], d[14], d[15]);
+    let chaddr: [u8; 6] = d[28..34].try_into().ok()?;
+    let (mut options, mut kind, mut rest) = (Vec::new(), 0, &d[240..]);
+    while let Some((&code, tail)) = rest.split_first() {
+        match code {
+            0 => rest = tail,
+            255 => break,
+            _ => {
+                let (&len, tail) = tail.split_first()?;
+                let value = tail.get(..usize::from(len))?;
+                if code == 53 {
+                    kind = *value.first()?;
+                }
+                options.push(code);
+                rest = &tail[usize::from(len)..];
+            }
+        }
+    }
+    Some(Seen { ip_dst, kind, ciaddr, options, chaddr })
+}
+
+impl Capture {
+    fn start(ns: &TestNetns, ifname: &str) -> Capture {
+        let index = ns.netlink().require_link(ifname).expect("capture link").index;
+        let fd = ns.run(|| {
+            // SAFETY: plain socket(2) and bind(2) on a sockaddr_ll of ours; the descriptor is owned at once.
+            unsafe {
+                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM, i32::from(0x0800u16.to_be()));
+                assert!(fd >= 0, "packet socket: {}", std::io::Error::last_os_error());
+                let fd = OwnedFd::from_raw_fd(fd);
+                let mut sll: libc::sockaddr_ll = std::mem::zeroed();
+                sll.sll_family = libc::AF_PACKET as u16;
+                sll.sll_protocol = 0x0800u16.to_be();
+                sll.sll_ifindex = index as i32;
+                let r = libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of_val(&sll) as u32);
+                assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
+                let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
+                libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of_val(&tv) as u32);
+                fd
+            }
+        });
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (seen, stop) = (seen.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: recv writes at most buf.len() bytes into buf.
+                    let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                    if n > 0 {
+                        if let Some(s) = parse_request(&buf[..n as usize]) {
+                            seen.lock().unwrap().push(s);
+                        }
+                    }
+                }
+            })
+        };
+        Capture { seen, stop, thread: Some(thread) }
+    }
+
+    fn requests(&self, mac: [u8; 6]) -> Vec<Seen> {
+        self.seen.lock().unwrap().iter().filter(|s| s.chaddr == mac).cloned().collect()
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// dnsmasq serving 10.77.0.10-50 on `s0` of the server namespace, its lease file and log in `dir`.
+struct Dnsmasq {
+    leases: PathBuf,
+    log: PathBuf,
+    _daemon: Daemon,
+}
+
+impl Dnsmasq {
+    fn start(server: &TestNetns, dir: &Path) -> Dnsmasq {
+        let leases = dir.join("dnsmasq.leases");
+        let log = dir.join("dnsmasq.log");
+        let mut command = server.command("dnsmasq");
+        command
+            .args(["--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--port=0"])
+            .args(["--interface=s0", "--bind-interfaces", "--user=root", "--group=root", "--log-dhcp"])
+            .args(["--dhcp-authoritative", "--dhcp-range=10.77.0.10,10.77.0.50,255.255.255.0,2m"])
+            .args(["--dhcp-option=option:router,10.77.0.1", "--dhcp-option=option:T1,4"])
+            .arg("--dhcp-option=option:T2,100")
+            .arg(format!("--dhcp-leasefile={}", leases.display()))
+            .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+            .arg(format!("--log-facility={}", log.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let daemon = Daemon::spawn(&mut command);
+        assert!(wait_for(Duration::from_secs(10), || log.exists()).is_some(), "dnsmasq did not start");
+        Dnsmasq { leases, log, _daemon: daemon }
+    }
+
+    /// (mac, ip, client id) of each lease in dnsmasq's file.
+    fn leases(&self) -> Vec<(String, Ipv4Addr, String)> {
+        let text = fs::read_to_string(&self.leases).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((f.get(1)?.to_string(), f.get(2)?.parse().ok()?, f.get(4)?.to_string()))
+            })
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The dhcp daemon (`binary daemon`), in the node namespace, socket and state in the node's directory.
+struct DhcpDaemon {
+    socket: PathBuf,
+    log: PathBuf,
+    daemon: Daemon,
+}
+
+impl DhcpDaemon {
+    fn start(node: &Node, binary: &Path, extra: &[&str], tag: &str) -> DhcpDaemon {
+        let socket = node.dir().join(format!("{tag}.sock"));
+        let log = node.dir().join(format!("{tag}-{}.log", netns_tests::unique_name("")));
+        let mut command = clean_command(node, binary);
+        command.arg("daemon").arg("-socketpath").arg(&socket).args(extra);
+        command.stdout(Stdio::null()).stderr(fs::File::create(&log).expect("daemon log"));
+        let daemon = Daemon::spawn(&mut command);
+        assert!(wait_for(Duration::from_secs(10), || socket.exists()).is_some(), "the dhcp daemon did not start");
+        DhcpDaemon { socket, log, daemon }
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+struct Lan {
+    node: Node,
+    _server: TestNetns,
+    pod: TestNetns,
+    mac: [u8; 6],
+    dnsmasq: Dnsmasq,
+    capture: Capture,
+}
+
+impl Lan {
+    fn new() -> Lan {
+        let node = Node::new();
+        let server = TestNetns::new("srv");
+        let pod = node.pod_netns();
+        veth_between(&server, &pod, "s0", "eth0", &["10.77.0.1/24".parse().unwrap()], &[]);
+        let mac = pod.netlink().require_link("eth0").unwrap().mac.expect("a MAC");
+        let capture = Capture::start(&server, "s0");
+        let dnsmasq = Dnsmasq::start(&server, node.dir());
+        Lan { node, _server: server, pod, mac, dnsmasq, capture }
+    }
+
+    fn mac_text(&self) -> String {
+        self.mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    }
+
+    fn conf(&self, socket: &Path) -> Value {
+        json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "macvlan",
+               "ipam": {"type": "dhcp", "daemonSocketPath": socket}})
+    }
+
+    fn run(&self, plugin: &Path, command: &str, conf: &Value) -> PluginOutput {
+        let mut c = clean_command(&self.node, plugin);
+        c.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "ctr1")
+            .env("CNI_NETNS", &self.pod.path)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent");
+        output(&mut c, conf.to_string().as_bytes())
+    }
+
+    /// The leased address, checked against dnsmasq's table, then put on eth0 as an interface plugin would.
+    fn expect_lease(&self, result: &Value) -> Ipv4Addr {
+        let address = result["ips"][0]["address"].as_str().expect("an address");
+        let ip: Ipv4Addr = address.split('/').next().unwrap().parse().unwrap();
+        assert!(address.ends_with("/24"), "{result}");
+        assert_eq!(result["ips"][0]["gateway"], "10.77.0.1", "{result}");
+        assert_eq!(result["routes"], json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1"}]), "{result}");
+        let leases = self.dnsmasq.leases();
+        assert!(
+            leases.iter().any(|(mac, lip, _)| *mac == self.mac_text() && *lip == ip),
+            "dnsmasq's lease table {leases:?} lacks {ip} for {}",
+            self.mac_text()
+        );
+        self.pod.ip(&["addr", "add", address, "dev", "eth0"]);
+        ip
+    }
+
+    fn released(&self, ip: Ipv4Addr) -> bool {
+        wait_for(Duration::from_secs(5), || !self.dnsmasq.leases().iter().any(|(_, l, _)| *l == ip)).is_some()
+    }
+
+    /// Renewals (and rebindings) seen: REQUESTs with ciaddr = `ip`.
+    fn renewals(&self, ip: Ipv4Addr) -> Vec<Seen> {
+        self.capture.requests(self.mac).into_iter().filter(|s| s.kind == 3 && s.ciaddr == ip).collect()
+    }
+}
+
+fn client_id_hex(container: &str, ifname: &str) -> String {
+    let mut bytes = vec![0u8];
+    bytes.extend_from_slice(format!("{container}/{NETWORK}/{ifname}").as_bytes());
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+#[test]
+fn ours_lease_renewed_unicast_and_released_on_del() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap(), "-timeout", "3s"], "ours");
+    let conf = lan.conf(&daemon.socket);
+    let out = lan.run(&bin("dhcp"), "ADD", &conf);
+    let ip = lan.expect_lease(out.expect_ok());
+    // The client ID as the reference builds it.
+    let leases = lan.dnsmasq.leases();
+    assert_eq!(leases[0].2, client_id_hex("ctr1", "eth0"), "{leases:?}");
+    // The lease is saved for a restarted daemon.
+    assert_eq!(fs::read_dir(&state).unwrap().count(), 1);
+
+    // Renewed at T1 (4 s): a REQUEST unicast to the server from the leased address, ciaddr set, no
+    // requested-IP (50) or server-id (54) option (RFC 2131 §4.3.6; reference #1092).
+    assert!(
+        wait_for(Duration::from_secs(15), || !lan.renewals(ip).is_empty()).is_some(),
+        "no renewal within 15 s; daemon log:\n{}\ndnsmasq log:\n{}",
+        daemon.log(),
+        lan.dnsmasq.log()
+    );
+    let renewal = &lan.renewals(ip)[0];
+    assert_eq!(renewal.ip_dst, SERVER, "renewals are unicast to the server: {renewal:?}");
+    assert!(!renewal.options.contains(&50) && !renewal.options.contains(&54), "{renewal:?}");
+    assert!(
+        wait_for(Duration::from_secs(5), || daemon.log().contains("renewing done")).is_some(),
+        "the renewal got no ACK:\n{}",
+        daemon.log()
+    );
+    // CHECK finds the lease; a second ADD returns the same one.
+    lan.run(&bin("dhcp"), "CHECK", &conf).expect_ok();
+    let again = lan.run(&bin("dhcp"), "ADD", &conf);
+    assert_eq!(again.expect_ok()["ips"][0]["address"], out.stdout["ips"][0]["address"]);
+
+    // DEL: a RELEASE with ciaddr = the lease, unicast; dnsmasq frees it (reference #1278).
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}\n{}", lan.dnsmasq.leases(), lan.dnsmasq.log());
+    let release = lan.capture.requests(lan.mac).into_iter().find(|s| s.kind == 7).expect("a DHCPRELEASE");
+    assert_eq!((release.ciaddr, release.ip_dst), (ip, SERVER), "{release:?}");
+    assert_eq!(fs::read_dir(&state).unwrap().count(), 0, "the state file goes with the lease");
+    // CHECK now fails; DEL again succeeds.
+    assert!(!lan.run(&bin("dhcp"), "CHECK", &conf).success());
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    drop(daemon);
+}
+
+#[test]
+fn ours_lease_kept_across_a_daemon_restart() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "3s"];
+    let mut first = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let conf = lan.conf(&first.socket);
+    let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    // Killed outright (no chance to save anything more), then started again on the same state.
+    first.daemon.stop(nix::sys::signal::Signal::SIGKILL);
+    let before = lan.renewals(ip).len();
+    let second = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    assert_eq!(second.socket, first.socket);
+    // The new daemon renews the lease it found (reference #767).
+    assert!(
+        wait_for(Duration::from_secs(15), || lan.renewals(ip).len() > before
+            && second.log().contains("renewing done"))
+        .is_some(),
+        "the restarted daemon did not renew; its log:\n{}",
+        second.log()
+    );
+    assert!(second.log().contains("resuming the lease"), "{}", second.log());
+    // CHECK and DEL after the restart: the lease is known, and released.
+    lan.run(&bin("dhcp"), "CHECK", &conf).expect_ok();
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}", lan.dnsmasq.leases());
+}
+
+#[test]
+fn ours_del_without_a_daemon_succeeds_and_add_fails_clearly() {
+    let node = Node::new();
+    let pod = node.pod_netns();
+    let socket = node.dir().join("none.sock");
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "macvlan",
+                      "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
+    let env = [("CNI_CONTAINERID", "ctr1"), ("CNI_NETNS", pod.path.to_str().unwrap()), ("CNI_IFNAME", "eth0")];
+    let add = node.run_plugin("dhcp", "ADD", &env, &conf);
+    let err = add.expect_err();
+    assert_eq!(err["code"], 11, "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("DHCP daemon"), "{err}");
+    node.run_plugin("dhcp", "DEL", &env, &conf).expect_ok();
+}
+
+/// The reference plugin and daemon (1.1.1) on the same server: a lease from dnsmasq, released on DEL (1.1.1
+/// broadcasts its RELEASE with the right ciaddr; #1278 is the later nclient4-based client's).
+#[test]
+fn reference_lease_from_dnsmasq() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let daemon = DhcpDaemon::start(&lan.node, &reference("dhcp"), &["-timeout", "3s"], "ref");
+    let conf = lan.conf(&daemon.socket);
+    let out = lan.run(&reference("dhcp"), "ADD", &conf);
+    let ip = lan.expect_lease(out.expect_ok());
+    lan.run(&reference("dhcp"), "DEL", &conf).expect_ok();
+    let release = wait_for(Duration::from_secs(5), || lan.capture.requests(lan.mac).iter().any(|s| s.kind == 7));
+    assert!(release.is_some(), "no DHCPRELEASE: {:?}", lan.capture.requests(lan.mac));
+    assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}", lan.dnsmasq.leases());
+}
