@@ -13,12 +13,12 @@ struct NetConfIn {
     #[serde(default)]
     name: String,
     #[serde(default)]
-    ipam: Option<IpamIn>,
+    ipam: Option<IpamConfig>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct IpamIn {
+struct IpamConfig {
     #[serde(default)]
     daemon_socket_path: String,
     #[serde(default)]
@@ -140,6 +140,13 @@ pub fn parse(stdin: &[u8], cni_args: &CniArgs) -> Result<Conf> {
         .map_err(|_| Error::config(format!("ipam.priority {} is not a route metric", ipam.priority)))?;
     let socket_path =
         if ipam.daemon_socket_path.is_empty() { DEFAULT_SOCKET_PATH.to_string() } else { ipam.daemon_socket_path };
+    // A unix socket's path holds at most 107 bytes and no NUL.
+    if socket_path.len() > 107 || socket_path.contains('\0') {
+        return Err(Error::config(format!(
+            "ipam.daemonSocketPath {:?} is not a unix socket path (at most 107 bytes, no NUL)",
+            cnicore::spec::truncate_for_msg(&socket_path)
+        )));
+    }
     Ok(Conf { name: conf.name, socket_path, options, priority })
 }
 
@@ -194,6 +201,7 @@ mod tests {
             r#"{"provide":[{"option":"53","value":"a"}]}"#,
             r#"{"request":[{"option":"x"}]}"#,
             r#"{"priority":-1}"#,
+            r#"{"daemonSocketPath":"/a\u0000b"}"#,
             r#"{"provide":"x"}"#,
         ] {
             let e = conf(ipam, "").unwrap_err();

@@ -31,7 +31,8 @@ fn load(ctx: &Context) -> Result<conf::Conf> {
 impl cnicore::spec::Plugin for Dhcp {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let conf = load(ctx)?;
-        ctx.netns()?;
+        // The daemon opens it too; a missing netns is the runtime's error (code 3), told before asking.
+        ctx.open_netns()?;
         let result = rpc::call(&conf.socket_path, &request(ctx, "DHCP.Allocate")?)
             .map_err(|e| e.unwrap_or_else(|Unreachable(e)| e))?
             .ok_or_else(|| Error::internal("the DHCP daemon answered DHCP.Allocate without a result"))?;
@@ -54,7 +55,7 @@ impl cnicore::spec::Plugin for Dhcp {
 
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = load(ctx)?;
-        ctx.netns()?;
+        ctx.open_netns()?;
         rpc::call(&conf.socket_path, &request(ctx, "DHCP.Check")?).map_err(|e| e.unwrap_or_else(|Unreachable(e)| e))?;
         Ok(())
     }

@@ -17,6 +17,7 @@
 
 mod bandwidth;
 mod bridge;
+mod dhcp;
 mod firewall;
 mod flannel;
 mod host_local;
@@ -604,6 +605,7 @@ fn corpus_size() {
         ("bandwidth", bandwidth::bandwidth_cases(&rig).len()),
         ("tuning", tuning::tuning_cases(&rig).len()),
         ("flannel", flannel::flannel_cases(&rig).len()),
+        ("dhcp", dhcp::dhcp_cases(&rig).len()),
         ("cnitool", runner::runner_cases(&rig).len()),
     ];
     let total: usize = counts.iter().map(|(_, n)| n).sum();
