@@ -13,6 +13,7 @@ pub mod iface;
 pub mod mac;
 pub mod netlink;
 pub mod netns;
+pub mod podlink;
 pub mod spec;
 pub mod state;
 pub mod subnet_env;

@@ -29,6 +29,7 @@ pub mod daemon;
 pub mod fabric;
 pub mod images;
 pub mod kubenet;
+pub mod linkrig;
 pub mod podman;
 pub mod recorder;
 pub mod runtimes;

@@ -9,6 +9,7 @@
 pub mod addr;
 pub mod bridge_vlan;
 pub mod dad;
+pub mod kinds;
 pub mod link;
 pub mod neigh;
 pub mod route;
@@ -26,6 +27,7 @@ use crate::netns::NetNs;
 
 pub use addr::{Address, AddressOptions};
 pub use bridge_vlan::PortVlan;
+pub use kinds::{IpvlanMode, KindData, LinkKind, MacvlanMode, NewLink};
 pub use link::{BridgePort, InfoBridge, Link};
 pub use neigh::{FdbEntry, Neighbour};
 pub use netlink_packet_route::RouteNetlinkMessage;

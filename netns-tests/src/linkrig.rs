@@ -1,0 +1,154 @@
+//! The rig of the link plugins' tests (macvlan, ipvlan, vlan, dummy, ptp): a node whose uplink is a veth to a
+//! "lan" namespace (the other end holds [`LAN_HOST`]), a plugin directory with our binaries or the reference
+//! ones, host-local state in the node's temporary directory, and helpers to run one plugin as a runtime does.
+
+use std::path::{Path, PathBuf};
+
+use crate::upstream::{clean_command, output, plugin_dir, reference};
+use crate::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+
+/// The lan's subnet; the node's uplink has no address of its own.
+pub const LAN_SUBNET: &str = "10.30.0.0/24";
+/// The address of the lan namespace's end of the uplink.
+pub const LAN_HOST: &str = "10.30.0.254";
+/// The uplink's name in the node namespace (the `master` of macvlan and friends).
+pub const UPLINK: &str = "uplink0";
+
+/// Which binaries serve a plugin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    Ours,
+    Reference,
+}
+
+/// A node, the lan beyond its uplink, and plugin directories for ours and the reference.
+pub struct LinkRig {
+    pub node: Node,
+    pub lan: TestNetns,
+    pub ours: PathBuf,
+    pub reference: PathBuf,
+    /// The network name of the configs (unique per test).
+    pub network: String,
+}
+
+impl LinkRig {
+    /// `plugin` with our host-local (ours) or the reference host-local (reference).
+    pub fn new(plugin: &str) -> LinkRig {
+        let node = Node::new();
+        let lan = TestNetns::new("lan");
+        veth_between(&node, &lan, UPLINK, "eth0", &[], &[format!("{LAN_HOST}/24").parse().expect("lan address")]);
+        let ours =
+            plugin_dir(&node.dir().join("cni-ours"), &[(plugin, &bin(plugin)), ("host-local", &bin("host-local"))]);
+        let reference = plugin_dir(
+            &node.dir().join("cni-reference"),
+            &[(plugin, &reference(plugin)), ("host-local", &reference("host-local"))],
+        );
+        LinkRig { node, lan, ours, reference, network: unique_name("net") }
+    }
+
+    /// host-local's data directory.
+    pub fn ipam_dir(&self) -> PathBuf {
+        self.node.dir().join("ipam")
+    }
+
+    /// A host-local IPAM section on `subnet` whose state is in the node's directory.
+    pub fn ipam(&self, subnet: &str) -> Value {
+        json!({"type": "host-local", "dataDir": self.ipam_dir(), "ranges": [[{"subnet": subnet}]]})
+    }
+
+    pub fn cni_path(&self, which: Impl) -> &Path {
+        match which {
+            Impl::Ours => &self.ours,
+            Impl::Reference => &self.reference,
+        }
+    }
+
+    /// Runs the plugin of `conf["type"]` from `which`'s directory in the node namespace: `command` for
+    /// container `id` on `CNI_IFNAME=eth0`, with `CNI_NETNS` set to `netns` (empty string if None) and `args`.
+    pub fn run(
+        &self,
+        which: Impl,
+        command: &str,
+        netns: Option<&Path>,
+        id: &str,
+        conf: &Value,
+        args: &str,
+    ) -> PluginOutput {
+        let plugin = conf["type"].as_str().expect("config type");
+        let cni_path = self.cni_path(which);
+        let mut cmd = clean_command(&self.node, cni_path.join(plugin));
+        cmd.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", id)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", cni_path)
+            .env("CNI_NETNS", netns.map(|p| p.as_os_str().to_owned()).unwrap_or_default());
+        if !args.is_empty() {
+            cmd.env("CNI_ARGS", args);
+        }
+        output(&mut cmd, conf.to_string().as_bytes())
+    }
+
+    /// ADD into `pod`; panics on failure.
+    pub fn add(&self, which: Impl, pod: &TestNetns, id: &str, conf: &Value) -> Value {
+        self.run(which, "ADD", Some(&pod.path), id, conf, "").expect_ok().clone()
+    }
+
+    /// `conf` with `result` as its prevResult (as a runtime sends CHECK and DEL).
+    pub fn with_prev(conf: &Value, result: &Value) -> Value {
+        let mut conf = conf.clone();
+        conf["prevResult"] = result.clone();
+        conf
+    }
+
+    /// CHECK of `pod` with `result` as prevResult.
+    pub fn check(&self, which: Impl, pod: &TestNetns, id: &str, conf: &Value, result: &Value) -> PluginOutput {
+        self.run(which, "CHECK", Some(&pod.path), id, &LinkRig::with_prev(conf, result), "")
+    }
+
+    /// DEL of `pod`'s attachment; panics on failure.
+    pub fn del(&self, which: Impl, netns: Option<&Path>, id: &str, conf: &Value, result: &Value) {
+        self.run(which, "DEL", netns, id, &LinkRig::with_prev(conf, result), "").expect_ok();
+    }
+
+    /// The lease files host-local keeps for the network (empty when none).
+    pub fn leases(&self) -> Vec<String> {
+        let dir = self.ipam_dir().join(&self.network);
+        let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// `ip -d -j link show <name>` in `ns`: the link's JSON (with `linkinfo`), or None when it does not exist.
+pub fn link_details(ns: &TestNetns, name: &str) -> Option<Value> {
+    let out = ns.exec("ip", &["-d", "-j", "link", "show", "dev", name], &[], b"");
+    if !out.status.success() {
+        return None;
+    }
+    let parsed: Value = serde_json::from_slice(&out.stdout).ok()?;
+    parsed.as_array()?.first().cloned()
+}
+
+/// True when this kernel can create links of `kind` (checked in a namespace of its own, removed again).
+pub fn kernel_has_kind(kind: &str) -> bool {
+    let ns = TestNetns::new("kind");
+    let mut args = vec!["link", "add"];
+    match kind {
+        "dummy" => args.extend(["probe0", "type", "dummy"]),
+        "vlan" | "ipvlan" | "macvlan" => {
+            let parent = ns.exec("ip", &["link", "add", "probep", "type", "veth", "peer", "name", "probeq"], &[], b"");
+            assert!(parent.status.success(), "veth for the {kind} probe");
+            args.extend(["link", "probep", "name", "probe0", "type", kind]);
+            if kind == "vlan" {
+                args.extend(["id", "2"]);
+            }
+        }
+        other => panic!("no probe for {other}"),
+    }
+    ns.exec("ip", &args, &[], b"").status.success()
+}
