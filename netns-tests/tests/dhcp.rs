@@ -392,3 +392,82 @@ fn reference_lease_from_dnsmasq() {
     assert!(release.is_some(), "no DHCPRELEASE: {:?}", lan.capture.requests(lan.mac));
     assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}", lan.dnsmasq.leases());
 }
+
+/// podman (CNI backend) `network create -d macvlan` without `--subnet`: podman writes a macvlan network with
+/// dhcp IPAM. The dhcp daemon runs on its default socket (`/run/cni/dhcp.sock`) and state directory inside
+/// podman's private mount namespace (a tmpfs on `/run`, the test's directory on `/var/lib/cni`), in the node
+/// netns; the macvlan's parent `up0` is the node's link to the server with dnsmasq. A container gets a lease
+/// (its address = dnsmasq's entry, reachable from the server), and `podman rm` releases it.
+fn podman_macvlan_dhcp(plugins: netns_tests::runtimes::Plugins) {
+    use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
+    use netns_tests::podman::{self, Podman, RUN_LIMITS};
+    if !podman::available() || !have_dnsmasq() {
+        return;
+    }
+    let node = Node::new();
+    let server = TestNetns::new("srv");
+    veth_between(&server, &node, "s0", "up0", &["10.77.0.1/24".parse().unwrap()], &[]);
+    let dnsmasq = Dnsmasq::start(&server, node.dir());
+    let podman = Podman::new(&node, &plugins.dir());
+
+    let log = node.dir().join("dhcp-daemon.log");
+    let mut command = podman.command_beside(plugins.dir().join("dhcp"));
+    command.arg("daemon").stdout(Stdio::null()).stderr(fs::File::create(&log).expect("daemon log"));
+    let _daemon = Daemon::spawn(&mut command);
+    let daemon_log = || fs::read_to_string(&log).unwrap_or_default();
+    let socket = podman.path_in_daemon("/run/cni/dhcp.sock");
+    assert!(wait_for(Duration::from_secs(10), || socket.exists()).is_some(), "no daemon socket: {}", daemon_log());
+
+    podman.ok(&["network", "create", "-d", "macvlan", "-o", "parent=up0", NETWORK]);
+    let conf: Value =
+        serde_json::from_slice(&fs::read(podman.net_dir.join(format!("{NETWORK}.conflist"))).expect("conflist"))
+            .expect("json");
+    let macvlan = conf["plugins"].as_array().expect("plugins").iter().find(|p| p["type"] == "macvlan").cloned();
+    assert_eq!(macvlan.as_ref().map(|m| &m["ipam"]["type"]), Some(&json!("dhcp")), "podman wrote {conf}");
+
+    let mut args = vec!["run", "-d", "--name", "web", "--network", NETWORK];
+    args.extend_from_slice(RUN_LIMITS);
+    args.push(BUSYBOX_IMAGE);
+    args.extend_from_slice(HTTPD_COMMAND);
+    let run = podman.run(&args);
+    assert!(
+        run.status.success(),
+        "podman run: {}{}\ndaemon log:\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+        daemon_log()
+    );
+    let inspect = podman.inspect("web");
+    let ip: Ipv4Addr = inspect["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no IP: {}", inspect["NetworkSettings"]));
+    let leases = dnsmasq.leases();
+    assert!(leases.iter().any(|(_, l, _)| *l == ip), "{ip} is not in dnsmasq's table {leases:?}");
+    let url = std::net::SocketAddr::new(ip.into(), 80);
+    let body = netns_tests::runtimes::eventually(Duration::from_secs(10), || {
+        netns_tests::daemon::http_get(&server, url, "/")
+    })
+    .expect("httpd in the container from the server's side");
+    assert_eq!(body, INDEX_HTML);
+    eprintln!("{plugins:?}: the container got {ip} from dnsmasq; the daemon said:\n{}", daemon_log());
+
+    podman.ok(&["rm", "-f", "-t", "0", "web"]);
+    assert!(
+        wait_for(Duration::from_secs(5), || !dnsmasq.leases().iter().any(|(_, l, _)| *l == ip)).is_some(),
+        "dnsmasq still lists {ip} after podman rm: {:?}\ndaemon log:\n{}",
+        dnsmasq.leases(),
+        daemon_log()
+    );
+    assert_eq!(podman.netns_names(), Vec::<String>::new(), "container netns removed");
+}
+
+#[test]
+fn podman_macvlan_dhcp_ours() {
+    podman_macvlan_dhcp(netns_tests::runtimes::Plugins::Ours);
+}
+
+#[test]
+fn podman_macvlan_dhcp_reference() {
+    podman_macvlan_dhcp(netns_tests::runtimes::Plugins::Reference);
+}
