@@ -54,6 +54,7 @@ fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// Broadcast IPv4/UDP over the interface, with the IP header ours: the interface may have no address yet.
+/// Closing one waits for an RCU grace period in the kernel (packet_release): callers drop it after answering.
 pub struct PacketSocket {
     fd: OwnedFd,
     ifindex: u32,
@@ -62,10 +63,10 @@ pub struct PacketSocket {
 impl PacketSocket {
     pub fn open(netns: &NetNs, ifindex: u32) -> io::Result<PacketSocket> {
         netns.run(|| {
+            // Protocol 0 until bound: a socket created with a protocol is hooked in at once, and binding it
+            // then unhooks it with an RCU grace period (synchronize_net, 8-15 ms on a busy machine).
             // SAFETY: plain socket(2); the descriptor is owned at once.
-            let fd = check(unsafe {
-                libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, i32::from(ETH_P_IP.to_be()))
-            })?;
+            let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
             // SAFETY: fd is a fresh descriptor of ours.
             let fd = unsafe { OwnedFd::from_raw_fd(fd) };
             let addr = sockaddr_ll(ifindex, [0; 6], 0);

@@ -154,7 +154,9 @@ impl Daemon {
                 };
                 let lease = Arc::new(lease::acquire(self.settings.clone(), wanted).map_err(Error::internal)?);
                 let held = lease.held.clone();
-                if let Some(old) = self.leases.lock().unwrap().insert(client_id, lease) {
+                // Two ADDs of one attachment at once: the later lease stays, the other is given back.
+                let replaced = self.leases.lock().unwrap().insert(client_id, lease);
+                if let Some(old) = replaced {
                     old.release();
                 }
                 held

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path as FsPath, PathBuf};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -176,10 +176,16 @@ fn log(held: &Held, msg: std::fmt::Arguments) {
     eprintln!("dhcp daemon: {}: {msg}", String::from_utf8_lossy(&held.client_id));
 }
 
+/// Tells a lease thread to release its lease; it answers on the channel once the RELEASE is sent.
+type Stop = SyncSender<()>;
+
+/// How long a DEL waits for the RELEASE to be sent.
+const RELEASE_WAIT: Duration = Duration::from_secs(10);
+
 /// A lease being kept by its thread.
 pub struct Lease {
     pub held: Arc<Mutex<Held>>,
-    stop: Mutex<Option<Sender<()>>>,
+    stop: Mutex<Option<Sender<Stop>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -188,14 +194,15 @@ impl Lease {
         self.thread.lock().unwrap().as_ref().is_some_and(|t| !t.is_finished())
     }
 
-    /// Stops keeping the lease and releases it (the thread sends the RELEASE and removes the state file).
+    /// Stops keeping the lease and releases it: returns once the thread has removed the state file and sent
+    /// the RELEASE (it closes its sockets afterwards, off the caller's path).
     pub fn release(&self) {
-        if let Some(stop) = self.stop.lock().unwrap().take() {
-            let _ = stop.send(());
+        let (done_tx, done_rx) = mpsc::sync_channel(1);
+        let sent = self.stop.lock().unwrap().take().is_some_and(|stop| stop.send(done_tx).is_ok());
+        if sent {
+            let _ = done_rx.recv_timeout(RELEASE_WAIT);
         }
-        if let Some(thread) = self.thread.lock().unwrap().take() {
-            let _ = thread.join();
-        }
+        self.thread.lock().unwrap().take();
     }
 }
 
@@ -218,17 +225,21 @@ pub fn acquire(settings: Arc<Settings>, wanted: Wanted) -> Result<Lease, String>
     let (reply_tx, reply_rx) = mpsc::sync_channel::<Result<Arc<Mutex<Held>>, String>>(1);
     let (stop_tx, stop_rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
-        let held = match bind(&settings, wanted) {
-            Ok(held) => held,
+        let (held, socket) = match bind(&settings, wanted) {
+            Ok(bound) => bound,
             Err(e) => {
                 let _ = reply_tx.send(Err(e));
                 return;
             }
         };
         save(&settings, &held);
-        log(&held, format_args!("lease acquired: {}", held.ack.yiaddr));
         let held = Arc::new(Mutex::new(held));
         let _ = reply_tx.send(Ok(held.clone()));
+        drop(socket);
+        {
+            let held = held.lock().unwrap();
+            log(&held, format_args!("lease acquired: {}", held.ack.yiaddr));
+        }
         keep(&settings, &held, &stop_rx);
     });
     match reply_rx.recv() {
@@ -259,7 +270,7 @@ fn jittered(d: Duration) -> Duration {
     (d + j).saturating_sub(Duration::from_secs(1))
 }
 
-fn bind(settings: &Settings, wanted: Wanted) -> Result<Held, String> {
+fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), String> {
     let netns = open_netns(settings, &wanted.netns).map_err(|e| format!("failed to open netns {}: {e}", wanted.netns))?;
     let mut nl = Netlink::in_netns(&netns).map_err(|e| format!("netlink in {}: {e}", wanted.netns))?;
     let link = nl
@@ -289,7 +300,7 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<Held, String> {
                 held.ack = ack;
                 held.bound_at_ms = now_ms();
                 result_of(&held.ack, held.priority)?;
-                return Ok(held);
+                return Ok((held, socket));
             }
             Err(e) => e,
         };
@@ -396,7 +407,7 @@ fn interface_present(settings: &Settings, held: &Held) -> Option<(bool, Option<N
     }
 }
 
-fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<()>) {
+fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
     let mut retry_at: Option<Duration> = None;
     loop {
         let held = shared.lock().unwrap().clone();
@@ -462,42 +473,60 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<()>) {
                 }
             }
         };
-        match stop.recv_timeout(wait.min(LINK_CHECK)) {
+        let done = match stop.recv_timeout(wait.min(LINK_CHECK)) {
             Err(RecvTimeoutError::Timeout) => continue,
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                let held = shared.lock().unwrap().clone();
-                release(settings, &held);
-                forget(settings, &held);
-                return;
-            }
+            Ok(done) => Some(done),
+            Err(RecvTimeoutError::Disconnected) => None,
+        };
+        // Forgotten first: a daemon that dies now must not resume a lease the server has freed.
+        let held = shared.lock().unwrap().clone();
+        forget(settings, &held);
+        let socket = release(settings, &held);
+        if let Some(done) = done {
+            let _ = done.send(());
         }
+        drop(socket);
+        return;
     }
+}
+
+/// A socket a RELEASE went out on, to be closed after the caller is answered.
+#[allow(dead_code)] // held only to be dropped late
+enum Sent {
+    Unicast(std::net::UdpSocket),
+    Broadcast(PacketSocket),
 }
 
 /// RELEASE, unicast to the server from the leased address with `ciaddr` = that address (reference #1278 sent
 /// another one, and servers kept the lease); broadcast when the address is no longer on the interface.
-fn release(settings: &Settings, held: &Held) {
+fn release(settings: &Settings, held: &Held) -> Option<Sent> {
     let addr = held.ack.yiaddr;
-    let Some(server) = held.ack.server_id else { return };
+    let server = held.ack.server_id?;
     let netns = match open_netns(settings, &held.netns) {
         Ok(ns) => ns,
         Err(e) => {
             log(held, format_args!("no DHCPRELEASE sent: netns {}: {e}", held.netns));
-            return;
+            return None;
         }
     };
     let mut msg = held.message(MessageType::Release, addr, false);
     msg.server_id = Some(server);
     let sent = match client::unicast_socket(&netns, &held.ifname, addr) {
-        Ok(s) => client::release(&Path::Unicast(&s, server), &msg),
+        Ok(s) => client::release(&Path::Unicast(&s, server), &msg).map(|()| Sent::Unicast(s)),
         Err(_) => Netlink::in_netns(&netns)
             .and_then(|mut nl| nl.require_link(&held.ifname))
             .and_then(|l| PacketSocket::open(&netns, l.index))
-            .and_then(|s| client::release(&Path::Broadcast(&s), &msg)),
+            .and_then(|s| client::release(&Path::Broadcast(&s), &msg).map(|()| Sent::Broadcast(s))),
     };
     match sent {
-        Ok(()) => log(held, format_args!("released {addr} to {server}")),
-        Err(e) => log(held, format_args!("failed to send DHCPRELEASE: {e}")),
+        Ok(socket) => {
+            log(held, format_args!("released {addr} to {server}"));
+            Some(socket)
+        }
+        Err(e) => {
+            log(held, format_args!("failed to send DHCPRELEASE: {e}"));
+            None
+        }
     }
 }
 
