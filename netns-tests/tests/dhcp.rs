@@ -6,7 +6,8 @@
 //! ```
 //!
 //! The daemon runs in the node namespace with its socket and state in the test's directory; it is killed by
-//! PID when the test ends. dnsmasq's own lease file is the witness: the pod's address is its entry, and the
+//! PID when the test ends. Plugin and daemon speak Go's net/rpc as the reference does: the reference plugin
+//! is tested with our daemon and ours with theirs. dnsmasq's own lease file is the witness: the pod's address is its entry, and the
 //! entry goes when DEL releases the lease. A packet socket on the server's side records every message to
 //! port 67, to show how renewals are sent (RFC 2131 §4.3.6). dnsmasq names T1 = 4 s (its shortest lease is
 //! two minutes), so renewals come within the test. Build first (`cargo build -p dhcp`).
@@ -470,4 +471,39 @@ fn podman_macvlan_dhcp_ours() {
 #[test]
 fn podman_macvlan_dhcp_reference() {
     podman_macvlan_dhcp(netns_tests::runtimes::Plugins::Reference);
+}
+
+/// The wire protocol both ways: the reference plugin (1.1.1) with our daemon, and our plugin with the
+/// reference daemon (Go's net/rpc with gob, spoken by ours). Each gets the lease dnsmasq lists, CHECK passes,
+/// and DEL frees it.
+fn mixed(plugin: &Path, daemon_binary: &Path, our_daemon: bool) {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let mut flags = vec!["-timeout", "3s"];
+    if our_daemon {
+        flags.extend(["-statedir", state.to_str().unwrap()]);
+    }
+    let daemon = DhcpDaemon::start(&lan.node, daemon_binary, &flags, "mixed");
+    let conf = lan.conf(&daemon.socket);
+    let out = lan.run(plugin, "ADD", &conf);
+    assert!(out.success(), "ADD: {} {}\ndaemon log:\n{}", out.stdout_text, out.stderr, daemon.log());
+    let ip = lan.expect_lease(&out.stdout);
+    assert_eq!(out.stdout["cniVersion"], "1.0.0", "{}", out.stdout_text);
+    let check = lan.run(plugin, "CHECK", &conf);
+    assert!(check.success(), "CHECK: {} {}\ndaemon log:\n{}", check.stdout_text, check.stderr, daemon.log());
+    lan.run(plugin, "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}\ndaemon log:\n{}", lan.dnsmasq.leases(), daemon.log());
+}
+
+#[test]
+fn reference_plugin_with_our_daemon() {
+    mixed(&reference("dhcp"), &bin("dhcp"), true);
+}
+
+#[test]
+fn our_plugin_with_the_reference_daemon() {
+    mixed(&bin("dhcp"), &reference("dhcp"), false);
 }

@@ -4,8 +4,8 @@
 
 use crate::conf::{self, DEFAULT_SOCKET_PATH};
 use crate::lease::{self, Lease, Settings, Wanted};
-use crate::rpc::{self, Request, Response};
-use cnicore::spec::{codes, parse_cni_args, Error, Result};
+use crate::rpc::{self, Request};
+use cnicore::spec::{codes, parse_cni_args, CniResult, Error, Result};
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -135,8 +135,8 @@ impl Daemon {
         self.leases.lock().unwrap().get(client_id).cloned()
     }
 
-    fn allocate(&self, req: &Request) -> Result<Option<serde_json::Value>> {
-        let conf = conf::parse(req.stdin.as_bytes(), &parse_cni_args(&req.args)?)?;
+    fn allocate(&self, req: &Request) -> Result<Option<CniResult>> {
+        let conf = conf::parse(&req.stdin, &parse_cni_args(&req.args)?)?;
         let client_id = conf::client_id(&req.container_id, &conf.name, &req.ifname);
         let held = match self.lease(&client_id).filter(|l| l.is_alive()) {
             // A second ADD (or the reference's CHECK) of an attachment: the lease it has.
@@ -163,11 +163,11 @@ impl Daemon {
             }
         };
         let result = held.lock().unwrap().result().map_err(Error::internal)?;
-        result.to_json(cnicore::spec::Version::V110).map(Some)
+        Ok(Some(result))
     }
 
-    fn release(&self, req: &Request) -> Result<Option<serde_json::Value>> {
-        let conf = conf::parse(req.stdin.as_bytes(), &Default::default())?;
+    fn release(&self, req: &Request) -> Result<Option<CniResult>> {
+        let conf = conf::parse(&req.stdin, &Default::default())?;
         let client_id = conf::client_id(&req.container_id, &conf.name, &req.ifname);
         let lease = self.leases.lock().unwrap().remove(&client_id);
         if let Some(lease) = lease {
@@ -176,8 +176,8 @@ impl Daemon {
         Ok(None)
     }
 
-    fn check(&self, req: &Request) -> Result<Option<serde_json::Value>> {
-        let conf = conf::parse(req.stdin.as_bytes(), &parse_cni_args(&req.args)?)?;
+    fn check(&self, req: &Request) -> Result<Option<CniResult>> {
+        let conf = conf::parse(&req.stdin, &parse_cni_args(&req.args)?)?;
         let client_id = conf::client_id(&req.container_id, &conf.name, &req.ifname);
         match self.lease(&client_id) {
             Some(l) if l.is_alive() => Ok(None),
@@ -188,18 +188,18 @@ impl Daemon {
         }
     }
 
+    fn handle(&self, req: &Request) -> Result<Option<CniResult>> {
+        match req.method.as_str() {
+            "DHCP.Allocate" => self.allocate(req),
+            "DHCP.Release" => self.release(req),
+            "DHCP.Check" => self.check(req),
+            m => Err(Error::internal(format!("rpc: can't find method {m}"))),
+        }
+    }
+
     fn serve(&self, stream: UnixStream) {
-        let outcome = match rpc::read_request(&stream) {
-            Err(e) => Err(Error::decode(format!("invalid request: {e}"))),
-            Ok(req) => match req.method.as_str() {
-                "DHCP.Allocate" => self.allocate(&req),
-                "DHCP.Release" => self.release(&req),
-                "DHCP.Check" => self.check(&req),
-                m => Err(Error::internal(format!("rpc: can't find method {m:?}"))),
-            },
-        };
-        if let Err(e) = rpc::write_response(&stream, &Response::from_outcome(outcome)) {
-            eprintln!("dhcp daemon: answering a client: {e}");
+        if let Err(e) = rpc::serve(stream, |req| self.handle(req)) {
+            eprintln!("dhcp daemon: a client's connection: {e}");
         }
     }
 }

@@ -4,6 +4,7 @@
 mod client;
 mod conf;
 mod daemon;
+mod gob;
 mod lease;
 mod packet;
 mod plugin;

@@ -1,7 +1,8 @@
-//! The IPAM plugin: validates its config, then asks the daemon, which holds the lease.
+//! The IPAM plugin: validates its config, then asks the daemon (ours or the reference's), which holds the
+//! lease.
 
 use crate::conf;
-use crate::rpc::{self, Request, Unreachable};
+use crate::rpc::{self, CallError, Request, Unreachable};
 use cnicore::spec::{CniResult, Context, Error, Result};
 
 pub struct Dhcp;
@@ -14,13 +15,15 @@ fn request(ctx: &Context, method: &str) -> Result<Request> {
             .into_owned(),
         None => String::new(),
     };
+    let path: Vec<String> = ctx.env.path.iter().map(|p| p.to_string_lossy().into_owned()).collect();
     Ok(Request {
         method: method.to_string(),
         container_id: ctx.env.container_id.clone(),
         netns,
         ifname: ctx.env.ifname.clone(),
         args: ctx.env.args_raw.clone(),
-        stdin: String::from_utf8_lossy(&ctx.stdin).into_owned(),
+        path: path.join(":"),
+        stdin: ctx.stdin.clone(),
     })
 }
 
@@ -28,15 +31,18 @@ fn load(ctx: &Context) -> Result<conf::Conf> {
     conf::parse(&ctx.stdin, &ctx.env.args)
 }
 
+fn flatten(e: CallError) -> Error {
+    e.unwrap_or_else(|Unreachable(e)| e)
+}
+
 impl cnicore::spec::Plugin for Dhcp {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let conf = load(ctx)?;
         // The daemon opens it too; a missing netns is the runtime's error (code 3), told before asking.
         ctx.open_netns()?;
-        let result = rpc::call(&conf.socket_path, &request(ctx, "DHCP.Allocate")?)
-            .map_err(|e| e.unwrap_or_else(|Unreachable(e)| e))?
-            .ok_or_else(|| Error::internal("the DHCP daemon answered DHCP.Allocate without a result"))?;
-        CniResult::from_json(&result)
+        rpc::call(&conf.socket_path, &request(ctx, "DHCP.Allocate")?)
+            .map_err(flatten)?
+            .ok_or_else(|| Error::internal("the DHCP daemon answered DHCP.Allocate without a result"))
     }
 
     /// Tolerates a daemon that is not running: there is then no lease to release, and a DEL that fails would
@@ -53,10 +59,16 @@ impl cnicore::spec::Plugin for Dhcp {
         }
     }
 
+    /// Ours answers `DHCP.Check` (is the lease held?); the reference's daemon has no such method, and its own
+    /// plugin checks with `DHCP.Allocate`, which is asked then.
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = load(ctx)?;
         ctx.open_netns()?;
-        rpc::call(&conf.socket_path, &request(ctx, "DHCP.Check")?).map_err(|e| e.unwrap_or_else(|Unreachable(e)| e))?;
-        Ok(())
+        match rpc::call(&conf.socket_path, &request(ctx, "DHCP.Check")?) {
+            Err(Ok(e)) if e.msg.contains("can't find method") => {
+                rpc::call(&conf.socket_path, &request(ctx, "DHCP.Allocate")?).map_err(flatten).map(drop)
+            }
+            other => other.map_err(flatten).map(drop),
+        }
     }
 }
