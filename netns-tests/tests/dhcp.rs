@@ -101,7 +101,13 @@ impl Capture {
                 let r = libc::bind(fd.as_raw_fd(), (&sll as *const libc::sockaddr_ll).cast(), size_of_val(&sll) as u32);
                 assert_eq!(r, 0, "bind: {}", std::io::Error::last_os_error());
                 let tv = libc::timeval { tv_sec: 0, tv_usec: 200_000 };
-                libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), size_of_val(&tv) as u32);
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVTIMEO,
+                    (&tv as *const libc::timeval).cast(),
+                    size_of_val(&tv) as u32,
+                );
                 fd
             }
         });
@@ -287,7 +293,8 @@ fn ours_lease_renewed_unicast_and_released_on_del() {
     }
     let lan = Lan::new();
     let state = lan.node.dir().join("state");
-    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap(), "-timeout", "3s"], "ours");
+    let daemon =
+        DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap(), "-timeout", "3s"], "ours");
     let conf = lan.conf(&daemon.socket);
     let out = lan.run(&bin("dhcp"), "ADD", &conf);
     let ip = lan.expect_lease(out.expect_ok());
@@ -348,9 +355,8 @@ fn ours_lease_kept_across_a_daemon_restart() {
     assert_eq!(second.socket, first.socket);
     // The new daemon renews the lease it found (reference #767).
     assert!(
-        wait_for(Duration::from_secs(15), || lan.renewals(ip).len() > before
-            && second.log().contains("renewing done"))
-        .is_some(),
+        wait_for(Duration::from_secs(15), || lan.renewals(ip).len() > before && second.log().contains("renewing done"))
+            .is_some(),
         "the restarted daemon did not renew; its log:\n{}",
         second.log()
     );
@@ -446,10 +452,9 @@ fn podman_macvlan_dhcp(plugins: netns_tests::runtimes::Plugins) {
     let leases = dnsmasq.leases();
     assert!(leases.iter().any(|(_, l, _)| *l == ip), "{ip} is not in dnsmasq's table {leases:?}");
     let url = std::net::SocketAddr::new(ip.into(), 80);
-    let body = netns_tests::runtimes::eventually(Duration::from_secs(10), || {
-        netns_tests::daemon::http_get(&server, url, "/")
-    })
-    .expect("httpd in the container from the server's side");
+    let body =
+        netns_tests::runtimes::eventually(Duration::from_secs(10), || netns_tests::daemon::http_get(&server, url, "/"))
+            .expect("httpd in the container from the server's side");
     assert_eq!(body, INDEX_HTML);
     eprintln!("{plugins:?}: the container got {ip} from dnsmasq; the daemon said:\n{}", daemon_log());
 

@@ -44,7 +44,13 @@ fn set_recv_timeout(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
 fn set_int_option(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: setsockopt reads one c_int from &value.
     check(unsafe {
-        libc::setsockopt(fd.as_raw_fd(), level, name, (&value as *const libc::c_int).cast(), size_of::<libc::c_int>() as _)
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as _,
+        )
     })
     .map(drop)
 }
@@ -195,8 +201,7 @@ impl Path<'_> {
             Path::Unicast(s, _) => {
                 let mut buf = vec![0u8; 1500];
                 loop {
-                    let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
-                    else {
+                    let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
                         return Ok(None);
                     };
                     s.set_read_timeout(Some(left))?;
@@ -226,7 +231,12 @@ pub fn random_u32() -> u32 {
 
 /// Sends `msg` and returns the first answer of the same transaction and client whose type is in `want`
 /// (a NAK always ends the exchange), or an error when none came within `timeout`.
-pub fn exchange(path: &Path, msg: &ClientMessage, want: &[MessageType], timeout: Duration) -> io::Result<ServerMessage> {
+pub fn exchange(
+    path: &Path,
+    msg: &ClientMessage,
+    want: &[MessageType],
+    timeout: Duration,
+) -> io::Result<ServerMessage> {
     path.send(msg)?;
     let deadline = Instant::now() + timeout;
     while let Some(bytes) = path.recv(deadline)? {

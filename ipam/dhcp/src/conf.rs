@@ -85,8 +85,7 @@ fn update(options: &mut Vec<(u8, Vec<u8>)>, code: u8, value: Vec<u8>) {
 }
 
 pub fn parse(stdin: &[u8], cni_args: &CniArgs) -> Result<Conf> {
-    let conf: NetConfIn =
-        gojson::from_slice(stdin).map_err(|e| json_error_in("invalid network config", &e, stdin))?;
+    let conf: NetConfIn = gojson::from_slice(stdin).map_err(|e| json_error_in("invalid network config", &e, stdin))?;
     let ipam = conf.ipam.unwrap_or_default();
     let mut options = Vec::new();
     for p in &ipam.provide {

@@ -101,14 +101,16 @@ fn parse_flags(args: &[String]) -> std::result::Result<Flags, String> {
             };
             continue;
         }
-        if !["pidfile", "hostprefix", "socketpath", "statedir", "timeout", "resendmax", "resendtimeout"].contains(&name) {
+        if !["pidfile", "hostprefix", "socketpath", "statedir", "timeout", "resendmax", "resendtimeout"].contains(&name)
+        {
             return Err(format!("flag provided but not defined: -{name}"));
         }
         let value = match inline {
             Some(v) => v,
             None => it.next().cloned().ok_or_else(|| format!("flag needs an argument: -{name}"))?,
         };
-        let duration = |v: &str| parse_duration(v).ok_or_else(|| format!("invalid value {v:?} for flag -{name}: parse error"));
+        let duration =
+            |v: &str| parse_duration(v).ok_or_else(|| format!("invalid value {v:?} for flag -{name}: parse error"));
         match name {
             "pidfile" => f.pidfile = value,
             "hostprefix" => f.host_prefix = value,
@@ -328,7 +330,8 @@ mod tests {
 
     #[test]
     fn go_flags() {
-        let f = parse_flags(&args(&["-socketpath", "/t/s.sock", "--broadcast", "-timeout=3s", "-resendmax", "8s"])).unwrap();
+        let f = parse_flags(&args(&["-socketpath", "/t/s.sock", "--broadcast", "-timeout=3s", "-resendmax", "8s"]))
+            .unwrap();
         assert_eq!(f.socket_path, "/t/s.sock");
         assert!(f.broadcast);
         assert_eq!(f.timeout, Duration::from_secs(3));

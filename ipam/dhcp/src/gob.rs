@@ -311,7 +311,8 @@ impl Cursor<'_> {
             if delta == 0 {
                 return Ok(());
             }
-            field = field.checked_add(i64::try_from(delta).map_err(|_| bad("field delta"))?).ok_or_else(|| bad("field"))?;
+            field =
+                field.checked_add(i64::try_from(delta).map_err(|_| bad("field delta"))?).ok_or_else(|| bad("field"))?;
             each(field as usize, self)?;
         }
     }

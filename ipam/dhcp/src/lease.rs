@@ -161,9 +161,10 @@ pub fn load_saved(dir: &FsPath) -> Vec<Held> {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| {
-            serde_json::from_slice::<Held>(&b).map_err(|e| e.to_string())
-        }) {
+        match std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<Held>(&b).map_err(|e| e.to_string()))
+        {
             Ok(h) if state_file(dir, &h.client_id) == path => held.push(h),
             Ok(_) => eprintln!("dhcp daemon: ignoring {}: not named after its client ID", path.display()),
             Err(e) => eprintln!("dhcp daemon: ignoring {}: {e}", path.display()),
@@ -271,7 +272,8 @@ fn jittered(d: Duration) -> Duration {
 }
 
 fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), String> {
-    let netns = open_netns(settings, &wanted.netns).map_err(|e| format!("failed to open netns {}: {e}", wanted.netns))?;
+    let netns =
+        open_netns(settings, &wanted.netns).map_err(|e| format!("failed to open netns {}: {e}", wanted.netns))?;
     let mut nl = Netlink::in_netns(&netns).map_err(|e| format!("netlink in {}: {e}", wanted.netns))?;
     let link = nl
         .link_by_name(&wanted.ifname)
@@ -281,7 +283,8 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
         nl.set_up(link.index).map_err(|e| format!("failed to set {} up: {e}", wanted.ifname))?;
     }
     let mac = link.mac.ok_or_else(|| format!("{} has no hardware address", wanted.ifname))?;
-    let socket = PacketSocket::open(&netns, link.index).map_err(|e| format!("packet socket on {}: {e}", wanted.ifname))?;
+    let socket =
+        PacketSocket::open(&netns, link.index).map_err(|e| format!("packet socket on {}: {e}", wanted.ifname))?;
     let mut held = Held {
         client_id: wanted.client_id,
         netns: wanted.netns,
@@ -345,7 +348,8 @@ fn placeholder_ack() -> ServerMessage {
 fn select(settings: &Settings, socket: &PacketSocket, held: &Held) -> Result<ServerMessage, String> {
     let path = Path::Broadcast(socket);
     let discover = held.message(MessageType::Discover, Ipv4Addr::UNSPECIFIED, settings.broadcast);
-    let offer = client::exchange(&path, &discover, &[MessageType::Offer], settings.timeout).map_err(|e| e.to_string())?;
+    let offer =
+        client::exchange(&path, &discover, &[MessageType::Offer], settings.timeout).map_err(|e| e.to_string())?;
     if offer.kind == MessageType::Nak {
         return Err(format!("DHCPNAK to DHCPDISCOVER: {}", offer.message.unwrap_or_default()));
     }
@@ -380,12 +384,10 @@ fn extend(settings: &Settings, netns: &NetNs, held: &Held, action: Action) -> Ou
         }
         _ => {
             let msg = held.message(MessageType::Request, addr, settings.broadcast);
-            let index = Netlink::in_netns(netns)
-                .and_then(|mut nl| nl.require_link(&held.ifname))
-                .map(|l| l.index);
-            index.and_then(|i| PacketSocket::open(netns, i)).and_then(|s| {
-                client::exchange(&Path::Broadcast(&s), &msg, &[MessageType::Ack], settings.timeout)
-            })
+            let index = Netlink::in_netns(netns).and_then(|mut nl| nl.require_link(&held.ifname)).map(|l| l.index);
+            index
+                .and_then(|i| PacketSocket::open(netns, i))
+                .and_then(|s| client::exchange(&Path::Broadcast(&s), &msg, &[MessageType::Ack], settings.timeout))
         }
     };
     match answer {
@@ -558,7 +560,8 @@ mod tests {
     #[test]
     fn result_with_classless_routes_and_priority() {
         let mut a = ack();
-        a.static_routes = vec![StaticRoute { dst: Ipv4Addr::new(10, 0, 0, 0), prefix: 8, router: Ipv4Addr::new(10, 0, 0, 9) }];
+        a.static_routes =
+            vec![StaticRoute { dst: Ipv4Addr::new(10, 0, 0, 0), prefix: 8, router: Ipv4Addr::new(10, 0, 0, 9) }];
         a.classless_routes = vec![
             StaticRoute { dst: Ipv4Addr::new(192, 168, 0, 0), prefix: 16, router: Ipv4Addr::new(10, 0, 0, 1) },
             StaticRoute { dst: Ipv4Addr::new(10, 9, 8, 0), prefix: 24, router: Ipv4Addr::UNSPECIFIED },

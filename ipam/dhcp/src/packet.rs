@@ -366,10 +366,7 @@ mod tests {
             m.broadcast = broadcast;
             let b = m.encode();
             let flags = if broadcast { "8000" } else { "0000" };
-            assert_eq!(
-                header(&b),
-                format!("01010600010203040000{flags}0a0000140000000000000000000000000242ac110002")
-            );
+            assert_eq!(header(&b), format!("01010600010203040000{flags}0a0000140000000000000000000000000242ac110002"));
             let mut want = vec![53, 1, 3];
             want.extend_from_slice(&CLIENT_ID_OPT);
             want.extend_from_slice(&[55, 2, 3, 1, 255]);
@@ -384,7 +381,10 @@ mod tests {
         m.ciaddr = Ipv4Addr::new(10, 0, 0, 20);
         m.server_id = Some(Ipv4Addr::new(10, 0, 0, 1));
         let b = m.encode();
-        assert_eq!(header(&b), concat!("010106000102030400000000", "0a000014", "000000000000000000000000", "0242ac110002"));
+        assert_eq!(
+            header(&b),
+            concat!("010106000102030400000000", "0a000014", "000000000000000000000000", "0242ac110002")
+        );
         let mut want = vec![53, 1, 7, 54, 4, 10, 0, 0, 1];
         want.extend_from_slice(&CLIENT_ID_OPT);
         want.push(255);
@@ -489,10 +489,7 @@ mod tests {
     #[test]
     fn ip_udp_round_trip() {
         let p = ip_udp_wrap(Ipv4Addr::UNSPECIFIED, Ipv4Addr::BROADCAST, 68, 67, b"hello");
-        assert_eq!(
-            p[..20],
-            [0x45, 0x10, 0, 33, 0, 0, 0, 0, 64, 17, 0x7a, 0xbd, 0, 0, 0, 0, 255, 255, 255, 255]
-        );
+        assert_eq!(p[..20], [0x45, 0x10, 0, 33, 0, 0, 0, 0, 64, 17, 0x7a, 0xbd, 0, 0, 0, 0, 255, 255, 255, 255]);
         assert_eq!(ip_checksum(&p[..20]), 0);
         assert_eq!(&p[20..28], &[0, 68, 0, 67, 0, 13, 0, 0]);
         assert_eq!(udp_payload(&p, 67), Some(&b"hello"[..]));

@@ -43,7 +43,14 @@ fn header_type(name: &'static str) -> Type {
 fn args_type() -> Type {
     Type::Struct(
         "CmdArgs",
-        vec![("ContainerID", s()), ("Netns", s()), ("IfName", s()), ("Args", s()), ("Path", s()), ("StdinData", Type::Bytes)],
+        vec![
+            ("ContainerID", s()),
+            ("Netns", s()),
+            ("IfName", s()),
+            ("Args", s()),
+            ("Path", s()),
+            ("StdinData", Type::Bytes),
+        ],
     )
 }
 
@@ -61,7 +68,8 @@ fn result_type() -> Type {
         "Interface",
         vec![("Name", s()), ("Mac", s()), ("Mtu", Type::Int), ("Sandbox", s()), ("SocketPath", s()), ("PciID", s())],
     );
-    let ip = Type::Struct("IPConfig", vec![("Interface", Type::Int), ("Address", ipnet_type()), ("Gateway", Type::Bytes)]);
+    let ip =
+        Type::Struct("IPConfig", vec![("Interface", Type::Int), ("Address", ipnet_type()), ("Gateway", Type::Bytes)]);
     let route = Type::Struct(
         "Route",
         vec![
@@ -346,13 +354,16 @@ pub fn serve(mut stream: UnixStream, handle: impl Fn(&Request) -> Result<Option<
     let head = read_head(&mut stream)?;
     let request_line = head.lines().next().unwrap_or_default().to_string();
     if !request_line.starts_with("CONNECT ") {
-        stream.write_all(b"HTTP/1.0 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n405 must CONNECT\n")?;
+        stream.write_all(
+            b"HTTP/1.0 405 Method Not Allowed\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n405 must CONNECT\n",
+        )?;
         return Ok(());
     }
     stream.write_all(format!("HTTP/1.0 {CONNECTED}\n\n").as_bytes())?;
     let (mut dec, mut enc) = (Decoder::new(), Encoder::new());
     while let Some(header) = dec.next(&mut stream)? {
-        let args = dec.next(&mut stream)?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "no arguments"))?;
+        let args =
+            dec.next(&mut stream)?.ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "no arguments"))?;
         let request = Request {
             method: header.str("ServiceMethod"),
             container_id: args.str("ContainerID"),
@@ -371,7 +382,8 @@ pub fn serve(mut stream: UnixStream, handle: impl Fn(&Request) -> Result<Option<
             Some(Value::Uint(u)) => *u,
             _ => 0,
         };
-        let response = st(vec![("ServiceMethod", text(&request.method)), ("Seq", Value::Uint(seq)), ("Error", text(&error))]);
+        let response =
+            st(vec![("ServiceMethod", text(&request.method)), ("Seq", Value::Uint(seq)), ("Error", text(&error))]);
         let mut out = Vec::new();
         enc.encode(&mut out, &header_type("Response"), &response)?;
         match reply {

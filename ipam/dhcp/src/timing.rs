@@ -97,11 +97,17 @@ mod tests {
 
     #[test]
     fn times_from_the_ack_or_the_rfc_defaults() {
-        assert_eq!(Times::of(&ack(Some(120), Some(40), Some(90))), Times { renew: s(40), rebind: s(90), expire: s(120) });
+        assert_eq!(
+            Times::of(&ack(Some(120), Some(40), Some(90))),
+            Times { renew: s(40), rebind: s(90), expire: s(120) }
+        );
         assert_eq!(Times::of(&ack(Some(800), None, None)), Times { renew: s(400), rebind: s(700), expire: s(800) });
         assert_eq!(Times::of(&ack(None, None, None)).expire, s(3600));
         // A T2 past the lease, a T1 past T2: clamped.
-        assert_eq!(Times::of(&ack(Some(100), Some(200), Some(300))), Times { renew: s(100), rebind: s(100), expire: s(100) });
+        assert_eq!(
+            Times::of(&ack(Some(100), Some(200), Some(300))),
+            Times { renew: s(100), rebind: s(100), expire: s(100) }
+        );
     }
 
     #[test]

@@ -23,7 +23,11 @@ pub(crate) fn dhcp_cases(rig: &Rig) -> Vec<Case> {
         add("ipam a string", with(&base, "ipam", json!("dhcp")), "ipam"),
         add("daemonSocketPath a number", ipam("daemonSocketPath", json!(5)), "daemonSocketPath"),
         add("daemonSocketPath with NUL", ipam("daemonSocketPath", json!("/run/a\u{0}b")), "daemonSocketPath"),
-        add("daemonSocketPath of 200 bytes", ipam("daemonSocketPath", json!(format!("/{}", "s".repeat(199)))), "daemonSocketPath"),
+        add(
+            "daemonSocketPath of 200 bytes",
+            ipam("daemonSocketPath", json!(format!("/{}", "s".repeat(199)))),
+            "daemonSocketPath",
+        ),
         add("provide not a list", ipam("provide", json!({"option": "host-name"})), "provide"),
         add("provide an unknown option name", provide(json!("hostname"), json!("a")), "hostname"),
         add("provide option 256", provide(json!("256"), json!("a")), "256"),
