@@ -37,6 +37,8 @@ fn have_dnsmasq() -> bool {
 #[derive(Debug, Clone)]
 struct Seen {
     ip_dst: Ipv4Addr,
+    /// The BOOTP flags (0x8000: answer by broadcast).
+    flags: u16,
     kind: u8,
     ciaddr: Ipv4Addr,
     options: Vec<u8>,
@@ -65,6 +67,7 @@ fn parse_request(p: &[u8]) -> Option<Seen> {
         return None;
     }
     let ciaddr = Ipv4Addr::new(d[12], d[13], d[14], d[15]);
+    let flags = u16::from_be_bytes([d[10], d[11]]);
     let chaddr: [u8; 6] = d[28..34].try_into().ok()?;
     let (mut options, mut kind, mut rest) = (Vec::new(), 0, &d[240..]);
     while let Some((&code, tail)) = rest.split_first() {
@@ -82,7 +85,7 @@ fn parse_request(p: &[u8]) -> Option<Seen> {
             }
         }
     }
-    Some(Seen { ip_dst, kind, ciaddr, options, chaddr })
+    Some(Seen { ip_dst, flags, kind, ciaddr, options, chaddr })
 }
 
 impl Capture {
@@ -154,6 +157,11 @@ struct Dnsmasq {
 
 impl Dnsmasq {
     fn start(server: &TestNetns, dir: &Path) -> Dnsmasq {
+        Dnsmasq::start_with(server, dir, 4, 100)
+    }
+
+    /// With T1 and T2 of `t1` and `t2` seconds (the lease is two minutes, dnsmasq's shortest).
+    fn start_with(server: &TestNetns, dir: &Path, t1: u32, t2: u32) -> Dnsmasq {
         let leases = dir.join("dnsmasq.leases");
         let log = dir.join("dnsmasq.log");
         let mut command = server.command("dnsmasq");
@@ -161,8 +169,9 @@ impl Dnsmasq {
             .args(["--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--port=0"])
             .args(["--interface=s0", "--bind-interfaces", "--user=root", "--group=root", "--log-dhcp"])
             .args(["--dhcp-authoritative", "--dhcp-range=10.77.0.10,10.77.0.50,255.255.255.0,2m"])
-            .args(["--dhcp-option=option:router,10.77.0.1", "--dhcp-option=option:T1,4"])
-            .arg("--dhcp-option=option:T2,100")
+            .arg("--dhcp-option=option:router,10.77.0.1")
+            .arg(format!("--dhcp-option=option:T1,{t1}"))
+            .arg(format!("--dhcp-option=option:T2,{t2}"))
             .arg(format!("--dhcp-leasefile={}", leases.display()))
             .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
             .arg(format!("--log-facility={}", log.display()))
@@ -224,13 +233,17 @@ struct Lan {
 
 impl Lan {
     fn new() -> Lan {
+        Lan::with_times(4, 100)
+    }
+
+    fn with_times(t1: u32, t2: u32) -> Lan {
         let node = Node::new();
         let server = TestNetns::new("srv");
         let pod = node.pod_netns();
         veth_between(&server, &pod, "s0", "eth0", &["10.77.0.1/24".parse().unwrap()], &[]);
         let mac = pod.netlink().require_link("eth0").unwrap().mac.expect("a MAC");
         let capture = Capture::start(&server, "s0");
-        let dnsmasq = Dnsmasq::start(&server, node.dir());
+        let dnsmasq = Dnsmasq::start_with(&server, node.dir(), t1, t2);
         Lan { node, _server: server, pod, mac, dnsmasq, capture }
     }
 
@@ -365,6 +378,57 @@ fn ours_lease_kept_across_a_daemon_restart() {
     lan.run(&bin("dhcp"), "CHECK", &conf).expect_ok();
     lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
     assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}", lan.dnsmasq.leases());
+}
+
+/// T1 = 4 s, T2 = 8 s, and the server's netns drops unicast DHCP (nftables there): the renewal gets no
+/// answer, and at T2 the daemon rebinds, broadcast with `ciaddr` and without options 50/54, and dnsmasq's
+/// ACK extends the lease.
+#[test]
+fn ours_rebinds_at_t2_when_renewals_go_unanswered() {
+    if !have_dnsmasq() || !require("nft", on_path("nft"), "scripts/setup.sh installs nftables") {
+        return;
+    }
+    let lan = Lan::with_times(4, 8);
+    let drop_unicast = "table inet dhcptest {\n chain input {\n type filter hook input priority 0;\n \
+                        ip daddr 10.77.0.1 udp dport 67 drop\n }\n}\n";
+    let nft = lan._server.exec("nft", &["-f", "-"], &[], drop_unicast.as_bytes());
+    assert!(nft.status.success(), "nft: {}", String::from_utf8_lossy(&nft.stderr));
+    let state = lan.node.dir().join("state");
+    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "2s"];
+    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let conf = lan.conf(&daemon.socket);
+    let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    assert!(
+        wait_for(Duration::from_secs(20), || daemon.log().contains("rebinding done")).is_some(),
+        "no rebinding; daemon log:\n{}",
+        daemon.log()
+    );
+    let renewals = lan.renewals(ip);
+    let unicast = renewals.iter().find(|s| s.ip_dst == SERVER).expect("a renewal unicast to the server first");
+    let rebind = renewals.iter().find(|s| s.ip_dst == Ipv4Addr::BROADCAST).expect("a broadcast rebinding");
+    for r in [unicast, rebind] {
+        assert!(!r.options.contains(&50) && !r.options.contains(&54), "{r:?}");
+    }
+    assert!(daemon.log().contains("renewing failed"), "{}", daemon.log());
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+}
+
+/// `-broadcast`: DISCOVER and REQUEST ask for broadcast answers (the BOOTP flag), and the lease comes.
+#[test]
+fn ours_broadcast_flag() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let flags = ["-statedir", state.to_str().unwrap(), "-broadcast"];
+    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let conf = lan.conf(&daemon.socket);
+    lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    let sent = lan.capture.requests(lan.mac);
+    assert!(sent.iter().any(|s| s.kind == 1) && sent.iter().any(|s| s.kind == 3), "{sent:?}");
+    assert!(sent.iter().filter(|s| s.kind == 1 || s.kind == 3).all(|s| s.flags == 0x8000), "{sent:?}");
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
 }
 
 #[test]
