@@ -479,6 +479,35 @@ mod tests {
         assert!(parse_classless_routes(&[24, 10, 9]).is_empty());
     }
 
+    /// Anyone on the link can answer: truncated and corrupted replies decode or are ignored, never panic.
+    #[test]
+    fn corrupt_replies_never_panic() {
+        let good = ack_bytes();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for n in 0..good.len() {
+            let _ = ServerMessage::decode(&good[..n]);
+            let _ = udp_payload(&good[..n], 68);
+        }
+        for _ in 0..20_000 {
+            let mut b = good.clone();
+            // Corrupt the options mostly: that is where lengths are.
+            for _ in 0..1 + rand() % 3 {
+                let i = FIXED_LEN + 4 + (rand() as usize) % (b.len() - FIXED_LEN - 4);
+                b[i] = rand() as u8;
+            }
+            if let Some(m) = ServerMessage::decode(&b) {
+                let _ = crate::lease::result_of(&m, 0);
+            }
+            let _ = udp_payload(&b, 68);
+        }
+    }
+
     #[test]
     fn static_routes_are_classful() {
         let r = parse_static_routes(&[10, 1, 0, 0, 10, 0, 0, 1, 172, 16, 0, 0, 10, 0, 0, 1]);

@@ -479,6 +479,38 @@ mod tests {
         assert_eq!(back.str("Netns"), "/run/netns/p");
     }
 
+    /// Hostile peers: every truncation and many random corruptions of Go's messages give values or errors,
+    /// never a panic or a huge allocation.
+    #[test]
+    fn corrupt_streams_are_errors() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for fixture in [GO_REQUEST, GO_RESPONSE] {
+            let good = hex(fixture);
+            let mut inputs: Vec<Vec<u8>> = (0..good.len()).map(|n| good[..n].to_vec()).collect();
+            for _ in 0..3000 {
+                let mut b = good.clone();
+                for _ in 0..1 + rand() % 4 {
+                    let i = (rand() as usize) % b.len();
+                    b[i] = rand() as u8;
+                }
+                inputs.push(b);
+            }
+            for input in inputs {
+                let mut r = &input[..];
+                let mut dec = Decoder::new();
+                while let Ok(Some(v)) = dec.next(&mut r) {
+                    let _ = result_of_value(&v);
+                }
+            }
+        }
+    }
+
     /// Everything but zeros comes back: gob sends no zero value, so an `interface` index 0 is lost between
     /// Go peers too (dhcp results name no interface).
     #[test]
