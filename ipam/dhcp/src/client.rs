@@ -55,6 +55,11 @@ fn set_int_option(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: li
     .map(drop)
 }
 
+/// The time until `deadline`, `None` once it has come.
+fn time_left(deadline: Instant) -> Option<Duration> {
+    deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+}
+
 fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
@@ -109,9 +114,7 @@ impl PacketSocket {
     pub fn recv(&self, deadline: Instant) -> io::Result<Option<Vec<u8>>> {
         let mut buf = vec![0u8; 1600];
         loop {
-            let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-                return Ok(None);
-            };
+            let Some(left) = time_left(deadline) else { return Ok(None) };
             set_recv_timeout(&self.fd, left)?;
             // SAFETY: recv writes at most buf.len() bytes into buf.
             let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
@@ -201,9 +204,7 @@ impl Path<'_> {
             Path::Unicast(s, _) => {
                 let mut buf = vec![0u8; 1500];
                 loop {
-                    let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) else {
-                        return Ok(None);
-                    };
+                    let Some(left) = time_left(deadline) else { return Ok(None) };
                     s.set_read_timeout(Some(left))?;
                     match s.recv(&mut buf) {
                         Ok(n) => return Ok(Some(buf[..n].to_vec())),

@@ -292,7 +292,7 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
         mac,
         options: wanted.options,
         priority: wanted.priority,
-        ack: ServerMessage::decode(&[]).unwrap_or_else(placeholder_ack),
+        ack: ServerMessage::empty_ack(),
         bound_at_ms: 0,
     };
     let give_up = Instant::now() + settings.resend_timeout;
@@ -322,25 +322,6 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
             return Err(format!("no more tries: {error}"));
         }
         std::thread::sleep(wait);
-    }
-}
-
-fn placeholder_ack() -> ServerMessage {
-    ServerMessage {
-        kind: MessageType::Ack,
-        xid: 0,
-        chaddr: [0; 6],
-        yiaddr: Ipv4Addr::UNSPECIFIED,
-        server_id: None,
-        subnet_mask: None,
-        routers: vec![],
-        dns: vec![],
-        lease_time: None,
-        renewal_time: None,
-        rebinding_time: None,
-        classless_routes: vec![],
-        static_routes: vec![],
-        message: None,
     }
 }
 
@@ -542,7 +523,7 @@ mod tests {
             yiaddr: Ipv4Addr::new(10, 0, 0, 20),
             subnet_mask: Some(Ipv4Addr::new(255, 255, 255, 0)),
             routers: vec![Ipv4Addr::new(10, 0, 0, 1)],
-            ..placeholder_ack()
+            ..ServerMessage::empty_ack()
         }
     }
 

@@ -159,6 +159,26 @@ pub struct ServerMessage {
 }
 
 impl ServerMessage {
+    /// An ACK with nothing in it: what a lease holds before its first ACK, and a base for tests.
+    pub fn empty_ack() -> ServerMessage {
+        ServerMessage {
+            kind: MessageType::Ack,
+            xid: 0,
+            chaddr: [0; 6],
+            yiaddr: Ipv4Addr::UNSPECIFIED,
+            server_id: None,
+            subnet_mask: None,
+            routers: vec![],
+            dns: vec![],
+            lease_time: None,
+            renewal_time: None,
+            rebinding_time: None,
+            classless_routes: vec![],
+            static_routes: vec![],
+            message: None,
+        }
+    }
+
     /// Parses a BOOTREPLY; `None` for anything else (requests, truncated or foreign packets).
     pub fn decode(b: &[u8]) -> Option<ServerMessage> {
         if b.len() < FIXED_LEN + 4 || b[0] != 2 || b[1] != 1 || b[2] != 6 || b[FIXED_LEN..FIXED_LEN + 4] != MAGIC {
@@ -290,6 +310,17 @@ pub fn udp_payload(packet: &[u8], dst_port: u16) -> Option<&[u8]> {
     }
     let len = usize::from(u16::from_be_bytes([*udp.get(4)?, *udp.get(5)?]));
     udp.get(8..len.max(8))
+}
+
+/// A small deterministic generator for the corruption tests.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
 }
 
 #[cfg(test)]
@@ -483,13 +514,7 @@ mod tests {
     #[test]
     fn corrupt_replies_never_panic() {
         let good = ack_bytes();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rand = xorshift(0x2545_f491_4f6c_dd1d);
         for n in 0..good.len() {
             let _ = ServerMessage::decode(&good[..n]);
             let _ = udp_payload(&good[..n], 68);

@@ -69,26 +69,9 @@ pub fn deadline_of(action: Action, t: &Times) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::packet::MessageType;
-    use std::net::Ipv4Addr;
 
     fn ack(lease: Option<u32>, t1: Option<u32>, t2: Option<u32>) -> ServerMessage {
-        ServerMessage {
-            kind: MessageType::Ack,
-            xid: 0,
-            chaddr: [0; 6],
-            yiaddr: Ipv4Addr::UNSPECIFIED,
-            server_id: None,
-            subnet_mask: None,
-            routers: vec![],
-            dns: vec![],
-            lease_time: lease,
-            renewal_time: t1,
-            rebinding_time: t2,
-            classless_routes: vec![],
-            static_routes: vec![],
-            message: None,
-        }
+        ServerMessage { lease_time: lease, renewal_time: t1, rebinding_time: t2, ..ServerMessage::empty_ack() }
     }
 
     const fn s(n: u64) -> Duration {
