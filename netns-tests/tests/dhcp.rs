@@ -576,3 +576,46 @@ fn reference_plugin_with_our_daemon() {
 fn our_plugin_with_the_reference_daemon() {
     mixed(&bin("dhcp"), &reference("dhcp"), false);
 }
+
+/// `-hostprefix` (a daemon in a container with the host's root at a prefix): the netns paths the plugin sends
+/// and the socket path are read under it. STATUS tells whether a daemon listens.
+#[test]
+fn ours_host_prefix_and_status() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let prefix = lan.node.dir().join("host");
+    let netns_dir = prefix.join("run/netns");
+    fs::create_dir_all(&netns_dir).unwrap();
+    std::os::unix::fs::symlink(&lan.pod.path, netns_dir.join(&lan.pod.name)).unwrap();
+    let state = lan.node.dir().join("state");
+    let mut command = clean_command(&lan.node, bin("dhcp"));
+    command
+        .args(["daemon", "-hostprefix", prefix.to_str().unwrap(), "-socketpath", "/dhcp.sock"])
+        .args(["-statedir", state.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let socket = prefix.join("dhcp.sock");
+    let conf = lan.conf(&socket);
+    let status = |expect_ok: bool| {
+        let out = lan.run(&bin("dhcp"), "STATUS", &with_version(&conf, "1.1.0"));
+        assert_eq!(out.success(), expect_ok, "STATUS: {}", out.stdout_text);
+        if !expect_ok {
+            assert_eq!(out.stdout["code"], 50, "{}", out.stdout_text);
+        }
+    };
+    status(false);
+    let _daemon = Daemon::spawn(&mut command);
+    assert!(wait_for(Duration::from_secs(10), || socket.exists()).is_some(), "no socket under the prefix");
+    status(true);
+    let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}");
+}
+
+fn with_version(conf: &Value, version: &str) -> Value {
+    let mut c = conf.clone();
+    c["cniVersion"] = json!(version);
+    c
+}

@@ -3,7 +3,7 @@
 
 use crate::conf;
 use crate::rpc::{self, CallError, Request, Unreachable};
-use cnicore::spec::{CniResult, Context, Error, Result};
+use cnicore::spec::{codes, CniResult, Context, Error, Result};
 
 pub struct Dhcp;
 
@@ -57,6 +57,15 @@ impl cnicore::spec::Plugin for Dhcp {
             }
             Err(Ok(e)) => Err(e),
         }
+    }
+
+    /// Ready when a daemon listens on the socket (the reference has no STATUS; without a daemon every ADD
+    /// fails, which is what STATUS is for).
+    fn status(&self, ctx: &Context) -> Result<()> {
+        let conf = load(ctx)?;
+        std::os::unix::net::UnixStream::connect(&conf.socket_path).map(drop).map_err(|e| {
+            Error::new(codes::NOT_AVAILABLE, format!("the DHCP daemon at {} is not reachable: {e}", conf.socket_path))
+        })
     }
 
     /// Ours answers `DHCP.Check` (is the lease held?); the reference's daemon has no such method, and its own

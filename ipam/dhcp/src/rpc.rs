@@ -288,7 +288,8 @@ fn read_head(r: &mut impl Read) -> io::Result<String> {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "HTTP head over 4 KiB"));
         }
         if r.read(&mut byte)? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed in the HTTP head"));
+            let what = if head.is_empty() { "connection closed" } else { "connection closed in the HTTP head" };
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, what));
         }
         head.push(byte[0]);
     }
@@ -351,7 +352,11 @@ pub fn call(socket_path: &str, request: &Request) -> std::result::Result<Option<
 
 /// The daemon's side of one connection: every call on it, answered by `handle`.
 pub fn serve(mut stream: UnixStream, handle: impl Fn(&Request) -> Result<Option<CniResult>>) -> io::Result<()> {
-    let head = read_head(&mut stream)?;
+    let head = match read_head(&mut stream) {
+        // A connection closed before a word: a readiness probe (the plugin's STATUS).
+        Err(e) if e.to_string() == "connection closed" => return Ok(()),
+        other => other?,
+    };
     let request_line = head.lines().next().unwrap_or_default().to_string();
     if !request_line.starts_with("CONNECT ") {
         stream.write_all(
