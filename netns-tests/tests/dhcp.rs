@@ -157,11 +157,11 @@ struct Dnsmasq {
 
 impl Dnsmasq {
     fn start(server: &TestNetns, dir: &Path) -> Dnsmasq {
-        Dnsmasq::start_with(server, dir, 4, 100)
+        Dnsmasq::start_with(server, dir, 4, 100, &[])
     }
 
     /// With T1 and T2 of `t1` and `t2` seconds (the lease is two minutes, dnsmasq's shortest).
-    fn start_with(server: &TestNetns, dir: &Path, t1: u32, t2: u32) -> Dnsmasq {
+    fn start_with(server: &TestNetns, dir: &Path, t1: u32, t2: u32, extra: &[&str]) -> Dnsmasq {
         let leases = dir.join("dnsmasq.leases");
         let log = dir.join("dnsmasq.log");
         let mut command = server.command("dnsmasq");
@@ -172,6 +172,7 @@ impl Dnsmasq {
             .arg("--dhcp-option=option:router,10.77.0.1")
             .arg(format!("--dhcp-option=option:T1,{t1}"))
             .arg(format!("--dhcp-option=option:T2,{t2}"))
+            .args(extra)
             .arg(format!("--dhcp-leasefile={}", leases.display()))
             .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
             .arg(format!("--log-facility={}", log.display()))
@@ -243,7 +244,7 @@ impl Lan {
         veth_between(&server, &pod, "s0", "eth0", &["10.77.0.1/24".parse().unwrap()], &[]);
         let mac = pod.netlink().require_link("eth0").unwrap().mac.expect("a MAC");
         let capture = Capture::start(&server, "s0");
-        let dnsmasq = Dnsmasq::start_with(&server, node.dir(), t1, t2);
+        let dnsmasq = Dnsmasq::start_with(&server, node.dir(), t1, t2, &[]);
         Lan { node, _server: server, pod, mac, dnsmasq, capture }
     }
 
@@ -618,4 +619,72 @@ fn with_version(conf: &Value, version: &str) -> Value {
     let mut c = conf.clone();
     c["cniVersion"] = json!(version);
     c
+}
+
+/// Eight pods on one server (a bridge in its netns), added at once through one daemon and deleted at once:
+/// eight distinct leases, each dnsmasq's entry for that pod's MAC, and an empty lease table after.
+#[test]
+fn ours_concurrent_pods() {
+    if !have_dnsmasq() {
+        return;
+    }
+    const PODS: usize = 8;
+    let node = Node::new();
+    let server = TestNetns::new("srv");
+    server.ip(&["link", "add", "s0", "type", "bridge"]);
+    server.ip(&["addr", "add", "10.77.0.1/24", "dev", "s0"]);
+    server.ip(&["link", "set", "s0", "up"]);
+    let pods: Vec<TestNetns> = (0..PODS).map(|_| node.pod_netns()).collect();
+    for (i, pod) in pods.iter().enumerate() {
+        let port = format!("p{i}");
+        veth_between(&server, pod, &port, "eth0", &[], &[]);
+        server.ip(&["link", "set", &port, "master", "s0"]);
+    }
+    // No ping before each offer (dnsmasq waits up to 3 s for an answer, one address at a time).
+    let dnsmasq = Dnsmasq::start_with(&server, node.dir(), 4, 100, &["--no-ping"]);
+    let state = node.dir().join("state");
+    let daemon = DhcpDaemon::start(&node, &bin("dhcp"), &["-statedir", state.to_str().unwrap()], "ours");
+    let started = std::time::Instant::now();
+    let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "macvlan",
+                      "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}});
+    let run = |i: usize, verb: &str| {
+        let mut c = clean_command(&node, bin("dhcp"));
+        c.env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", format!("ctr{i}"))
+            .env("CNI_NETNS", &pods[i].path)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent");
+        output(&mut c, conf.to_string().as_bytes())
+    };
+    let run = &run;
+    let added: Vec<PluginOutput> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..PODS).map(|i| s.spawn(move || run(i, "ADD"))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ips = Vec::new();
+    for (i, out) in added.iter().enumerate() {
+        let result = out.expect_ok();
+        let ip: Ipv4Addr = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().parse().unwrap();
+        let mac = pods[i].netlink().require_link("eth0").unwrap().mac.unwrap();
+        let mac = mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+        assert!(dnsmasq.leases().contains(&(mac, ip, client_id_hex(&format!("ctr{i}"), "eth0"))), "{ip}");
+        ips.push(ip);
+    }
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), PODS, "distinct addresses: {ips:?}");
+    eprintln!("{PODS} concurrent ADDs through one daemon: {:?}", started.elapsed());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..PODS).map(|i| s.spawn(move || run(i, "DEL"))).collect();
+        for h in handles {
+            h.join().unwrap().expect_ok();
+        }
+    });
+    assert!(
+        wait_for(Duration::from_secs(5), || dnsmasq.leases().is_empty()).is_some(),
+        "dnsmasq still lists {:?}\n{}",
+        dnsmasq.leases(),
+        daemon.log()
+    );
+    assert_eq!(fs::read_dir(&state).unwrap().count(), 0);
 }
