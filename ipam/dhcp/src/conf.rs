@@ -149,6 +149,17 @@ pub fn parse(stdin: &[u8], cni_args: &CniArgs) -> Result<Conf> {
     Ok(Conf { name: conf.name, socket_path, options, priority })
 }
 
+/// The network's name alone: what a release needs, whatever else the config holds.
+pub fn network_name(stdin: &[u8]) -> Result<String> {
+    #[derive(Deserialize)]
+    struct NameOnly {
+        #[serde(default)]
+        name: String,
+    }
+    let conf: NameOnly = gojson::from_slice(stdin).map_err(|e| json_error_in("invalid network config", &e, stdin))?;
+    Ok(conf.name)
+}
+
 /// The reference's client ID: `<container ID>/<network>/<interface>`, cut to 254 bytes (option 61 holds 255
 /// with its type byte).
 pub fn client_id(container_id: &str, network: &str, ifname: &str) -> Vec<u8> {
@@ -208,6 +219,13 @@ mod tests {
         }
         let long = "v".repeat(256);
         assert!(conf(&format!(r#"{{"provide":[{{"option":"12","value":"{long}"}}]}}"#), "").is_err());
+    }
+
+    #[test]
+    fn a_release_needs_only_the_name() {
+        let stdin = br#"{"name":"net","ipam":{"provide":[{"option":"53","value":"x"}]}}"#;
+        assert!(parse(stdin, &CniArgs::default()).is_err());
+        assert_eq!(network_name(stdin).unwrap(), "net");
     }
 
     #[test]
