@@ -149,15 +149,26 @@ pub fn parse(stdin: &[u8], cni_args: &CniArgs) -> Result<Conf> {
     Ok(Conf { name: conf.name, socket_path, options, priority })
 }
 
-/// The network's name alone: what a release needs, whatever else the config holds.
-pub fn network_name(stdin: &[u8]) -> Result<String> {
+/// What a release needs, whatever else the config holds: the network's name and the daemon's socket.
+pub fn for_release(stdin: &[u8]) -> Result<(String, String)> {
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct SocketOnly {
+        #[serde(default)]
+        daemon_socket_path: String,
+    }
     #[derive(Deserialize)]
-    struct NameOnly {
+    struct ReleaseConf {
         #[serde(default)]
         name: String,
+        #[serde(default)]
+        ipam: Option<SocketOnly>,
     }
-    let conf: NameOnly = gojson::from_slice(stdin).map_err(|e| json_error_in("invalid network config", &e, stdin))?;
-    Ok(conf.name)
+    let conf: ReleaseConf =
+        gojson::from_slice(stdin).map_err(|e| json_error_in("invalid network config", &e, stdin))?;
+    let socket = conf.ipam.unwrap_or_default().daemon_socket_path;
+    let socket = if socket.is_empty() { DEFAULT_SOCKET_PATH.to_string() } else { socket };
+    Ok((conf.name, socket))
 }
 
 /// The reference's client ID: `<container ID>/<network>/<interface>`, cut to 254 bytes (option 61 holds 255
@@ -225,7 +236,7 @@ mod tests {
     fn a_release_needs_only_the_name() {
         let stdin = br#"{"name":"net","ipam":{"provide":[{"option":"53","value":"x"}]}}"#;
         assert!(parse(stdin, &CniArgs::default()).is_err());
-        assert_eq!(network_name(stdin).unwrap(), "net");
+        assert_eq!(for_release(stdin).unwrap(), ("net".to_string(), DEFAULT_SOCKET_PATH.to_string()));
     }
 
     #[test]

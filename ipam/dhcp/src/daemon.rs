@@ -170,7 +170,7 @@ impl Daemon {
 
     fn release(&self, req: &Request) -> Result<Option<CniResult>> {
         // Only the name: a config this daemon would refuse for an ADD must not keep its lease from going.
-        let name = conf::network_name(&req.stdin)?;
+        let (name, _) = conf::for_release(&req.stdin)?;
         let client_id = conf::client_id(&req.container_id, &name, &req.ifname);
         let lease = self.leases.lock().unwrap().remove(&client_id);
         if let Some(lease) = lease {

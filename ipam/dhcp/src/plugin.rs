@@ -46,10 +46,11 @@ impl cnicore::spec::Plugin for Dhcp {
     }
 
     /// Tolerates a daemon that is not running: there is then no lease to release, and a DEL that fails would
-    /// keep the pod's sandbox from going away.
+    /// keep the pod's sandbox from going away. Reads only the name and the socket path: options an ADD would
+    /// refuse must not keep a lease from being released.
     fn del(&self, ctx: &Context) -> Result<()> {
-        let conf = ctx.load_for_teardown(load)?;
-        match rpc::call(&conf.socket_path, &request(ctx, "DHCP.Release")?) {
+        let (_, socket_path) = conf::for_release(&ctx.stdin)?;
+        match rpc::call(&socket_path, &request(ctx, "DHCP.Release")?) {
             Ok(_) => Ok(()),
             Err(Err(Unreachable(e))) => {
                 cnicore::warn!("{}: nothing released", e.msg);
