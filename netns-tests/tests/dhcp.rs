@@ -688,3 +688,31 @@ fn ours_concurrent_pods() {
     );
     assert_eq!(fs::read_dir(&state).unwrap().count(), 0);
 }
+
+/// Every spec version: ADD answers in the config's version (0.1.0/0.2.0 in the legacy `ip4` shape), CHECK
+/// where the version has it, DEL frees the lease each time.
+#[test]
+fn ours_every_spec_version() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap()], "ours");
+    for version in ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
+        let conf = with_version(&lan.conf(&daemon.socket), version);
+        let out = lan.run(&bin("dhcp"), "ADD", &conf);
+        let result = out.expect_ok();
+        assert_eq!(result["cniVersion"], version, "{}", out.stdout_text);
+        let address = if version < "0.3.0" { &result["ip4"]["ip"] } else { &result["ips"][0]["address"] };
+        let ip: Ipv4Addr = address.as_str().and_then(|a| a.split('/').next()?.parse().ok()).unwrap_or_else(|| {
+            panic!("{version}: no address in {}", out.stdout_text);
+        });
+        assert!(lan.dnsmasq.leases().iter().any(|(_, l, _)| *l == ip), "{version}: {ip} not leased");
+        if version >= "0.4.0" {
+            lan.run(&bin("dhcp"), "CHECK", &conf).expect_ok();
+        }
+        lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+        assert!(lan.released(ip), "{version}: {ip} still leased");
+    }
+}
