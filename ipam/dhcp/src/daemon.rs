@@ -15,6 +15,24 @@ use std::time::Duration;
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/dhcp";
 
+/// Go's `log` format, as the reference daemon writes: `2006/01/02 15:04:05 message` (UTC).
+pub fn say(msg: std::fmt::Arguments) {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
+    eprintln!("{year:04}/{month:02}/{day:02} {h:02}:{m:02}:{s:02} dhcp daemon: {msg}");
+}
+
 #[derive(Debug, PartialEq)]
 struct Flags {
     pidfile: String,
@@ -202,7 +220,7 @@ impl Daemon {
 
     fn serve(&self, stream: UnixStream) {
         if let Err(e) = rpc::serve(stream, |req| self.handle(req)) {
-            eprintln!("dhcp daemon: a client's connection: {e}");
+            say(format_args!("a client's connection: {e}"));
         }
     }
 }
@@ -232,7 +250,7 @@ fn listener(path: &Path) -> std::result::Result<UnixListener, String> {
 }
 
 fn fail(msg: &str) -> ! {
-    eprintln!("dhcp daemon: {msg}");
+    say(format_args!("{msg}"));
     std::process::exit(1)
 }
 
@@ -296,14 +314,14 @@ pub fn main(args: &[String]) -> ! {
         let id = held.client_id.clone();
         daemon.leases.lock().unwrap().insert(id, Arc::new(lease::resume(settings.clone(), held)));
     }
-    eprintln!("dhcp daemon: listening on {}", socket_path.display());
+    say(format_args!("listening on {}", socket_path.display()));
     for stream in listener.incoming() {
         match stream {
             Ok(stream) => {
                 let daemon = daemon.clone();
                 std::thread::spawn(move || daemon.serve(stream));
             }
-            Err(e) => eprintln!("dhcp daemon: accept: {e}"),
+            Err(e) => say(format_args!("accept: {e}")),
         }
     }
     std::process::exit(1)

@@ -3,6 +3,7 @@
 //! restarted daemon resumes renewing it and a DEL after the restart still releases it.
 
 use crate::client::{self, PacketSocket, Path};
+use crate::daemon::say;
 use crate::packet::{ClientMessage, MessageType, ServerMessage};
 use crate::timing::{self, Action, Times};
 use cnicore::netlink::Netlink;
@@ -166,15 +167,15 @@ pub fn load_saved(dir: &FsPath) -> Vec<Held> {
             .and_then(|b| serde_json::from_slice::<Held>(&b).map_err(|e| e.to_string()))
         {
             Ok(h) if state_file(dir, &h.client_id) == path => held.push(h),
-            Ok(_) => eprintln!("dhcp daemon: ignoring {}: not named after its client ID", path.display()),
-            Err(e) => eprintln!("dhcp daemon: ignoring {}: {e}", path.display()),
+            Ok(_) => say(format_args!("ignoring {}: not named after its client ID", path.display())),
+            Err(e) => say(format_args!("ignoring {}: {e}", path.display())),
         }
     }
     held
 }
 
 fn log(held: &Held, msg: std::fmt::Arguments) {
-    eprintln!("dhcp daemon: {}: {msg}", String::from_utf8_lossy(&held.client_id));
+    say(format_args!("{}: {msg}", String::from_utf8_lossy(&held.client_id)));
 }
 
 /// Tells a lease thread to release its lease; it answers on the channel once the RELEASE is sent.
