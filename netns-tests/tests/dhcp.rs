@@ -389,6 +389,46 @@ fn ours_lease_kept_across_a_daemon_restart() {
     assert!(lan.released(ip), "dnsmasq still lists {ip}: {:?}", lan.dnsmasq.leases());
 }
 
+/// A daemon down for longer than the lease (the saved lease is aged past its two minutes before the
+/// restart): the new daemon asks for the address again (INIT-REBOOT: a broadcast REQUEST with option 50, no
+/// `ciaddr`, no server identifier) and keeps it, instead of bringing the pod's interface down at once.
+#[test]
+fn ours_lease_back_after_a_restart_past_its_expiry() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let state = lan.node.dir().join("state");
+    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "3s"];
+    let mut first = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let conf = lan.conf(&first.socket);
+    let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    first.daemon.stop(nix::sys::signal::Signal::SIGKILL);
+    let file = fs::read_dir(&state).unwrap().next().expect("a saved lease").unwrap().path();
+    let mut saved: Value = serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+    saved["bound_at_ms"] = json!(now_ms - 200_000);
+    fs::write(&file, saved.to_string()).unwrap();
+
+    let second = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    assert!(
+        wait_for(Duration::from_secs(15), || second.log().contains("INIT-REBOOT after the expiry done")).is_some(),
+        "no INIT-REBOOT; log:\n{}",
+        second.log()
+    );
+    let reboot = lan
+        .capture
+        .requests(lan.mac)
+        .into_iter()
+        .find(|s| s.kind == 3 && s.ciaddr.is_unspecified() && s.options.contains(&50) && !s.options.contains(&54))
+        .expect("an INIT-REBOOT REQUEST");
+    assert_eq!(reboot.ip_dst, Ipv4Addr::BROADCAST, "{reboot:?}");
+    let eth0 = lan.pod.netlink().require_link("eth0").unwrap();
+    assert!(eth0.up, "the pod's interface stays up");
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}");
+}
+
 /// T1 = 4 s, T2 = 8 s, and the server's netns drops unicast DHCP (nftables there): the renewal gets no
 /// answer, and at T2 the daemon rebinds, broadcast with `ciaddr` and without options 50/54, and dnsmasq's
 /// ACK extends the lease.

@@ -354,10 +354,20 @@ enum Outcome {
 }
 
 /// RENEWING (unicast to the server, from the leased address) or REBINDING (broadcast): a REQUEST with
-/// `ciaddr` and neither a requested address nor a server identifier (RFC 2131 §4.3.6).
+/// `ciaddr` and neither a requested address nor a server identifier (RFC 2131 §4.3.6). After the expiry (a
+/// daemon that was down longer than the lease): INIT-REBOOT, a broadcast REQUEST for the address it had
+/// (option 50, no `ciaddr`, no server identifier; RFC 2131 §4.3.2).
 fn extend(settings: &Settings, netns: &NetNs, held: &Held, action: Action) -> Outcome {
     let addr = held.ack.yiaddr;
     let answer = match action {
+        Action::Expired => {
+            let mut msg = held.message(MessageType::Request, Ipv4Addr::UNSPECIFIED, settings.broadcast);
+            msg.requested_ip = Some(addr);
+            let index = Netlink::in_netns(netns).and_then(|mut nl| nl.require_link(&held.ifname)).map(|l| l.index);
+            index
+                .and_then(|i| PacketSocket::open(netns, i))
+                .and_then(|s| client::exchange(&Path::Broadcast(&s), &msg, &[MessageType::Ack], settings.timeout))
+        }
         Action::Renew => {
             let Some(server) = held.ack.server_id else { return Outcome::Failed("no server identifier".into()) };
             let msg = held.message(MessageType::Request, addr, false);
@@ -391,6 +401,15 @@ fn interface_present(settings: &Settings, held: &Held) -> Option<(bool, Option<N
     }
 }
 
+/// A new ACK for the lease: kept, saved, logged (`what` done).
+fn bound_again(settings: &Settings, shared: &Arc<Mutex<Held>>, ack: ServerMessage, what: &str) {
+    let mut h = shared.lock().unwrap();
+    h.ack = ack;
+    h.bound_at_ms = now_ms();
+    save(settings, &h);
+    log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
+}
+
 fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
     let mut retry_at: Option<Duration> = None;
     loop {
@@ -414,6 +433,21 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
         let wait = match (action, &netns) {
             (Action::Wait(d), _) => d,
             (Action::Expired, _) => {
+                // The address may still be ours to have: asked for once before the interface goes down.
+                let outcome = match &netns {
+                    Some(ns) => extend(settings, ns, &held, Action::Expired),
+                    None => Outcome::Failed("the netns cannot be read".into()),
+                };
+                match outcome {
+                    Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
+                        bound_again(settings, shared, ack, "INIT-REBOOT after the expiry");
+                        retry_at = None;
+                        continue;
+                    }
+                    Outcome::Bound(ack) => log(&held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
+                    Outcome::Nak(msg) => log(&held, format_args!("INIT-REBOOT refused: {msg}")),
+                    Outcome::Failed(e) => log(&held, format_args!("INIT-REBOOT failed: {e}")),
+                }
                 log(&held, format_args!("lease expired, bringing {} down", held.ifname));
                 if let Some(ns) = &netns {
                     if let Ok(mut nl) = Netlink::in_netns(ns) {
@@ -430,11 +464,7 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
                 let what = if action == Action::Renew { "renewing" } else { "rebinding" };
                 match extend(settings, ns, &held, action) {
                     Outcome::Bound(ack) => {
-                        let mut h = shared.lock().unwrap();
-                        h.ack = ack;
-                        h.bound_at_ms = now_ms();
-                        save(settings, &h);
-                        log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
+                        bound_again(settings, shared, ack, what);
                         retry_at = None;
                         continue;
                     }

@@ -389,6 +389,19 @@ mod tests {
     }
 
     #[test]
+    fn request_init_reboot_asks_for_the_address_without_ciaddr_or_server_id() {
+        let extra = vec![(opt::PARAMETER_LIST, vec![3, 1])];
+        let mut m = msg(MessageType::Request, &extra);
+        m.requested_ip = Some(Ipv4Addr::new(10, 0, 0, 20));
+        let b = m.encode();
+        assert_eq!(header(&b), "010106000102030400000000000000000000000000000000000000000242ac110002");
+        let mut want = vec![53, 1, 3, 50, 4, 10, 0, 0, 20];
+        want.extend_from_slice(&CLIENT_ID_OPT);
+        want.extend_from_slice(&[55, 2, 3, 1, 255]);
+        assert_eq!(options(&b), want);
+    }
+
+    #[test]
     fn request_renewing_and_rebinding_have_ciaddr_and_no_50_or_54() {
         let extra = vec![(opt::PARAMETER_LIST, vec![3, 1])];
         for broadcast in [false, true] {
