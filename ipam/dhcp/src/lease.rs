@@ -303,7 +303,11 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
             Ok(ack) => {
                 held.ack = ack;
                 held.bound_at_ms = now_ms();
-                result_of(&held.ack, held.priority)?;
+                if let Err(e) = result_of(&held.ack, held.priority) {
+                    // Granted but unusable (no subnet mask): given back rather than left to expire.
+                    drop(release(settings, &held));
+                    return Err(e);
+                }
                 return Ok((held, socket));
             }
             Err(e) => e,
