@@ -218,6 +218,14 @@ impl DhcpDaemon {
         DhcpDaemon { socket, log, daemon }
     }
 
+    /// Our daemon, its state in the node's `state` directory (kept across restarts of the daemon).
+    fn ours(node: &Node, extra: &[&str]) -> DhcpDaemon {
+        let state = node.dir().join("state");
+        let mut flags = vec!["-statedir", state.to_str().expect("a UTF-8 path")];
+        flags.extend_from_slice(extra);
+        DhcpDaemon::start(node, &bin("dhcp"), &flags, "ours")
+    }
+
     fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -314,8 +322,7 @@ fn ours_lease_renewed_unicast_and_released_on_del() {
     }
     let lan = Lan::new();
     let state = lan.node.dir().join("state");
-    let daemon =
-        DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap(), "-timeout", "3s"], "ours");
+    let daemon = DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]);
     let conf = lan.conf(&daemon.socket);
     let out = lan.run(&bin("dhcp"), "ADD", &conf);
     let ip = lan.expect_lease(out.expect_ok());
@@ -364,15 +371,13 @@ fn ours_lease_kept_across_a_daemon_restart() {
         return;
     }
     let lan = Lan::new();
-    let state = lan.node.dir().join("state");
-    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "3s"];
-    let mut first = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let mut first = DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]);
     let conf = lan.conf(&first.socket);
     let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
     // Killed outright (no chance to save anything more), then started again on the same state.
     first.daemon.stop(nix::sys::signal::Signal::SIGKILL);
     let before = lan.renewals(ip).len();
-    let second = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let second = DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]);
     assert_eq!(second.socket, first.socket);
     // The new daemon renews the lease it found (reference #767).
     assert!(
@@ -399,8 +404,7 @@ fn ours_lease_back_after_a_restart_past_its_expiry() {
     }
     let lan = Lan::new();
     let state = lan.node.dir().join("state");
-    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "3s"];
-    let mut first = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let mut first = DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]);
     let conf = lan.conf(&first.socket);
     let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
     first.daemon.stop(nix::sys::signal::Signal::SIGKILL);
@@ -410,7 +414,7 @@ fn ours_lease_back_after_a_restart_past_its_expiry() {
     saved["bound_at_ms"] = json!(now_ms - 200_000);
     fs::write(&file, saved.to_string()).unwrap();
 
-    let second = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let second = DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]);
     assert!(
         wait_for(Duration::from_secs(15), || second.log().contains("INIT-REBOOT after the expiry done")).is_some(),
         "no INIT-REBOOT; log:\n{}",
@@ -442,9 +446,7 @@ fn ours_rebinds_at_t2_when_renewals_go_unanswered() {
                         ip daddr 10.77.0.1 udp dport 67 drop\n }\n}\n";
     let nft = lan._server.exec("nft", &["-f", "-"], &[], drop_unicast.as_bytes());
     assert!(nft.status.success(), "nft: {}", String::from_utf8_lossy(&nft.stderr));
-    let state = lan.node.dir().join("state");
-    let flags = ["-statedir", state.to_str().unwrap(), "-timeout", "2s"];
-    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let daemon = DhcpDaemon::ours(&lan.node, &["-timeout", "2s"]);
     let conf = lan.conf(&daemon.socket);
     let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
     assert!(
@@ -469,9 +471,7 @@ fn ours_broadcast_flag() {
         return;
     }
     let lan = Lan::new();
-    let state = lan.node.dir().join("state");
-    let flags = ["-statedir", state.to_str().unwrap(), "-broadcast"];
-    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &flags, "ours");
+    let daemon = DhcpDaemon::ours(&lan.node, &["-broadcast"]);
     let conf = lan.conf(&daemon.socket);
     lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
     let sent = lan.capture.requests(lan.mac);
@@ -594,17 +594,15 @@ fn podman_macvlan_dhcp_reference() {
 /// The wire protocol both ways: the reference plugin (1.1.1) with our daemon, and our plugin with the
 /// reference daemon (Go's net/rpc with gob, spoken by ours). Each gets the lease dnsmasq lists, CHECK passes,
 /// and DEL frees it.
-fn mixed(plugin: &Path, daemon_binary: &Path, our_daemon: bool) {
+fn mixed(plugin: &Path, our_daemon: bool) {
     if !have_dnsmasq() {
         return;
     }
     let lan = Lan::new();
-    let state = lan.node.dir().join("state");
-    let mut flags = vec!["-timeout", "3s"];
-    if our_daemon {
-        flags.extend(["-statedir", state.to_str().unwrap()]);
-    }
-    let daemon = DhcpDaemon::start(&lan.node, daemon_binary, &flags, "mixed");
+    let daemon = match our_daemon {
+        true => DhcpDaemon::ours(&lan.node, &["-timeout", "3s"]),
+        false => DhcpDaemon::start(&lan.node, &reference("dhcp"), &["-timeout", "3s"], "ref"),
+    };
     let conf = lan.conf(&daemon.socket);
     let out = lan.run(plugin, "ADD", &conf);
     assert!(out.success(), "ADD: {} {}\ndaemon log:\n{}", out.stdout_text, out.stderr, daemon.log());
@@ -618,12 +616,12 @@ fn mixed(plugin: &Path, daemon_binary: &Path, our_daemon: bool) {
 
 #[test]
 fn reference_plugin_with_our_daemon() {
-    mixed(&reference("dhcp"), &bin("dhcp"), true);
+    mixed(&reference("dhcp"), true);
 }
 
 #[test]
 fn our_plugin_with_the_reference_daemon() {
-    mixed(&bin("dhcp"), &reference("dhcp"), false);
+    mixed(&bin("dhcp"), false);
 }
 
 /// `-hostprefix` (a daemon in a container with the host's root at a prefix): the netns paths the plugin sends
@@ -691,7 +689,7 @@ fn ours_concurrent_pods() {
     // No ping before each offer (dnsmasq waits up to 3 s for an answer, one address at a time).
     let dnsmasq = Dnsmasq::start_with(&server, node.dir(), 4, 100, &["--no-ping"]);
     let state = node.dir().join("state");
-    let daemon = DhcpDaemon::start(&node, &bin("dhcp"), &["-statedir", state.to_str().unwrap()], "ours");
+    let daemon = DhcpDaemon::ours(&node, &[]);
     let started = std::time::Instant::now();
     let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "macvlan",
                       "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}});
@@ -745,8 +743,7 @@ fn ours_every_spec_version() {
         return;
     }
     let lan = Lan::new();
-    let state = lan.node.dir().join("state");
-    let daemon = DhcpDaemon::start(&lan.node, &bin("dhcp"), &["-statedir", state.to_str().unwrap()], "ours");
+    let daemon = DhcpDaemon::ours(&lan.node, &[]);
     for version in ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"] {
         let conf = with_version(&lan.conf(&daemon.socket), version);
         let out = lan.run(&bin("dhcp"), "ADD", &conf);
