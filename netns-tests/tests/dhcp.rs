@@ -183,9 +183,19 @@ impl Dnsmasq {
         Dnsmasq { leases, log, _daemon: daemon }
     }
 
-    /// (mac, ip, client id) of each lease in dnsmasq's file.
+    /// (mac, ip, client id) of each lease in dnsmasq's file. dnsmasq rewrites the file in place (rewind,
+    /// write, truncate), so a read can catch it half written: read until two reads agree.
     fn leases(&self) -> Vec<(String, Ipv4Addr, String)> {
-        let text = fs::read_to_string(&self.leases).unwrap_or_default();
+        let read = || fs::read_to_string(&self.leases).unwrap_or_default();
+        let mut text = read();
+        for _ in 0..50 {
+            std::thread::sleep(Duration::from_millis(20));
+            let again = read();
+            if again == text {
+                break;
+            }
+            text = again;
+        }
         text.lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
@@ -674,6 +684,70 @@ fn with_version(conf: &Value, version: &str) -> Value {
     c
 }
 
+/// `n` pods on one server: a bridge `s0` (10.77.0.1/24) in its netns with a veth to each pod's eth0, and
+/// dnsmasq on it without its ping before each offer (it waits up to 3 s for an answer, one address at a time).
+fn bridged_pods(n: usize) -> (Node, TestNetns, Vec<TestNetns>, Dnsmasq) {
+    let node = Node::new();
+    let server = TestNetns::new("srv");
+    server.ip(&["link", "add", "s0", "type", "bridge"]);
+    server.ip(&["addr", "add", "10.77.0.1/24", "dev", "s0"]);
+    server.ip(&["link", "set", "s0", "up"]);
+    let pods: Vec<TestNetns> = (0..n).map(|_| node.pod_netns()).collect();
+    for (i, pod) in pods.iter().enumerate() {
+        let port = format!("p{i}");
+        veth_between(&server, pod, &port, "eth0", &[], &[]);
+        server.ip(&["link", "set", &port, "master", "s0"]);
+    }
+    let dnsmasq = Dnsmasq::start_with(&server, node.dir(), 4, 100, &["--no-ping"]);
+    (node, server, pods, dnsmasq)
+}
+
+/// The plugin for pod `i` (container `ctr<i>`, eth0).
+fn run_pod(node: &Node, pod: &TestNetns, i: usize, verb: &str, conf: &Value) -> PluginOutput {
+    let mut c = clean_command(node, bin("dhcp"));
+    c.env("CNI_COMMAND", verb)
+        .env("CNI_CONTAINERID", format!("ctr{i}"))
+        .env("CNI_NETNS", &pod.path)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/nonexistent");
+    output(&mut c, conf.to_string().as_bytes())
+}
+
+/// GC (spec 1.1) with pod 0 the only valid attachment: pod 1's lease is released, pod 0's kept; a GC without
+/// a list releases nothing.
+#[test]
+fn ours_gc_releases_leases_of_attachments_gone() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let (node, _server, pods, dnsmasq) = bridged_pods(2);
+    let daemon = DhcpDaemon::ours(&node, &[]);
+    let conf = json!({"cniVersion": "1.1.0", "name": NETWORK, "type": "macvlan",
+                      "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}});
+    let ip = |out: &PluginOutput| -> Ipv4Addr {
+        out.expect_ok()["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().parse().unwrap()
+    };
+    let ip0 = ip(&run_pod(&node, &pods[0], 0, "ADD", &conf));
+    let ip1 = ip(&run_pod(&node, &pods[1], 1, "ADD", &conf));
+    let gc = |conf: &Value| {
+        let mut c = clean_command(&node, bin("dhcp"));
+        c.env("CNI_COMMAND", "GC").env("CNI_PATH", "/nonexistent");
+        output(&mut c, conf.to_string().as_bytes()).expect_ok();
+    };
+    gc(&conf);
+    assert_eq!(dnsmasq.leases().len(), 2, "a GC without a list keeps everything");
+    let mut with_valid = conf.clone();
+    with_valid["cni.dev/valid-attachments"] = json!([{"containerID": "ctr0", "ifname": "eth0"}]);
+    gc(&with_valid);
+    let leased = |ip: Ipv4Addr| dnsmasq.leases().iter().any(|(_, l, _)| *l == ip);
+    assert!(wait_for(Duration::from_secs(10), || !leased(ip1)).is_some(), "{ip1} kept:\n{}", daemon.log());
+    assert!(leased(ip0), "{ip0} released: {:?}\n{}", dnsmasq.leases(), daemon.log());
+    assert!(daemon.log().contains("released by GC"), "{}", daemon.log());
+    run_pod(&node, &pods[1], 1, "DEL", &conf).expect_ok();
+    run_pod(&node, &pods[0], 0, "DEL", &conf).expect_ok();
+    assert!(wait_for(Duration::from_secs(10), || dnsmasq.leases().is_empty()).is_some());
+}
+
 /// Eight pods on one server (a bridge in its netns), added at once through one daemon and deleted at once:
 /// eight distinct leases, each dnsmasq's entry for that pod's MAC, and an empty lease table after.
 #[test]
@@ -682,33 +756,13 @@ fn ours_concurrent_pods() {
         return;
     }
     const PODS: usize = 8;
-    let node = Node::new();
-    let server = TestNetns::new("srv");
-    server.ip(&["link", "add", "s0", "type", "bridge"]);
-    server.ip(&["addr", "add", "10.77.0.1/24", "dev", "s0"]);
-    server.ip(&["link", "set", "s0", "up"]);
-    let pods: Vec<TestNetns> = (0..PODS).map(|_| node.pod_netns()).collect();
-    for (i, pod) in pods.iter().enumerate() {
-        let port = format!("p{i}");
-        veth_between(&server, pod, &port, "eth0", &[], &[]);
-        server.ip(&["link", "set", &port, "master", "s0"]);
-    }
-    // No ping before each offer (dnsmasq waits up to 3 s for an answer, one address at a time).
-    let dnsmasq = Dnsmasq::start_with(&server, node.dir(), 4, 100, &["--no-ping"]);
+    let (node, _server, pods, dnsmasq) = bridged_pods(PODS);
     let state = node.dir().join("state");
     let daemon = DhcpDaemon::ours(&node, &[]);
     let started = std::time::Instant::now();
     let conf = json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "macvlan",
                       "ipam": {"type": "dhcp", "daemonSocketPath": daemon.socket}});
-    let run = |i: usize, verb: &str| {
-        let mut c = clean_command(&node, bin("dhcp"));
-        c.env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", format!("ctr{i}"))
-            .env("CNI_NETNS", &pods[i].path)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/nonexistent");
-        output(&mut c, conf.to_string().as_bytes())
-    };
+    let run = |i: usize, verb: &str| run_pod(&node, &pods[i], i, verb, &conf);
     let run = &run;
     let added: Vec<PluginOutput> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..PODS).map(|i| s.spawn(move || run(i, "ADD"))).collect();

@@ -145,6 +145,13 @@ fn parse_flags(args: &[String]) -> std::result::Result<Flags, String> {
     Ok(f)
 }
 
+/// The payload of our `DHCP.GC`: the network and its valid attachments (containerID, ifname).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct GcRequest {
+    pub network: String,
+    pub valid: Vec<(String, String)>,
+}
+
 struct Daemon {
     settings: Arc<Settings>,
     leases: Mutex<HashMap<Vec<u8>, Arc<Lease>>>,
@@ -167,6 +174,8 @@ impl Daemon {
                 }
                 let wanted = Wanted {
                     client_id: client_id.clone(),
+                    container_id: req.container_id.clone(),
+                    network: conf.name.clone(),
                     netns: req.netns.clone(),
                     ifname: req.ifname.clone(),
                     options: conf.options,
@@ -209,11 +218,39 @@ impl Daemon {
         }
     }
 
+    /// Releases the leases of the network that no valid attachment has (ours only: the reference has no GC).
+    fn gc(&self, req: &Request) -> Result<Option<CniResult>> {
+        let gc: GcRequest =
+            serde_json::from_slice(&req.stdin).map_err(|e| Error::decode(format!("invalid DHCP.GC request: {e}")))?;
+        let stale: Vec<(Vec<u8>, Arc<Lease>)> = {
+            let mut leases = self.leases.lock().unwrap();
+            let ids: Vec<Vec<u8>> = leases
+                .iter()
+                .filter(|(_, l)| {
+                    let h = l.held.lock().unwrap();
+                    h.network == gc.network && !gc.valid.iter().any(|(c, i)| *c == h.container_id && *i == h.ifname)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter().filter_map(|id| leases.remove(&id).map(|l| (id, l))).collect()
+        };
+        for (id, lease) in stale {
+            say(format_args!(
+                "{}: not a valid attachment of {}: released by GC",
+                String::from_utf8_lossy(&id),
+                gc.network
+            ));
+            lease.release();
+        }
+        Ok(None)
+    }
+
     fn handle(&self, req: &Request) -> Result<Option<CniResult>> {
         match req.method.as_str() {
             "DHCP.Allocate" => self.allocate(req),
             "DHCP.Release" => self.release(req),
             "DHCP.Check" => self.check(req),
+            "DHCP.GC" => self.gc(req),
             m => Err(Error::internal(format!("rpc: can't find method {m}"))),
         }
     }

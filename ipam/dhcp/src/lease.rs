@@ -43,6 +43,11 @@ const LINK_CHECK: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Held {
     pub client_id: Vec<u8>,
+    /// The attachment, for GC (the client ID may be cut short).
+    #[serde(default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub network: String,
     pub netns: String,
     pub ifname: String,
     pub mac: [u8; 6],
@@ -211,6 +216,8 @@ impl Lease {
 /// What an Allocate gives the lease thread.
 pub struct Wanted {
     pub client_id: Vec<u8>,
+    pub container_id: String,
+    pub network: String,
     pub netns: String,
     pub ifname: String,
     pub options: Vec<(u8, Vec<u8>)>,
@@ -288,6 +295,8 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
         PacketSocket::open(&netns, link.index).map_err(|e| format!("packet socket on {}: {e}", wanted.ifname))?;
     let mut held = Held {
         client_id: wanted.client_id,
+        container_id: wanted.container_id,
+        network: wanted.network,
         netns: wanted.netns,
         ifname: wanted.ifname,
         mac,
@@ -606,6 +615,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let held = Held {
             client_id: b"c/net/eth0".to_vec(),
+            container_id: "c".into(),
+            network: "net".into(),
             netns: "/run/netns/x".into(),
             ifname: "eth0".into(),
             mac: [2, 0, 0, 0, 0, 1],

@@ -60,6 +60,25 @@ impl cnicore::spec::Plugin for Dhcp {
         }
     }
 
+    /// Asks our daemon to release the network's leases that no valid attachment has; a reference daemon has
+    /// no such method (nor their plugin GC), and there nothing is done.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let conf = load(ctx)?;
+        let Some(valid) = ctx.gc_attachments()? else { return Ok(()) };
+        let payload = crate::daemon::GcRequest { network: conf.name.clone(), valid };
+        let mut req = request(ctx, "DHCP.GC")?;
+        req.stdin = serde_json::to_vec(&payload).map_err(|e| Error::internal(e.to_string()))?;
+        match rpc::call(&conf.socket_path, &req) {
+            Ok(_) => Ok(()),
+            Err(Ok(e)) if e.msg.contains("can't find method") => Ok(()),
+            Err(Err(Unreachable(e))) => {
+                cnicore::warn!("{}: nothing collected", e.msg);
+                Ok(())
+            }
+            Err(Ok(e)) => Err(e),
+        }
+    }
+
     /// Ready when a daemon listens on the socket (the reference has no STATUS; without a daemon every ADD
     /// fails, which is what STATUS is for).
     fn status(&self, ctx: &Context) -> Result<()> {
