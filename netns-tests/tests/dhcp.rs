@@ -822,3 +822,25 @@ fn ours_every_spec_version() {
         assert!(lan.released(ip), "{version}: {ip} still leased");
     }
 }
+
+/// `-pidfile` holds the daemon's PID; SIGTERM removes it and the socket, and leaves the leases saved (the
+/// next daemon resumes them).
+#[test]
+fn ours_pidfile_and_sigterm() {
+    if !have_dnsmasq() {
+        return;
+    }
+    let lan = Lan::new();
+    let pidfile = lan.node.dir().join("dhcp.pid");
+    let mut daemon = DhcpDaemon::ours(&lan.node, &["-pidfile", pidfile.to_str().unwrap()]);
+    assert_eq!(fs::read_to_string(&pidfile).unwrap(), daemon.daemon.pid().to_string());
+    let conf = lan.conf(&daemon.socket);
+    let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
+    daemon.daemon.stop(nix::sys::signal::Signal::SIGTERM);
+    assert!(!pidfile.exists() && !daemon.socket.exists(), "pidfile or socket left after SIGTERM");
+    let state = lan.node.dir().join("state");
+    assert_eq!(fs::read_dir(&state).unwrap().count(), 1, "the lease stays saved");
+    let next = DhcpDaemon::ours(&lan.node, &[]);
+    lan.run(&bin("dhcp"), "DEL", &conf).expect_ok();
+    assert!(lan.released(ip), "dnsmasq still lists {ip}:\n{}", next.log());
+}
