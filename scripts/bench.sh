@@ -204,6 +204,12 @@ done
 # The link plugins (ptp, macvlan, ipvlan, vlan, dummy), each exec'd on its own with host-local: their own script.
 echo "bench: link plugins, $RUNS runs each side" >&2
 links_table=$(RUNS=$RUNS OURS_DIR=$ours "$root/scripts/bench-links.sh") || { echo "bench: bench-links.sh failed" >&2; exit 1; }
+# dhcp IPAM, each side through its own daemon, against dnsmasq (scripts/bench-dhcp.sh; skipped without dnsmasq).
+DHCP_MED=""
+if command -v dnsmasq >/dev/null; then
+  echo "bench: dhcp ADD/DEL against dnsmasq" >&2
+  DHCP_MED=$(BENCH_RUNS=$RUNS OURS_DIR=$ours scripts/bench-dhcp.sh --medians 2>>"$tmp/errors") || DHCP_MED=""
+fi
 
 # Through containerd: two daemons (ours, reference) in node netns of their own, pods alternating.
 cri_table=""
@@ -236,6 +242,11 @@ row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
   row "portmap DEL, 1,000 mappings installed (iptables)" "$(ms "$(med "${PM_DEL[ref]}")")" "$(ms "$(med "${PM_DEL[ours]}")")" "$(ratio "$(med "${PM_DEL[ref]}")" "$(med "${PM_DEL[ours]}")")"
   row "host-local ADD, 60,000 leases" "$(ms "$(med "${HL_ADD[ref]}")")" "$(ms "$(med "${HL_ADD[ours]}")")" "$(ratio "$(med "${HL_ADD[ref]}")" "$(med "${HL_ADD[ours]}")")"
   row "host-local DEL, 60,000 leases" "$(ms "$(med "${HL_DEL[ref]}")")" "$(ms "$(med "${HL_DEL[ours]}")")" "$(ratio "$(med "${HL_DEL[ref]}")" "$(med "${HL_DEL[ours]}")")"
+  if [[ -n $DHCP_MED ]]; then
+    read -r doa dod dra drd _ <<<"$DHCP_MED"
+    row "dhcp ADD (its daemon, dnsmasq)" "$(ms "$dra")" "$(ms "$doa")" "$(ratio "$dra" "$doa")"
+    row "dhcp DEL (its daemon, dnsmasq)" "$(ms "$drd")" "$(ms "$dod")" "$(ratio "$drd" "$dod")"
+  fi
   row "peak RSS of a plugin during chain ADD" "${RSS[ref]}" "${RSS[ours]}" ""
   for p in bridge host-local portmap bandwidth loopback; do
     row "VERSION exec, $p" "$(ms "${V[ref-$p]}")" "$(ms "${V[ours-$p]}")" "$(ratio "${V[ref-$p]}" "${V[ours-$p]}")"

@@ -55,6 +55,9 @@ install_without_starting "the firewall plugin's firewalld tests" firewalld dbus-
 # The runtime tests: containerd and podman (with runc) run pods in test namespaces, busybox-static makes their
 # images offline, protoc builds the CRI client's bindings.
 install_without_starting "the runtime tests" containerd runc podman busybox-static protobuf-compiler buildah
+# The dhcp tests: dnsmasq as the DHCP server, started by each test in a namespace of its own (dnsmasq-base has
+# no service to start).
+install_without_starting "the dhcp tests" dnsmasq-base
 # The fabric tests: etcd 3.4, started by each test in its own namespace on a temporary data dir.
 install_without_starting "the fabric tests" etcd-server
 

@@ -91,10 +91,19 @@ image_copy_tmp_dir = {tmp}
         podman
     }
 
+    /// A command that runs where podman runs: the node's netns and podman's private mount namespace (for a
+    /// daemon podman's plugins talk to, such as the dhcp daemon on its default socket under `/run`).
+    pub fn command_beside(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mnt = fs::File::open(format!("/proc/{}/ns/mnt", self.holder.id())).expect("holder's mount namespace");
+        let mut command = Command::new(program);
+        let netns = NetNs::open(&self.node_netns).expect("the node netns");
+        daemon::entering(&mut command, mnt, netns);
+        command
+    }
+
     /// `podman <args>` as the test's user would run it on the node.
     pub fn run(&self, args: &[&str]) -> Output {
-        let mnt = fs::File::open(format!("/proc/{}/ns/mnt", self.holder.id())).expect("holder's mount namespace");
-        let mut command = Command::new("podman");
+        let mut command = self.command_beside("podman");
         command
             .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
             .arg("--root")
@@ -106,8 +115,6 @@ image_copy_tmp_dir = {tmp}
             .args(["--storage-driver", "vfs"])
             .args(args)
             .stdin(Stdio::null());
-        let netns = NetNs::open(&self.node_netns).expect("the node netns");
-        daemon::entering(&mut command, mnt, netns);
         command.output().unwrap_or_else(|e| panic!("run podman: {e}"))
     }
 

@@ -17,6 +17,7 @@
 
 mod bandwidth;
 mod bridge;
+mod dhcp;
 mod dummy;
 mod firewall;
 mod flannel;
@@ -663,6 +664,7 @@ fn corpus_size() {
         ("ipvlan", ipvlan::ipvlan_cases(&rig).len()),
         ("vlan", vlan::vlan_cases(&rig).len()),
         ("dummy", dummy::dummy_cases(&rig).len()),
+        ("dhcp", dhcp::dhcp_cases(&rig).len()),
         ("cnitool", runner::runner_cases(&rig).len()),
     ];
     let total: usize = counts.iter().map(|(_, n)| n).sum();
