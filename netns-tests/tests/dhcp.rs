@@ -833,7 +833,7 @@ fn ours_pidfile_and_sigterm() {
     let lan = Lan::new();
     let pidfile = lan.node.dir().join("dhcp.pid");
     let mut daemon = DhcpDaemon::ours(&lan.node, &["-pidfile", pidfile.to_str().unwrap()]);
-    assert_eq!(fs::read_to_string(&pidfile).unwrap(), daemon.daemon.pid().to_string());
+    assert_eq!(fs::read_to_string(&pidfile).unwrap(), daemon.daemon.id().to_string());
     let conf = lan.conf(&daemon.socket);
     let ip = lan.expect_lease(lan.run(&bin("dhcp"), "ADD", &conf).expect_ok());
     daemon.daemon.stop(nix::sys::signal::Signal::SIGTERM);
