@@ -197,16 +197,12 @@ fn configure(attachment: &Attachment, sockets: &mut Sockets, link: &Link, leased
 /// is no error; a link of another kind under that name is left alone.
 pub fn del(ctx: &Context, kind: &str, ipam: bool) -> Result<()> {
     let mut errors = Errors::new();
-    // Independent, and both mostly wait (IPAM is a process, a link deletion waits for the kernel): at once.
-    let (ipam_outcome, link_outcome) = std::thread::scope(|s| {
-        let link = s.spawn(|| delete_pod_link(ctx, kind));
-        let ipam_outcome = ipam.then(|| ipam::exec(ctx, Command::Del));
-        (ipam_outcome, link.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked"))))
-    });
-    if let Some(outcome) = ipam_outcome {
+    // Both mostly wait (IPAM is a process, a link deletion waits for the kernel): at the same time, unless the
+    // IPAM plugin needs the link to release (dhcp), which `ipam::teardown` knows.
+    let link: ipam::TeardownStep = Box::new(|| delete_pod_link(ctx, kind));
+    for outcome in ipam::teardown(ctx, ipam, Some(link), Vec::new()) {
         errors.record(outcome);
     }
-    errors.record(link_outcome);
     errors.into_result()
 }
 

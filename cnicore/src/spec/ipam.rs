@@ -79,3 +79,40 @@ pub fn exec(ctx: &Context, command: Command) -> Result<()> {
     let bin = ipam_binary(ctx)?;
     exec_plugin(&bin, command, ctx, &ctx.stdin).map(|_| ())
 }
+
+/// IPAM plugins that keep their state on the node and need nothing of the pod's interface to release an
+/// address. Any other runs its DEL before the interface is deleted, as the reference orders DEL: dhcp sends
+/// its DHCPRELEASE through the interface, and a plugin we do not know may need it too.
+const RELEASE_WITHOUT_INTERFACE: &[&str] = &["host-local", "static"];
+
+/// One step of a DEL, run on a thread of its own.
+pub type TeardownStep<'a> = Box<dyn FnOnce() -> Result<()> + Send + 'a>;
+
+/// Runs a DEL's teardown: IPAM's DEL (when `ipam`), the deletion of the pod's interface (`interface`) and the
+/// steps that need neither (`others`: firewall rules...), all at the same time, since they mostly wait (for the
+/// kernel, for processes); except that the interface is deleted only after IPAM's DEL has returned, unless the
+/// IPAM plugin is one that releases without it. Returns every step's outcome.
+pub fn teardown<'a>(
+    ctx: &'a Context,
+    ipam: bool,
+    interface: Option<TeardownStep<'a>>,
+    others: Vec<TeardownStep<'a>>,
+) -> Vec<Result<()>> {
+    let interface_waits =
+        ipam && !matches!(ctx.conf.ipam_type_if_any(), Ok(Some(t)) if RELEASE_WITHOUT_INTERFACE.contains(&t));
+    std::thread::scope(|s| {
+        let mut workers: Vec<_> = others.into_iter().map(|step| s.spawn(step)).collect();
+        let mut outcomes = Vec::new();
+        if interface_waits {
+            outcomes.push(exec(ctx, Command::Del));
+        }
+        workers.extend(interface.map(|step| s.spawn(step)));
+        if ipam && !interface_waits {
+            outcomes.push(exec(ctx, Command::Del));
+        }
+        let joined =
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked"))));
+        outcomes.extend(joined);
+        outcomes
+    })
+}

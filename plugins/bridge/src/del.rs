@@ -7,7 +7,7 @@ use std::io;
 
 use cnicore::netlink::{is_not_found, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, Command, Context, Error, ErrorContext, Errors, Result};
+use cnicore::spec::{ipam, Context, Error, ErrorContext, Errors, Result};
 use ipnet::IpNet;
 
 use crate::config::Config;
@@ -47,34 +47,23 @@ fn pod_link(ctx: &Context) -> Result<Option<PodLink>> {
     }
 }
 
-/// Deletes the veth, the masquerade rules, the spoof check and the lease. The steps are independent and mostly
-/// wait (for the kernel to tear the veth down, for firewall and IPAM processes): they run at the same time.
+/// Deletes the veth, the masquerade rules, the spoof check and the lease, at the same time where they are
+/// independent (`ipam::teardown`: the veth waits for IPAM's DEL when the IPAM plugin needs it, as dhcp does).
 fn remove_concurrently(ctx: &Context, conf: &Config, pod_link: Option<PodLink>, ips: &[IpNet]) -> Vec<Result<()>> {
     let ifname = ctx.env.ifname.as_str();
-    std::thread::scope(|s| {
-        let mut workers = Vec::new();
-        if let Some(link) = pod_link {
-            workers.push(s.spawn(move || link.delete(ifname)));
-        }
-        if conf.layer3 && conf.ip_masq {
-            let m = conf.masq(&ctx.env.container_id, ips);
-            workers.push(s.spawn(move || masq::teardown(&m)));
-            // The rule the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
-            let (network, container_id) = (&conf.network, &ctx.env.container_id);
-            workers.push(s.spawn(move || reference_ipmasq_teardown(network, ifname, container_id)));
-        }
-        if conf.mac_spoof_check {
-            workers.push(s.spawn(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));
-        }
-        let mut outcomes = Vec::new();
-        if conf.layer3 {
-            outcomes.push(ipam::exec(ctx, Command::Del));
-        }
-        outcomes.extend(
-            workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
-        );
-        outcomes
-    })
+    let mut others: Vec<ipam::TeardownStep> = Vec::new();
+    if conf.layer3 && conf.ip_masq {
+        let m = conf.masq(&ctx.env.container_id, ips);
+        others.push(Box::new(move || masq::teardown(&m)));
+        // The rule the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+        let (network, container_id) = (&conf.network, &ctx.env.container_id);
+        others.push(Box::new(move || reference_ipmasq_teardown(network, ifname, container_id)));
+    }
+    if conf.mac_spoof_check {
+        others.push(Box::new(|| SpoofCheck::new(&ctx.env.container_id, ifname).teardown()));
+    }
+    let interface = pod_link.map(|link| -> ipam::TeardownStep { Box::new(move || link.delete(ifname)) });
+    ipam::teardown(ctx, conf.layer3, interface, others)
 }
 
 /// A netns path that no longer exists, or a file that is no longer a namespace (left behind after the

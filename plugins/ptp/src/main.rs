@@ -112,31 +112,21 @@ impl Plugin for Ptp {
         }
         ips.sort();
         ips.dedup();
-        // The steps are independent and mostly wait (the kernel tearing the veth down, firewall and IPAM
-        // processes): they run at the same time.
+        // The steps mostly wait (the kernel tearing the veth down, firewall and IPAM processes): they run at the
+        // same time, the veth's deletion after IPAM's DEL where the IPAM plugin needs it (`ipam::teardown`).
         let conf = &conf;
         let (network, ifname, container_id) = (&conf.network, &ctx.env.ifname, &ctx.env.container_id);
-        let outcomes = std::thread::scope(|s| {
-            let mut workers = Vec::new();
-            if let Some(veth) = pod_veth {
-                workers.push(s.spawn(move || veth.delete(ifname)));
+        let mut others: Vec<ipam::TeardownStep> = Vec::new();
+        if conf.ip_masq {
+            let ips = &ips;
+            others.push(Box::new(move || masq::teardown(&conf.masq(container_id, ips))));
+            // The rule the reference v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+            if Backend::Nftables.available() {
+                others.push(Box::new(move || reference_nft::ipmasq_teardown(network, ifname, container_id)));
             }
-            if conf.ip_masq {
-                let ips = &ips;
-                workers.push(s.spawn(move || masq::teardown(&conf.masq(container_id, ips))));
-                // The rule the reference v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
-                if Backend::Nftables.available() {
-                    workers.push(s.spawn(move || reference_nft::ipmasq_teardown(network, ifname, container_id)));
-                }
-            }
-            let mut outcomes = vec![ipam::exec(ctx, Command::Del)];
-            outcomes.extend(
-                workers
-                    .into_iter()
-                    .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked")))),
-            );
-            outcomes
-        });
+        }
+        let interface = pod_veth.map(|veth| -> ipam::TeardownStep { Box::new(move || veth.delete(ifname)) });
+        let outcomes = ipam::teardown(ctx, true, interface, others);
         for outcome in outcomes {
             errors.record(outcome);
         }
