@@ -5,16 +5,48 @@
 //! data plane stays as it was (no route is removed because of a store outage). Sources: [`etcd`] (flannel's
 //! layout, leases in a transaction) and [`static_file`] (one node and small labs); the Kubernetes Node's
 //! `podCIDR` would be a third, publishing the same value from a watch of Node objects.
+//!
+//! A store of leases is a [`LeaseStore`]: a handful of conditional operations. The allocation policy
+//! ([`acquire`]), finding this node's lease for `status` and `cleanup` ([`find_own`]) and releasing it are
+//! written once against that trait (tested against the in-memory store of `memory`).
 
 pub mod etcd;
+#[cfg(test)]
+mod memory;
 pub mod static_file;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use ipnet::Ipv4Net;
+use tokio::sync::watch;
 
+use crate::error::{Error, Result};
 use crate::flannel::{LeaseAttrs, NetworkConfig};
+use crate::metrics::Metrics;
+
+/// The store's handle of a node's lease (etcd: the id of the etcd lease holding the key). Written to
+/// `subnet.env` as `FABRIC_LEASE`, so that a node whose address changed recognises its own lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseToken(pub i64);
+
+impl std::fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+/// Another node, as its lease says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub attrs: LeaseAttrs,
+    /// When the lease was created, in the store's order (etcd: its create revision; static: its position):
+    /// of two leases claiming one address or VTEP MAC, the older is used.
+    pub created: i64,
+}
 
 /// What the node must look like, as far as the store says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,10 +54,10 @@ pub struct Cluster {
     pub config: NetworkConfig,
     /// This node's subnet.
     pub subnet: Ipv4Net,
-    /// The etcd lease holding the subnet (None in static mode).
-    pub lease_id: Option<i64>,
+    /// The store's handle of this node's lease (None in static mode).
+    pub lease: Option<LeaseToken>,
     /// Every other node: subnet -> its lease.
-    pub peers: BTreeMap<Ipv4Net, LeaseAttrs>,
+    pub peers: BTreeMap<Ipv4Net, Peer>,
 }
 
 /// What the node tells the store about itself.
@@ -55,4 +87,346 @@ impl NodeIdentity {
 pub fn derived_vtep_mac(public_ip: Ipv4Addr) -> [u8; 6] {
     let [a, b, c, d] = public_ip.octets();
     [0x0e, 0xfa, a, b, c, d]
+}
+
+/// A subnet remembered from an earlier run or acquisition: taken again first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Previous {
+    pub subnet: Option<Ipv4Net>,
+    pub lease: Option<LeaseToken>,
+}
+
+/// One lease as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLease {
+    pub attrs: LeaseAttrs,
+    pub token: LeaseToken,
+    /// The store's version of the value (etcd: mod revision): a replacement is conditioned on it.
+    pub revision: i64,
+    /// See [`Peer::created`].
+    pub created: i64,
+}
+
+/// Every lease, and the store's revision of the read (a watch starts after it).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub leases: BTreeMap<Ipv4Net, StoredLease>,
+    pub revision: i64,
+}
+
+impl Listing {
+    /// Every lease but `own`'s, as peers.
+    pub fn peers_of(&self, own: Ipv4Net) -> BTreeMap<Ipv4Net, Peer> {
+        self.leases
+            .iter()
+            .filter(|(subnet, _)| **subnet != own)
+            .map(|(subnet, lease)| (*subnet, Peer { attrs: lease.attrs.clone(), created: lease.created }))
+            .collect()
+    }
+}
+
+/// A store of leases: the operations the allocation policy needs, each one request. Writes are conditional,
+/// so that no two nodes ever hold one subnet.
+#[allow(async_fn_in_trait)]
+pub trait LeaseStore {
+    /// The cluster's network config.
+    async fn config(&mut self) -> Result<NetworkConfig>;
+    /// Every lease.
+    async fn leases(&mut self) -> Result<Listing>;
+    /// Writes `attrs` at `subnet` on a new lease if no lease is there; its token, or None when there is one.
+    async fn create(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>>;
+    /// Writes `attrs` at `subnet` on a new lease if the value there is still at `revision`; its token, or
+    /// None when it changed.
+    async fn replace(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>>;
+    /// True while the lease has time left.
+    async fn alive(&mut self, token: LeaseToken) -> Result<bool>;
+    /// Ends a lease (its key goes with it); failures are counted, not reported.
+    async fn revoke(&mut self, token: LeaseToken);
+    /// Renews the lease once; its remaining time (None: it is gone).
+    async fn renew(&mut self, token: LeaseToken) -> Result<Option<Duration>>;
+    /// Deletes the lease at `subnet` (the node leaves: peers remove their routes to it), and ends `token`.
+    async fn release(&mut self, subnet: Ipv4Net, token: Option<LeaseToken>) -> Result<()>;
+}
+
+/// Acquires this node's subnet, in flannel's order: the lease with this node's public IP is kept (no write
+/// when it is alive and unchanged); else the previous subnet when free, or when the lease holding it is the
+/// one this node remembers (its address changed); else a random free subnet among the first 100. A lost race
+/// reads again.
+pub async fn acquire<S: LeaseStore>(
+    store: &mut S,
+    config: &NetworkConfig,
+    attrs: &LeaseAttrs,
+    previous: Previous,
+) -> Result<(Ipv4Net, LeaseToken)> {
+    for attempt in 0u32.. {
+        let listing = store.leases().await?;
+        // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
+        let mine =
+            listing.leases.iter().find(|(subnet, lease)| lease.attrs.public_ip == attrs.public_ip && config.allows(subnet));
+        if let Some((subnet, lease)) = mine {
+            if lease.attrs == *attrs && store.alive(lease.token).await? {
+                return Ok((*subnet, lease.token));
+            }
+            if let Some(token) = store.replace(*subnet, attrs, lease.revision).await? {
+                return Ok((*subnet, token));
+            }
+            continue;
+        }
+        // The previous subnet: free, or held by the lease this node remembers (its address changed).
+        if let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) {
+            let outcome = match listing.leases.get(&subnet) {
+                None => store.create(subnet, attrs).await?,
+                Some(lease) if Some(lease.token) == previous.lease => {
+                    let taken = store.replace(subnet, attrs, lease.revision).await?;
+                    if taken.is_some() {
+                        store.revoke(lease.token).await;
+                    }
+                    taken
+                }
+                Some(_) => None,
+            };
+            if let Some(token) = outcome {
+                return Ok((subnet, token));
+            }
+        }
+        let taken: Vec<Ipv4Net> = listing.leases.keys().copied().collect();
+        let free = config.free_subnets(&taken, 100);
+        if free.is_empty() {
+            return Err(Error::Store(format!(
+                "out of subnets: every /{} of {} is leased",
+                config.subnet_len, config.network
+            )));
+        }
+        let subnet = free[random_below(free.len())];
+        if let Some(token) = store.create(subnet, attrs).await? {
+            return Ok((subnet, token));
+        }
+        // Lost a race for that subnet: read again, after a short random pause when it keeps happening.
+        if attempt > 2 {
+            tokio::time::sleep(Duration::from_millis(random_below(50) as u64)).await;
+        }
+    }
+    unreachable!()
+}
+
+/// This node's lease in `listing`: the one with its public IP, else the previous subnet still held by the
+/// remembered lease.
+pub fn find_own(listing: &Listing, public_ip: Ipv4Addr, previous: Previous) -> Option<(Ipv4Net, LeaseToken)> {
+    listing
+        .leases
+        .iter()
+        .find(|(_, lease)| lease.attrs.public_ip == public_ip)
+        .or_else(|| {
+            listing
+                .leases
+                .iter()
+                .find(|(subnet, lease)| Some(**subnet) == previous.subnet && Some(lease.token) == previous.lease)
+        })
+        .map(|(subnet, lease)| (*subnet, lease.token))
+}
+
+/// The cluster as the store says now, for `status` and `cleanup` (no write).
+pub async fn snapshot<S: LeaseStore>(store: &mut S, public_ip: Ipv4Addr, previous: Previous) -> Result<Cluster> {
+    let config = store.config().await?;
+    let listing = store.leases().await?;
+    let Some((subnet, token)) = find_own(&listing, public_ip, previous) else {
+        return Err(Error::Store(format!("no lease in the store for this node ({public_ip})")));
+    };
+    Ok(Cluster { config, subnet, lease: Some(token), peers: listing.peers_of(subnet) })
+}
+
+/// Where the cluster comes from, as the flags say: what the agent, `status`, `cleanup` and `acquire` use,
+/// whatever the store.
+pub enum SourceConfig {
+    Etcd(etcd::EtcdOptions),
+    Static(PathBuf),
+}
+
+impl SourceConfig {
+    /// Starts the task publishing the cluster on `tx`. A static file that cannot be read fails at once (later
+    /// broken edits keep the last state).
+    pub fn spawn(
+        &self,
+        node: NodeIdentity,
+        previous: Previous,
+        tx: watch::Sender<Option<Cluster>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<()> {
+        match self {
+            SourceConfig::Static(path) => {
+                static_file::load(path).map_err(Error::Config)?;
+                tokio::spawn(static_file::run(path.clone(), tx));
+            }
+            SourceConfig::Etcd(options) => {
+                tokio::spawn(etcd::run(options.clone(), node, previous, tx, metrics));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
+    /// IP, else by the lease it remembers).
+    pub async fn current(&self, public_ip: Ipv4Addr, previous: Previous) -> Result<Cluster> {
+        match self {
+            SourceConfig::Static(path) => static_file::load(path).map_err(Error::Config),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                snapshot(&mut store, public_ip, previous).await
+            }
+        }
+    }
+
+    /// Deletes this node's lease (the node leaves the cluster); false when the source holds no leases.
+    pub async fn release(&self, cluster: &Cluster) -> Result<bool> {
+        match self {
+            SourceConfig::Static(_) => Ok(false),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                store.release(cluster.subnet, cluster.lease).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
+    pub async fn acquire(&self, node: &NodeIdentity, previous: Previous) -> Result<(Ipv4Net, LeaseToken)> {
+        match self {
+            SourceConfig::Static(_) => Err(Error::Config("acquire needs etcd, not --static-config".into())),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                let config = store.config().await?;
+                acquire(&mut store, &config, &node.attrs(&config), previous).await
+            }
+        }
+    }
+}
+
+/// A random index below `n` (std's randomly keyed hasher: enough to spread nodes over free subnets).
+pub fn random_below(n: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
+    (hasher.finish() % n.max(1) as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory::MemoryStore;
+    use super::*;
+
+    fn config() -> NetworkConfig {
+        NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap()
+    }
+
+    fn node(last: u8) -> LeaseAttrs {
+        let ip = Ipv4Addr::new(192, 168, 50, last);
+        NodeIdentity { public_ip: ip, vtep_mac: derived_vtep_mac(ip) }.attrs(&config())
+    }
+
+    fn net(text: &str) -> Ipv4Net {
+        text.parse().unwrap()
+    }
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+    }
+
+    #[test]
+    fn a_node_keeps_its_lease_without_writing() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let writes = store.writes;
+            let again = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(again, (subnet, token));
+            assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
+            // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
+            let mut changed = node(10);
+            changed.vni = Some(4);
+            let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
+            assert_eq!(same, subnet);
+            assert_ne!(new_token, token);
+        });
+    }
+
+    #[test]
+    fn the_previous_subnet_is_taken_again_when_free_or_remembered() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let previous = Previous { subnet: Some(net("10.244.2.0/24")), lease: None };
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_eq!(subnet, net("10.244.2.0/24"));
+            // The node's address changed: the lease it remembers is taken over, the old one revoked.
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            let (moved, moved_token) = acquire(&mut store, &config(), &node(11), previous).await.unwrap();
+            assert_eq!(moved, subnet);
+            assert!(store.revoked.contains(&token));
+            assert_eq!(store.leases.get(&subnet).unwrap().attrs.public_ip, Ipv4Addr::new(192, 168, 50, 11));
+            assert_ne!(moved_token, token);
+            // A subnet held by another node's lease is not taken, whatever this node remembers.
+            let previous = Previous { subnet: Some(subnet), lease: Some(LeaseToken(999)) };
+            let (other, _) = acquire(&mut store, &config(), &node(12), previous).await.unwrap();
+            assert_ne!(other, subnet);
+        });
+    }
+
+    #[test]
+    fn free_subnets_run_out_with_a_clear_error() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let mut seen = std::collections::BTreeSet::new();
+            for last in 10..13 {
+                let (subnet, _) = acquire(&mut store, &config(), &node(last), Previous::default()).await.unwrap();
+                assert!(config().allows(&subnet));
+                assert!(seen.insert(subnet), "{subnet} given twice");
+            }
+            let error = acquire(&mut store, &config(), &node(13), Previous::default()).await.unwrap_err();
+            assert!(error.to_string().contains("out of subnets: every /24 of 10.244.0.0/22 is leased"), "{error}");
+        });
+    }
+
+    #[test]
+    fn a_lost_race_reads_again() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            // Every create but the last loses to another node that takes the subnet first.
+            store.steal_next_creates = 2;
+            let (subnet, _) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(store.leases.len(), 3, "two stolen, one ours");
+            assert_eq!(store.leases[&subnet].attrs.public_ip, Ipv4Addr::new(192, 168, 50, 10));
+        });
+    }
+
+    #[test]
+    fn an_expired_lease_is_written_again() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            store.expire(token);
+            let (again, new_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(again, subnet);
+            assert_ne!(new_token, token);
+        });
+    }
+
+    #[test]
+    fn status_and_cleanup_find_the_node_by_address_or_by_its_remembered_lease() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (a, a_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let (b, _) = acquire(&mut store, &config(), &node(11), Previous::default()).await.unwrap();
+            let cluster = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 10), Previous::default()).await.unwrap();
+            assert_eq!((cluster.subnet, cluster.lease), (a, Some(a_token)));
+            assert_eq!(cluster.peers.keys().copied().collect::<Vec<_>>(), vec![b]);
+            let previous = Previous { subnet: Some(a), lease: Some(a_token) };
+            let moved = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 99), previous).await.unwrap();
+            assert_eq!(moved.subnet, a);
+            let error = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 99), Previous::default()).await.unwrap_err();
+            assert!(error.to_string().contains("no lease in the store"), "{error}");
+            store.release(a, Some(a_token)).await.unwrap();
+            assert!(!store.leases.contains_key(&a));
+        });
+    }
 }

@@ -19,7 +19,7 @@ use ipnet::Ipv4Net;
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use super::{derived_vtep_mac, Cluster};
+use super::{derived_vtep_mac, Cluster, Peer};
 use crate::flannel::{parse_mac, BackendKind, LeaseAttrs, NetworkConfig};
 use crate::log;
 
@@ -57,7 +57,7 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     check(&file.subnet)?;
     let vxlan = matches!(config.backend, BackendKind::Vxlan { .. });
     let mut peers = BTreeMap::new();
-    for peer in file.peers {
+    for (position, peer) in file.peers.into_iter().enumerate() {
         check(&peer.subnet)?;
         if peer.subnet == file.subnet {
             continue;
@@ -72,9 +72,9 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
             vtep_mac: vtep_mac.filter(|_| vxlan),
             vni: vxlan.then_some(config.vni),
         };
-        peers.insert(peer.subnet, attrs);
+        peers.insert(peer.subnet, Peer { attrs, created: position as i64 });
     }
-    Ok(Cluster { config, subnet: file.subnet, lease_id: None, peers })
+    Ok(Cluster { config, subnet: file.subnet, lease: None, peers })
 }
 
 /// Publishes the file's content, and again whenever it changes.
