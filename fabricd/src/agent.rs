@@ -55,7 +55,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     log!(info, "node {} on {} (MTU {})", identity.public_ip, underlay.name, underlay.mtu);
     let firewall = match cli.ip_masq {
-        true => Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?),
+        true => {
+            Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)
+        }
         false => None,
     };
     let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);

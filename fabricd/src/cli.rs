@@ -148,4 +148,3 @@ impl Cli {
         Previous { subnet, lease: env.lease.map(LeaseToken) }
     }
 }
-

@@ -200,7 +200,8 @@ pub fn refuse_route_conflicts(
         let dst = IpNet::V4(*subnet);
         let conflict = foreign.iter().find(|route| {
             let overlaps = route.dst.contains(&dst.network()) || dst.contains(&route.dst.network());
-            let broader = route.dst.prefix_len() <= network.prefix_len() && route.dst.contains(&IpAddr::V4(network.network()));
+            let broader =
+                route.dst.prefix_len() <= network.prefix_len() && route.dst.contains(&IpAddr::V4(network.network()));
             if !overlaps || broader {
                 return false;
             }
@@ -268,19 +269,25 @@ mod tests {
 
     #[test]
     fn backends_choose_direct_or_overlay() {
-        let peers = || vec![("10.244.2.0/24", peer([192, 168, 50, 11], 1)), ("10.244.3.0/24", peer([192, 168, 60, 3], 2))];
+        let peers =
+            || vec![("10.244.2.0/24", peer([192, 168, 50, 11], 1)), ("10.244.3.0/24", peer([192, 168, 60, 3], 2))];
         let vxlan = plan(&cluster(r#"{"Type":"vxlan"}"#, peers()), &underlay(), own_mac());
         assert!(matches!(path_of(&vxlan, "10.244.2.0/24"), PeerPath::Overlay { .. }));
         let direct = plan(&cluster(r#"{"Type":"vxlan","DirectRouting":true}"#, peers()), &underlay(), own_mac());
         assert_eq!(path_of(&direct, "10.244.2.0/24"), PeerPath::Direct { gateway: Ipv4Addr::new(192, 168, 50, 11) });
         assert_eq!(
             path_of(&direct, "10.244.3.0/24"),
-            PeerPath::Overlay { vtep_mac: derived_vtep_mac(Ipv4Addr::new(192, 168, 60, 3)), endpoint: Ipv4Addr::new(192, 168, 60, 3) }
+            PeerPath::Overlay {
+                vtep_mac: derived_vtep_mac(Ipv4Addr::new(192, 168, 60, 3)),
+                endpoint: Ipv4Addr::new(192, 168, 60, 3)
+            }
         );
         let host_gw = plan(&cluster(r#"{"Type":"host-gw"}"#, peers()), &underlay(), own_mac());
         assert!(matches!(path_of(&host_gw, "10.244.2.0/24"), PeerPath::Direct { .. }));
         let PeerPath::Refused(far) = path_of(&host_gw, "10.244.3.0/24") else { panic!("routed beyond the L2") };
-        assert!(far.to_string().contains("its node 192.168.60.3 is not on this node's L2 segment (192.168.50.0/24 on eth0)"));
+        assert!(far
+            .to_string()
+            .contains("its node 192.168.60.3 is not on this node's L2 segment (192.168.50.0/24 on eth0)"));
         assert!(!far.is_invalid_lease());
     }
 
@@ -320,7 +327,10 @@ mod tests {
         assert_eq!(reason("10.244.6.0/24"), "its public address 224.0.0.5 is a multicast address");
         assert_eq!(reason("10.244.7.0/24"), "its public address 0.0.0.0 is unspecified");
         assert_eq!(reason("10.244.8.0/24"), "its public address 192.168.50.10 is this node's");
-        assert_eq!(reason("10.244.9.0/24"), "its public address 192.168.50.11 is already that of the lease of 10.244.2.0/24");
+        assert_eq!(
+            reason("10.244.9.0/24"),
+            "its public address 192.168.50.11 is already that of the lease of 10.244.2.0/24"
+        );
         assert_eq!(reason("10.244.10.0/24"), "its VtepMAC 01:00:5e:00:00:01 is not a unicast address");
         assert_eq!(
             reason("10.244.11.0/24"),
@@ -332,7 +342,8 @@ mod tests {
     #[test]
     fn the_older_lease_keeps_an_address_claimed_twice() {
         // The newer lease sorts first by subnet; age decides, not the key.
-        let peers = vec![("10.244.2.0/24", peer([192, 168, 50, 11], 20)), ("10.244.3.0/24", peer([192, 168, 50, 11], 5))];
+        let peers =
+            vec![("10.244.2.0/24", peer([192, 168, 50, 11], 20)), ("10.244.3.0/24", peer([192, 168, 50, 11], 5))];
         let paths = plan(&cluster(r#"{"Type":"host-gw"}"#, peers), &underlay(), own_mac());
         assert!(matches!(path_of(&paths, "10.244.3.0/24"), PeerPath::Direct { .. }));
         assert!(matches!(path_of(&paths, "10.244.2.0/24"), PeerPath::Refused(Refusal::PublicIpTaken { .. })));
@@ -358,7 +369,10 @@ mod tests {
         let mut paths: BTreeMap<Ipv4Net, PeerPath> = [
             ("10.244.2.0/24", PeerPath::Direct { gateway: Ipv4Addr::new(192, 168, 50, 11) }),
             ("10.244.3.0/24", PeerPath::Direct { gateway: Ipv4Addr::new(192, 168, 50, 12) }),
-            ("10.244.4.0/24", PeerPath::Overlay { vtep_mac: [2, 0, 0, 0, 0, 1], endpoint: Ipv4Addr::new(192, 168, 60, 3) }),
+            (
+                "10.244.4.0/24",
+                PeerPath::Overlay { vtep_mac: [2, 0, 0, 0, 0, 1], endpoint: Ipv4Addr::new(192, 168, 60, 3) },
+            ),
             ("10.244.5.0/24", PeerPath::Direct { gateway: Ipv4Addr::new(192, 168, 50, 13) }),
         ]
         .into_iter()

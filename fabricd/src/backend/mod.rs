@@ -28,7 +28,12 @@ pub struct Wanted {
 }
 
 /// The wanted objects for `paths`. `device`: the vxlan device's index, when the backend has one.
-pub fn wanted(config: &NetworkConfig, paths: &BTreeMap<Ipv4Net, PeerPath>, underlay: &Underlay, device: Option<u32>) -> Wanted {
+pub fn wanted(
+    config: &NetworkConfig,
+    paths: &BTreeMap<Ipv4Net, PeerPath>,
+    underlay: &Underlay,
+    device: Option<u32>,
+) -> Wanted {
     let mut wanted = Wanted::default();
     for (subnet, path) in paths {
         match path {

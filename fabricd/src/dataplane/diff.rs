@@ -21,17 +21,45 @@ pub enum Object {
 /// A change of the vxlan device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceChange {
-    Create { name: String, vni: u32, port: u16, mtu: u32 },
+    Create {
+        name: String,
+        vni: u32,
+        port: u16,
+        mtu: u32,
+    },
     /// Its settings differ: deleted and created again.
-    Recreate { name: String },
-    Mtu { name: String, from: u32, to: u32 },
-    Mac { name: String, mac: [u8; 6] },
-    Address { name: String, address: IpNet },
-    RemoveAddress { name: String, address: IpNet },
-    Up { name: String },
-    Remove { name: String },
+    Recreate {
+        name: String,
+    },
+    Mtu {
+        name: String,
+        from: u32,
+        to: u32,
+    },
+    Mac {
+        name: String,
+        mac: [u8; 6],
+    },
+    Address {
+        name: String,
+        address: IpNet,
+    },
+    RemoveAddress {
+        name: String,
+        address: IpNet,
+    },
+    Up {
+        name: String,
+    },
+    Remove {
+        name: String,
+    },
     /// A dry run without the device: the route that would go on it once made.
-    PendingRoute { dst: IpNet, via: IpAddr, name: String },
+    PendingRoute {
+        dst: IpNet,
+        via: IpAddr,
+        name: String,
+    },
 }
 
 /// One change made (or, in a dry run, that would be).
@@ -150,7 +178,11 @@ impl Kept for FdbEntry {
 
 /// The permanent neighbours of `device`, the ones fabricd makes.
 pub fn observe_neighbours(nl: &mut Netlink, family: IpFamily, device: u32) -> io::Result<Vec<Neighbour>> {
-    Ok(nl.neighbours(family, Some(device))?.into_iter().filter(|n| n.state & netlink::neigh::NUD_PERMANENT != 0).collect())
+    Ok(nl
+        .neighbours(family, Some(device))?
+        .into_iter()
+        .filter(|n| n.state & netlink::neigh::NUD_PERMANENT != 0)
+        .collect())
 }
 
 /// The FDB entries of `device` that name a remote endpoint (not the device's own address).
@@ -166,7 +198,10 @@ pub struct Step {
 
 /// What to put (absent or different) and what to remove (observed, not wanted) so that `observed` becomes
 /// `wanted`.
-pub fn diff<T: Kept>(wanted: impl IntoIterator<Item = T>, observed: impl IntoIterator<Item = T>) -> (Vec<Step>, Vec<Step>) {
+pub fn diff<T: Kept>(
+    wanted: impl IntoIterator<Item = T>,
+    observed: impl IntoIterator<Item = T>,
+) -> (Vec<Step>, Vec<Step>) {
     let wanted: BTreeMap<T::Key, T> = wanted.into_iter().map(|o| (o.key(), o)).collect();
     let observed: BTreeMap<T::Key, T> = observed.into_iter().map(|o| (o.key(), o)).collect();
     let puts = wanted

@@ -24,8 +24,10 @@ use ipnet::Ipv4Net;
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
-use super::{acquire, random_below, Cluster, LeaseStore, LeaseToken, Listing, NodeIdentity, Peer, Previous, StoredLease};
-use crate::error::{EtcdErrorKind, Error, Result};
+use super::{
+    acquire, random_below, Cluster, LeaseStore, LeaseToken, Listing, NodeIdentity, Peer, Previous, StoredLease,
+};
+use crate::error::{Error, EtcdErrorKind, Result};
 use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig};
 use crate::log;
 use crate::metrics::Metrics;
@@ -99,17 +101,15 @@ impl EtcdStore {
         // refused client certificate shows only as a connection closed after the handshake: say so.
         match store.config_text().await {
             Ok(_) => Ok(store),
-            Err(e) if options.certfile.is_some() && e.etcd_kind() == Some(EtcdErrorKind::Closed) => {
-                Err(Error::Etcd {
-                    what: format!("etcd {endpoints}"),
-                    kind: EtcdErrorKind::Tls,
-                    message: format!(
-                        "etcd closed the connection right after the TLS handshake: it most likely refused the \
+            Err(e) if options.certfile.is_some() && e.etcd_kind() == Some(EtcdErrorKind::Closed) => Err(Error::Etcd {
+                what: format!("etcd {endpoints}"),
+                kind: EtcdErrorKind::Tls,
+                message: format!(
+                    "etcd closed the connection right after the TLS handshake: it most likely refused the \
                          client certificate {} (not signed by a CA that etcd trusts with --trusted-ca-file?) ({e})",
-                        options.certfile.as_ref().expect("checked").display()
-                    ),
-                })
-            }
+                    options.certfile.as_ref().expect("checked").display()
+                ),
+            }),
             Err(e) => Err(e),
         }
     }
@@ -299,7 +299,9 @@ async fn session(
             let mut cluster =
                 Cluster { config: config.clone(), subnet, lease: Some(token), peers: listing.peers_of(subnet) };
             publish(tx, &cluster, metrics);
-            match watch_peers(&mut store, options, &mut cluster, listing.revision + 1, &mut renew_at, tx, metrics).await? {
+            match watch_peers(&mut store, options, &mut cluster, listing.revision + 1, &mut renew_at, tx, metrics)
+                .await?
+            {
                 WatchEnd::Relist => continue,
                 WatchEnd::OwnLost => break,
             }

@@ -66,7 +66,8 @@ impl LeaseStore for MemoryStore {
     async fn create(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>> {
         if self.steal_next_creates > 0 && !self.leases.contains_key(&subnet) {
             self.steal_next_creates -= 1;
-            let thief = LeaseAttrs { public_ip: Ipv4Addr::new(192, 168, 99, self.steal_next_creates as u8), ..attrs.clone() };
+            let thief =
+                LeaseAttrs { public_ip: Ipv4Addr::new(192, 168, 99, self.steal_next_creates as u8), ..attrs.clone() };
             self.put(subnet, &thief);
         }
         if self.leases.contains_key(&subnet) {

@@ -161,8 +161,7 @@ pub async fn acquire<S: LeaseStore>(
     for attempt in 0u32.. {
         let listing = store.leases().await?;
         // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
-        let mine =
-            listing.leases.iter().find(|(subnet, lease)| lease.attrs.public_ip == attrs.public_ip && config.allows(subnet));
+        let mine = own_by_address(&listing, attrs.public_ip, previous, |subnet| config.allows(subnet));
         if let Some((subnet, lease)) = mine {
             if lease.attrs == *attrs && store.alive(lease.token).await? {
                 return Ok((*subnet, lease.token));
@@ -209,13 +208,24 @@ pub async fn acquire<S: LeaseStore>(
     unreachable!()
 }
 
+/// The lease with this node's public address: the one at the previous subnet when there are several (another
+/// may have been written by hand or by a node that had the address before), else the oldest.
+fn own_by_address(
+    listing: &Listing,
+    public_ip: Ipv4Addr,
+    previous: Previous,
+    allowed: impl Fn(&Ipv4Net) -> bool,
+) -> Option<(&Ipv4Net, &StoredLease)> {
+    let mut candidates: Vec<(&Ipv4Net, &StoredLease)> =
+        listing.leases.iter().filter(|(subnet, lease)| lease.attrs.public_ip == public_ip && allowed(subnet)).collect();
+    candidates.sort_by_key(|(subnet, lease)| (Some(**subnet) != previous.subnet, lease.created, **subnet));
+    candidates.into_iter().next()
+}
+
 /// This node's lease in `listing`: the one with its public IP, else the previous subnet still held by the
 /// remembered lease.
 pub fn find_own(listing: &Listing, public_ip: Ipv4Addr, previous: Previous) -> Option<(Ipv4Net, LeaseToken)> {
-    listing
-        .leases
-        .iter()
-        .find(|(_, lease)| lease.attrs.public_ip == public_ip)
+    own_by_address(listing, public_ip, previous, |_| true)
         .or_else(|| {
             listing
                 .leases
@@ -369,6 +379,25 @@ mod tests {
             let previous = Previous { subnet: Some(subnet), lease: Some(LeaseToken(999)) };
             let (other, _) = acquire(&mut store, &config(), &node(12), previous).await.unwrap();
             assert_ne!(other, subnet);
+        });
+    }
+
+    #[test]
+    fn a_second_lease_with_the_nodes_address_does_not_take_its_subnet() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let previous = Previous { subnet: Some(net("10.244.3.0/24")), lease: None };
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            // Written by hand at a lower subnet, with this node's address and another MAC.
+            let mut forged = node(10);
+            forged.vtep_mac = Some([0x0e, 0, 0, 0, 0, 1]);
+            store.create(net("10.244.1.0/24"), &forged).await.unwrap();
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));
+            // Without subnet.env, the older lease is the node's.
+            assert_eq!(acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap(), (subnet, token));
+            let found = find_own(&store.leases().await.unwrap(), Ipv4Addr::new(192, 168, 50, 10), Previous::default());
+            assert_eq!(found, Some((subnet, token)));
         });
     }
 
