@@ -141,10 +141,7 @@ impl Cli {
     pub fn previous(&self) -> Previous {
         let text = std::fs::read_to_string(&self.subnet_file).unwrap_or_default();
         let env = cnicore::subnet_env::SubnetEnv::parse(&text).unwrap_or_default();
-        let subnet = match env.subnet.map(|s| s.trunc()) {
-            Some(ipnet::IpNet::V4(subnet)) => Some(subnet),
-            _ => None,
-        };
+        let subnet = env.subnet.map(|s| s.trunc());
         Previous { subnet, lease: env.lease.map(LeaseToken) }
     }
 }
