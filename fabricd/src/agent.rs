@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cnicore::firewall::Backend;
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -17,6 +17,7 @@ use crate::cli::Cli;
 use crate::commands::{open_dataplane, summary};
 use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
+use crate::flannel::Family;
 use crate::log;
 use crate::metrics::Metrics;
 use crate::node::{self, Files};
@@ -44,7 +45,7 @@ struct Agent {
     files: Files,
     last_masq: Option<(Instant, Cluster)>,
     /// Refused peers already logged, and why: each refusal is logged once.
-    refusals: BTreeMap<Ipv4Net, String>,
+    refusals: BTreeMap<IpNet, String>,
     next_resync: Instant,
     retry_delay: Duration,
 }
@@ -53,7 +54,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let metrics = Arc::new(Metrics::default());
     let (mut dataplane, identity) = open_dataplane(&cli)?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-    log!(info, "node {} on {} (MTU {})", identity.public_ip, underlay.name, underlay.mtu);
+    let addresses: Vec<String> =
+        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
+    log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
     let firewall = match cli.ip_masq {
         true => {
             Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)

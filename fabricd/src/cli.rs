@@ -1,12 +1,12 @@
 //! The command line: flanneld's flags with their meaning, and fabricd's own.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
-use crate::flannel;
+use crate::flannel::{self, SubnetKey};
 use crate::node;
 use crate::source::etcd::EtcdOptions;
 use crate::source::{LeaseToken, Previous, SourceConfig};
@@ -39,6 +39,9 @@ pub struct Cli {
     /// The address other nodes reach this one at (default: the interface's first IPv4 address).
     #[arg(long)]
     pub public_ip: Option<Ipv4Addr>,
+    /// The IPv6 address other nodes reach this one at (default: the interface's first global IPv6 address).
+    #[arg(long)]
+    pub public_ipv6: Option<Ipv6Addr>,
     /// flannel's subnet.env.
     #[arg(long, default_value = "/run/flannel/subnet.env")]
     pub subnet_file: PathBuf,
@@ -141,7 +144,8 @@ impl Cli {
     pub fn previous(&self) -> Previous {
         let text = std::fs::read_to_string(&self.subnet_file).unwrap_or_default();
         let env = cnicore::subnet_env::SubnetEnv::parse(&text).unwrap_or_default();
-        let subnet = env.subnet.map(|s| s.trunc());
+        let subnet = SubnetKey { v4: env.subnet.map(|s| s.trunc()), v6: env.ipv6_subnet.map(|s| s.trunc()) };
+        let subnet = (subnet != SubnetKey::default()).then_some(subnet);
         Previous { subnet, lease: env.lease.map(LeaseToken) }
     }
 }

@@ -4,18 +4,23 @@ use crate::cli::Cli;
 use crate::dataplane::diff::Change;
 use crate::dataplane::{self, Dataplane};
 use crate::error::{Error, Result};
+use crate::flannel::Family;
 use crate::log;
 use crate::plan::PeerPath;
-use crate::source::{derived_vtep_mac, NodeIdentity};
+use crate::source::NodeIdentity;
 
 /// The node's identity and its data plane handle.
 pub fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity)> {
-    let netlink = |e| Error::netlink("opening netlink", e);
-    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, [0; 6]).map_err(netlink)?;
+    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, cli.public_ipv6)
+        .map_err(|e| Error::netlink("opening netlink", e))?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-    let identity = NodeIdentity { public_ip: underlay.public_ip, vtep_mac: derived_vtep_mac(underlay.public_ip) };
-    let dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, identity.vtep_mac).map_err(netlink)?;
+    let identity = NodeIdentity { public_ip: underlay.public_ip, public_ipv6: underlay.public_ipv6 };
     Ok((dataplane, identity))
+}
+
+/// The address that names this node in the store.
+fn node_address(identity: &NodeIdentity) -> Result<std::net::IpAddr> {
+    identity.address().ok_or_else(|| Error::Config("the node has no public address".into()))
 }
 
 /// The first changes, for a log line.
@@ -31,36 +36,48 @@ pub fn summary(changes: &[Change]) -> String {
 /// Own lease, each peer and how it is reached (or why it is refused), what differs; exit 3 when something does.
 pub async fn status(cli: &Cli) -> Result<i32> {
     let (mut dataplane, identity) = open_dataplane(cli)?;
-    let cluster = cli.source().current(identity.public_ip, cli.previous()).await?;
+    let cluster = cli.source().current(node_address(&identity)?, cli.previous()).await?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let lease = cluster.lease.map(|token| format!("lease {token}")).unwrap_or_else(|| "static".into());
+    let addresses: Vec<String> =
+        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
+    let networks: Vec<String> = cluster.config.networks().iter().map(|n| n.to_string()).collect();
     println!(
         "node {} on {}: subnet {} ({lease}), backend {}, network {}",
-        identity.public_ip,
+        addresses.join(" "),
         underlay.name,
         cluster.subnet,
         cluster.config.backend.type_name(),
-        cluster.config.network
+        networks.join(" ")
     );
     let report = dataplane.reconcile(&cluster, true).map_err(|e| Error::netlink("reading the data plane", e))?;
     println!("peers: {} ({} refused)", cluster.peers.len(), report.refused().count());
-    for (subnet, peer) in &cluster.peers {
-        let how = match &report.paths[subnet] {
-            PeerPath::Direct { gateway } => format!("route via {gateway}"),
-            PeerPath::Overlay { vtep_mac, endpoint } => {
-                format!("vxlan to {endpoint} (VTEP {})", cnicore::mac::format(vtep_mac))
-            }
-            PeerPath::Refused(reason) => format!("REFUSED: {reason}"),
-        };
-        println!("  {subnet} node {}: {how}", peer.attrs.public_ip);
+    for (key, peer) in &cluster.peers {
+        for subnet in key.subnets() {
+            let family = Family::of(&subnet.addr());
+            let how = match report.paths.get(&subnet) {
+                Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
+                Some(PeerPath::Overlay { vtep_mac, endpoint }) => {
+                    format!("vxlan to {endpoint} (VTEP {})", cnicore::mac::format(vtep_mac))
+                }
+                Some(PeerPath::Refused(reason)) => format!("REFUSED: {reason}"),
+                None => format!("not used ({family} is not enabled)"),
+            };
+            let node = peer.attrs.public(family).or(peer.attrs.node_address());
+            let node = node.map(|a| a.to_string()).unwrap_or_else(|| "(no address)".into());
+            println!("  {subnet} node {node}: {how}");
+        }
     }
-    let ours = dataplane
-        .netlink()
-        .routes(cnicore::netlink::IpFamily::V4, cnicore::netlink::RT_TABLE_MAIN)
-        .map_err(|e| Error::netlink("reading the routes", e))?
-        .into_iter()
-        .filter(|r| r.protocol == Some(dataplane::ROUTE_PROTOCOL))
-        .count();
+    let mut ours = 0;
+    for family in Family::ALL {
+        ours += dataplane
+            .netlink()
+            .routes(family.netlink(), cnicore::netlink::RT_TABLE_MAIN)
+            .map_err(|e| Error::netlink("reading the routes", e))?
+            .into_iter()
+            .filter(|r| r.protocol == Some(dataplane::ROUTE_PROTOCOL))
+            .count();
+    }
     println!("routes made by fabricd: {ours}");
     if report.changes.is_empty() {
         println!("in sync with the wanted state");
@@ -76,8 +93,10 @@ pub async fn status(cli: &Cli) -> Result<i32> {
 
 /// Acquires (or finds) the lease of the node at --public-ip and prints it; touches nothing on the node.
 pub async fn acquire(cli: &Cli) -> Result<i32> {
-    let public_ip = cli.public_ip.ok_or_else(|| Error::Config("acquire needs --public-ip".into()))?;
-    let identity = NodeIdentity { public_ip, vtep_mac: derived_vtep_mac(public_ip) };
+    if cli.public_ip.is_none() && cli.public_ipv6.is_none() {
+        return Err(Error::Config("acquire needs --public-ip".into()));
+    }
+    let identity = NodeIdentity { public_ip: cli.public_ip, public_ipv6: cli.public_ipv6 };
     let (subnet, lease) = cli.source().acquire(&identity, cli.previous()).await?;
     println!("{subnet} {lease}");
     Ok(0)
@@ -89,9 +108,9 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
     let source = cli.source();
     let mut code = 0;
     let mut devices = Vec::new();
-    match source.current(identity.public_ip, cli.previous()).await {
+    match source.current(node_address(&identity)?, cli.previous()).await {
         Ok(cluster) => {
-            devices.push(cluster.config.vxlan_device());
+            devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
             match source.release(&cluster).await {
                 Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
                 Ok(false) => {}
@@ -106,10 +125,11 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
             code = 1;
         }
     }
-    // A vxlan device of ours under any VNI.
+    // A vxlan device of ours under any VNI, of either family.
     let links = dataplane.netlink().links().map_err(|e| Error::netlink("listing links", e))?;
     for link in links {
-        if link.name.starts_with("flannel.") && link.kind.as_deref() == Some("vxlan") && !devices.contains(&link.name) {
+        let named = link.name.starts_with("flannel.") || link.name.starts_with("flannel-v6.");
+        if named && link.kind.as_deref() == Some("vxlan") && !devices.contains(&link.name) {
             devices.push(link.name);
         }
     }

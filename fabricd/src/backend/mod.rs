@@ -10,11 +10,11 @@ pub mod vxlan;
 use std::collections::BTreeMap;
 
 use cnicore::netlink::{FdbEntry, Neighbour, Route};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 
 use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::Underlay;
-use crate::flannel::{BackendKind, NetworkConfig, VXLAN_OVERHEAD};
+use crate::flannel::{BackendKind, Family, NetworkConfig, VXLAN_OVERHEAD};
 use crate::plan::PeerPath;
 
 /// What the node should hold for its peers.
@@ -27,10 +27,12 @@ pub struct Wanted {
     pub pending: Vec<Change>,
 }
 
-/// The wanted objects for `paths`. `device`: the vxlan device's index, when the backend has one.
+/// The wanted objects for the paths of one family. `device`: the family's vxlan device's index, when the
+/// backend has one.
 pub fn wanted(
     config: &NetworkConfig,
-    paths: &BTreeMap<Ipv4Net, PeerPath>,
+    family: Family,
+    paths: &BTreeMap<IpNet, PeerPath>,
     underlay: &Underlay,
     device: Option<u32>,
 ) -> Wanted {
@@ -41,9 +43,9 @@ pub fn wanted(
             PeerPath::Overlay { vtep_mac, endpoint } => match device {
                 Some(index) => vxlan::add_peer(&mut wanted, index, *subnet, *vtep_mac, *endpoint),
                 None => wanted.pending.push(Change::Device(DeviceChange::PendingRoute {
-                    dst: (*subnet).into(),
-                    via: subnet.network().into(),
-                    name: config.vxlan_device(),
+                    dst: *subnet,
+                    via: subnet.network(),
+                    name: config.vxlan_device(family),
                 })),
             },
             PeerPath::Refused(_) => {}
@@ -52,10 +54,13 @@ pub fn wanted(
     wanted
 }
 
-/// The MTU of pods' interfaces for `config` over `underlay`.
+/// The MTU of pods' interfaces for `config` over `underlay`: vxlan takes its header off, the larger IPv6 one
+/// when a family tunnels over IPv6 (one MTU for the pod's interface, whichever family a packet is).
 pub fn pod_mtu(config: &NetworkConfig, underlay: &Underlay) -> u32 {
     match config.backend {
         BackendKind::HostGw => underlay.mtu,
-        BackendKind::Vxlan { .. } => underlay.mtu - VXLAN_OVERHEAD,
+        BackendKind::Vxlan { .. } => {
+            underlay.mtu - config.families().map(|f| f.family().vxlan_overhead()).max().unwrap_or(VXLAN_OVERHEAD)
+        }
     }
 }

@@ -1,24 +1,26 @@
-//! vxlan: flannel's `flannel.<VNI>` device (no learning, local = the public address, bound to the underlay,
-//! the subnet's network address /32 on it), and per peer an onlink route via the peer subnet's network
-//! address, a permanent neighbour resolving that address to the peer's VTEP MAC, and an FDB entry sending
-//! that MAC to the peer's node.
+//! vxlan: one device per family, flannel's `flannel.<VNI>` and `flannel-v6.<VNI>` (no learning, local = the
+//! node's public address of that family, bound to the underlay, the subnet's network address /32 or /128 on
+//! it, MTU = underlay - 50 over IPv4, - 70 over IPv6), and per peer an onlink route via the peer subnet's
+//! network address, a permanent neighbour resolving that address to the peer's VTEP MAC, and an FDB entry
+//! sending that MAC to the peer's node.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use cnicore::netlink::{FdbEntry, Neighbour, Netlink, Route, Vxlan, RT_TABLE_MAIN};
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 
 use super::Wanted;
 use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
-use crate::flannel::{NetworkConfig, VXLAN_OVERHEAD};
+use crate::flannel::{Family, NetworkConfig};
+use crate::source::derived_vtep_mac;
 
 /// Adds what one overlay peer needs on the device `index`.
-pub fn add_peer(wanted: &mut Wanted, index: u32, subnet: Ipv4Net, vtep_mac: [u8; 6], endpoint: Ipv4Addr) {
-    let tunnel = IpAddr::V4(subnet.network());
+pub fn add_peer(wanted: &mut Wanted, index: u32, subnet: IpNet, vtep_mac: [u8; 6], endpoint: IpAddr) {
+    let tunnel = subnet.network();
     wanted.routes.push(Route {
-        dst: IpNet::V4(subnet),
+        dst: subnet,
         gateway: Some(tunnel),
         oif: Some(index),
         onlink: true,
@@ -27,29 +29,27 @@ pub fn add_peer(wanted: &mut Wanted, index: u32, subnet: Ipv4Net, vtep_mac: [u8;
         ..Route::default()
     });
     wanted.neighbours.push(Neighbour::permanent(index, tunnel, vtep_mac));
-    wanted.fdb.push(FdbEntry::vxlan(index, vtep_mac, IpAddr::V4(endpoint)));
+    wanted.fdb.push(FdbEntry::vxlan(index, vtep_mac, endpoint));
 }
 
-/// Makes the device right (settings, MTU, MAC, up, the subnet's /32 address); its index. In a dry run, only
-/// says what differs, and None when the device is missing.
+/// Makes `family`'s device right (settings, MTU, MAC, up, the subnet's network address as a host address) for
+/// tunnels from `local`; its index. In a dry run, only says what differs, and None when the device is missing.
+#[allow(clippy::too_many_arguments)]
 pub fn ensure_device(
     nl: &mut Netlink,
     config: &NetworkConfig,
-    subnet: Ipv4Net,
+    family: Family,
+    subnet: IpNet,
     underlay: &Underlay,
-    vtep_mac: [u8; 6],
+    local: IpAddr,
     dry_run: bool,
     changes: &mut Vec<Change>,
 ) -> io::Result<Option<u32>> {
-    let name = config.vxlan_device();
-    let settings = Vxlan {
-        vni: config.vni,
-        local: Some(underlay.public_ip),
-        link: Some(underlay.index),
-        port: config.port,
-        learning: false,
-    };
-    let mtu = underlay.mtu - VXLAN_OVERHEAD;
+    let name = config.vxlan_device(family);
+    let vtep_mac = derived_vtep_mac(local);
+    let settings =
+        Vxlan { vni: config.vni, local: Some(local), link: Some(underlay.index), port: config.port, learning: false };
+    let mtu = underlay.mtu - Family::of(&local).vxlan_overhead();
     let mut change = |change: DeviceChange| changes.push(Change::Device(change));
     let link = match nl.vxlan_by_name(&name)? {
         Some((link, Some(current))) if current == settings => link,
@@ -81,9 +81,11 @@ pub fn ensure_device(
             nl.set_mac(link.index, vtep_mac)?;
         }
     }
-    let address = IpNet::V4(Ipv4Net::new(subnet.network(), 32).expect("valid"));
+    let address = IpNet::new(subnet.network(), family.bits()).expect("valid");
     let addresses = nl.addresses(Some(link.index))?;
-    for other in addresses.iter().filter(|a| a.addr.addr().is_ipv4() && a.addr != address) {
+    // The kernel gives an IPv6 device its own link-local address: not ours to remove.
+    let ours = |a: &IpNet| Family::of(&a.addr()) == family && !crate::dataplane::is_link_local(a);
+    for other in addresses.iter().filter(|a| ours(&a.addr) && a.addr != address) {
         change(DeviceChange::RemoveAddress { name: name.clone(), address: other.addr });
         if !dry_run {
             nl.del_address(link.index, other.addr)?;

@@ -20,7 +20,7 @@ use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, PutOptions, TlsOptions,
     Txn, TxnOp, WatchOptions, WatchResponse, WatchStream,
 };
-use ipnet::Ipv4Net;
+
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
@@ -28,7 +28,7 @@ use super::{
     acquire, random_below, Cluster, LeaseStore, LeaseToken, Listing, NodeIdentity, Peer, Previous, StoredLease,
 };
 use crate::error::{Error, EtcdErrorKind, Result};
-use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig};
+use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log;
 use crate::metrics::Metrics;
 
@@ -127,7 +127,7 @@ impl EtcdStore {
         format!("{}/subnets/", self.prefix)
     }
 
-    fn lease_key(&self, subnet: &Ipv4Net) -> String {
+    fn lease_key(&self, subnet: &SubnetKey) -> String {
         format!("{}/subnets/{}", self.prefix, subnet_key(subnet))
     }
 
@@ -140,7 +140,7 @@ impl EtcdStore {
 
     /// Writes `attrs` at `subnet`'s key on a new etcd lease if `compare` holds; the new lease, or None when
     /// the condition failed (someone else got there first).
-    async fn put_if(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs, compare: Compare) -> Result<Option<LeaseToken>> {
+    async fn put_if(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs, compare: Compare) -> Result<Option<LeaseToken>> {
         let response = self.client.lease_grant(self.lease_ttl.as_secs().max(2) as i64, None).await;
         let token = LeaseToken(self.counted("granting a lease", response)?.id());
         let put = TxnOp::put(self.lease_key(&subnet), attrs.to_json(), Some(PutOptions::new().with_lease(token.0)));
@@ -201,12 +201,12 @@ impl LeaseStore for EtcdStore {
         Ok(listing)
     }
 
-    async fn create(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>> {
+    async fn create(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>> {
         let key = self.lease_key(&subnet);
         self.put_if(subnet, attrs, Compare::version(key, CompareOp::Equal, 0)).await
     }
 
-    async fn replace(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>> {
+    async fn replace(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>> {
         let key = self.lease_key(&subnet);
         self.put_if(subnet, attrs, Compare::mod_revision(key, CompareOp::Equal, revision)).await
     }
@@ -229,7 +229,7 @@ impl LeaseStore for EtcdStore {
         Ok(response.map(|r| r.ttl()).filter(|ttl| *ttl > 0).map(|ttl| Duration::from_secs(ttl as u64)))
     }
 
-    async fn release(&mut self, subnet: Ipv4Net, token: Option<LeaseToken>) -> Result<()> {
+    async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()> {
         let response = self.client.delete(self.lease_key(&subnet), None).await;
         self.counted(&format!("deleting the lease of {subnet}"), response)?;
         if let Some(token) = token {
@@ -284,7 +284,7 @@ async fn session(
     let mut store = EtcdStore::connect(options, metrics.clone()).await?;
     Metrics::set(&metrics.store_connected, 1);
     let config = store.config().await?;
-    let attrs = node.attrs(&config);
+    let attrs = node.attrs(&config)?;
     loop {
         let (subnet, token) = acquire(&mut store, &config, &attrs, *previous).await?;
         Metrics::inc(&metrics.lease_acquisitions_total);

@@ -5,15 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
-
 use super::{LeaseStore, LeaseToken, Listing, StoredLease};
 use crate::error::{Error, Result};
-use crate::flannel::{LeaseAttrs, NetworkConfig};
+use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 
 pub struct MemoryStore {
     config: NetworkConfig,
-    pub leases: BTreeMap<Ipv4Net, StoredLease>,
+    pub leases: BTreeMap<SubnetKey, StoredLease>,
     pub revoked: BTreeSet<LeaseToken>,
     expired: BTreeSet<LeaseToken>,
     revision: i64,
@@ -43,7 +41,7 @@ impl MemoryStore {
         self.expired.insert(token);
     }
 
-    fn put(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> LeaseToken {
+    fn put(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs) -> LeaseToken {
         self.revision += 1;
         self.next_token += 1;
         let token = LeaseToken(self.next_token);
@@ -63,11 +61,13 @@ impl LeaseStore for MemoryStore {
         Ok(Listing { leases: self.leases.clone(), revision: self.revision })
     }
 
-    async fn create(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>> {
+    async fn create(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>> {
         if self.steal_next_creates > 0 && !self.leases.contains_key(&subnet) {
             self.steal_next_creates -= 1;
-            let thief =
-                LeaseAttrs { public_ip: Ipv4Addr::new(192, 168, 99, self.steal_next_creates as u8), ..attrs.clone() };
+            let thief = LeaseAttrs {
+                public_ip: Some(Ipv4Addr::new(192, 168, 99, self.steal_next_creates as u8)),
+                ..attrs.clone()
+            };
             self.put(subnet, &thief);
         }
         if self.leases.contains_key(&subnet) {
@@ -76,7 +76,7 @@ impl LeaseStore for MemoryStore {
         Ok(Some(self.put(subnet, attrs)))
     }
 
-    async fn replace(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>> {
+    async fn replace(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>> {
         if self.leases.get(&subnet).map(|l| l.revision) != Some(revision) {
             return Ok(None);
         }
@@ -96,7 +96,7 @@ impl LeaseStore for MemoryStore {
         Ok(self.alive(token).await?.then_some(Duration::from_secs(86400)))
     }
 
-    async fn release(&mut self, subnet: Ipv4Net, token: Option<LeaseToken>) -> Result<()> {
+    async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()> {
         if self.leases.remove(&subnet).is_none() && token.is_none() {
             return Err(Error::Store(format!("no lease at {subnet}")));
         }

@@ -16,16 +16,16 @@ mod memory;
 pub mod static_file;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::flannel::{LeaseAttrs, NetworkConfig};
+use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
 use crate::metrics::Metrics;
 
 /// The store's handle of a node's lease (etcd: the id of the etcd lease holding the key). Written to
@@ -52,47 +52,89 @@ pub struct Peer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     pub config: NetworkConfig,
-    /// This node's subnet.
-    pub subnet: Ipv4Net,
+    /// This node's subnets.
+    pub subnet: SubnetKey,
     /// The store's handle of this node's lease (None in static mode).
     pub lease: Option<LeaseToken>,
-    /// Every other node: subnet -> its lease.
-    pub peers: BTreeMap<Ipv4Net, Peer>,
+    /// Every other node: subnets -> its lease.
+    pub peers: BTreeMap<SubnetKey, Peer>,
 }
 
 /// What the node tells the store about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentity {
-    pub public_ip: Ipv4Addr,
-    /// The MAC of this node's vxlan device.
-    pub vtep_mac: [u8; 6],
+    /// The node's public addresses (`--public-ip`, `--public-ipv6`, or the underlay interface's).
+    pub public_ip: Option<Ipv4Addr>,
+    pub public_ipv6: Option<Ipv6Addr>,
 }
 
 impl NodeIdentity {
-    /// The lease value for `config`'s backend.
-    pub fn attrs(&self, config: &NetworkConfig) -> LeaseAttrs {
-        let vxlan = matches!(config.backend, crate::flannel::BackendKind::Vxlan { .. });
-        LeaseAttrs {
-            public_ip: self.public_ip,
-            backend_type: config.backend.type_name().to_string(),
-            vtep_mac: vxlan.then_some(self.vtep_mac),
-            vni: vxlan.then_some(config.vni),
+    pub fn public(&self, family: Family) -> Option<IpAddr> {
+        match family {
+            Family::V4 => self.public_ip.map(IpAddr::V4),
+            Family::V6 => self.public_ipv6.map(IpAddr::V6),
         }
+    }
+
+    /// The address that identifies the node (its IPv4 one, else its IPv6 one).
+    pub fn address(&self) -> Option<IpAddr> {
+        self.public(Family::V4).or(self.public(Family::V6))
+    }
+
+    /// The MAC of this node's vxlan device of `family`.
+    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
+        self.public(family).map(derived_vtep_mac)
+    }
+
+    /// The lease value for `config`'s families and backend; an error when the node has no public address of
+    /// an enabled family.
+    pub fn attrs(&self, config: &NetworkConfig) -> Result<LeaseAttrs> {
+        let vxlan = matches!(config.backend, crate::flannel::BackendKind::Vxlan { .. });
+        let data = |family: Family| {
+            (vxlan && config.family(family).is_some())
+                .then(|| VxlanData { vni: Some(config.vni), vtep_mac: self.vtep_mac(family) })
+        };
+        for plan in config.families() {
+            if self.public(plan.family()).is_none() {
+                return Err(Error::Config(format!(
+                    "the cluster enables {} ({}) but this node has no public {} address (--iface, --public-ip{})",
+                    plan.family(),
+                    plan.network,
+                    plan.family(),
+                    if plan.family() == Family::V6 { "v6" } else { "" }
+                )));
+            }
+        }
+        Ok(LeaseAttrs {
+            public_ip: self.public_ip.filter(|_| config.v4.is_some()),
+            public_ipv6: self.public_ipv6.filter(|_| config.v6.is_some()),
+            backend_type: config.backend.type_name().to_string(),
+            backend_data: data(Family::V4),
+            backend_v6_data: data(Family::V6),
+        })
     }
 }
 
-/// The VTEP MAC a node uses unless its vxlan device already has one: derived from its public address
-/// (locally administered, unicast), so a device recreated after being deleted keeps its MAC and peers need
-/// no update, and static files need not list MACs.
-pub fn derived_vtep_mac(public_ip: Ipv4Addr) -> [u8; 6] {
-    let [a, b, c, d] = public_ip.octets();
-    [0x0e, 0xfa, a, b, c, d]
+/// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
+/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and an IPv6 address's last four bytes), so a device
+/// recreated after being deleted keeps its MAC and peers need no update, and static files need not list MACs.
+pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
+    match public {
+        IpAddr::V4(ip) => {
+            let [a, b, c, d] = ip.octets();
+            [0x0e, 0xfa, a, b, c, d]
+        }
+        IpAddr::V6(ip) => {
+            let o = ip.octets();
+            [0x0e, 0xfb, o[12], o[13], o[14], o[15]]
+        }
+    }
 }
 
 /// A subnet remembered from an earlier run or acquisition: taken again first.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Previous {
-    pub subnet: Option<Ipv4Net>,
+    pub subnet: Option<SubnetKey>,
     pub lease: Option<LeaseToken>,
 }
 
@@ -110,13 +152,13 @@ pub struct StoredLease {
 /// Every lease, and the store's revision of the read (a watch starts after it).
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
-    pub leases: BTreeMap<Ipv4Net, StoredLease>,
+    pub leases: BTreeMap<SubnetKey, StoredLease>,
     pub revision: i64,
 }
 
 impl Listing {
     /// Every lease but `own`'s, as peers.
-    pub fn peers_of(&self, own: Ipv4Net) -> BTreeMap<Ipv4Net, Peer> {
+    pub fn peers_of(&self, own: SubnetKey) -> BTreeMap<SubnetKey, Peer> {
         self.leases
             .iter()
             .filter(|(subnet, _)| **subnet != own)
@@ -134,10 +176,10 @@ pub trait LeaseStore {
     /// Every lease.
     async fn leases(&mut self) -> Result<Listing>;
     /// Writes `attrs` at `subnet` on a new lease if no lease is there; its token, or None when there is one.
-    async fn create(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>>;
+    async fn create(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>>;
     /// Writes `attrs` at `subnet` on a new lease if the value there is still at `revision`; its token, or
     /// None when it changed.
-    async fn replace(&mut self, subnet: Ipv4Net, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>>;
+    async fn replace(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>>;
     /// True while the lease has time left.
     async fn alive(&mut self, token: LeaseToken) -> Result<bool>;
     /// Ends a lease (its key goes with it); failures are counted, not reported.
@@ -145,7 +187,7 @@ pub trait LeaseStore {
     /// Renews the lease once; its remaining time (None: it is gone).
     async fn renew(&mut self, token: LeaseToken) -> Result<Option<Duration>>;
     /// Deletes the lease at `subnet` (the node leaves: peers remove their routes to it), and ends `token`.
-    async fn release(&mut self, subnet: Ipv4Net, token: Option<LeaseToken>) -> Result<()>;
+    async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()>;
 }
 
 /// Acquires this node's subnet, in flannel's order: the lease with this node's public IP is kept (no write
@@ -157,11 +199,12 @@ pub async fn acquire<S: LeaseStore>(
     config: &NetworkConfig,
     attrs: &LeaseAttrs,
     previous: Previous,
-) -> Result<(Ipv4Net, LeaseToken)> {
+) -> Result<(SubnetKey, LeaseToken)> {
     for attempt in 0u32.. {
         let listing = store.leases().await?;
         // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
-        let mine = own_by_address(&listing, attrs.public_ip, previous, |subnet| config.allows(subnet));
+        let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
+        let mine = own_by_address(&listing, address, previous, |subnet| config.allows(subnet));
         if let Some((subnet, lease)) = mine {
             if lease.attrs == *attrs && store.alive(lease.token).await? {
                 return Ok((*subnet, lease.token));
@@ -188,15 +231,22 @@ pub async fn acquire<S: LeaseStore>(
                 return Ok((subnet, token));
             }
         }
-        let taken: Vec<Ipv4Net> = listing.leases.keys().copied().collect();
-        let free = config.free_subnets(&taken, 100);
-        if free.is_empty() {
-            return Err(Error::Store(format!(
-                "out of subnets: every /{} of {} is leased",
-                config.subnet_len, config.network
-            )));
+        let mut subnet = SubnetKey::default();
+        for plan in config.families() {
+            let family = plan.family();
+            let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
+            let free = plan.free_subnets(&taken, 100);
+            if free.is_empty() {
+                return Err(Error::Store(format!(
+                    "out of subnets: every /{} of {} is leased",
+                    plan.subnet_len, plan.network
+                )));
+            }
+            match free[random_below(free.len())] {
+                IpNet::V4(net) => subnet.v4 = Some(net),
+                IpNet::V6(net) => subnet.v6 = Some(net),
+            }
         }
-        let subnet = free[random_below(free.len())];
         if let Some(token) = store.create(subnet, attrs).await? {
             return Ok((subnet, token));
         }
@@ -212,20 +262,23 @@ pub async fn acquire<S: LeaseStore>(
 /// may have been written by hand or by a node that had the address before), else the oldest.
 fn own_by_address(
     listing: &Listing,
-    public_ip: Ipv4Addr,
+    address: IpAddr,
     previous: Previous,
-    allowed: impl Fn(&Ipv4Net) -> bool,
-) -> Option<(&Ipv4Net, &StoredLease)> {
-    let mut candidates: Vec<(&Ipv4Net, &StoredLease)> =
-        listing.leases.iter().filter(|(subnet, lease)| lease.attrs.public_ip == public_ip && allowed(subnet)).collect();
+    allowed: impl Fn(&SubnetKey) -> bool,
+) -> Option<(&SubnetKey, &StoredLease)> {
+    let mut candidates: Vec<(&SubnetKey, &StoredLease)> = listing
+        .leases
+        .iter()
+        .filter(|(subnet, lease)| lease.attrs.node_address() == Some(address) && allowed(subnet))
+        .collect();
     candidates.sort_by_key(|(subnet, lease)| (Some(**subnet) != previous.subnet, lease.created, **subnet));
     candidates.into_iter().next()
 }
 
 /// This node's lease in `listing`: the one with its public IP, else the previous subnet still held by the
 /// remembered lease.
-pub fn find_own(listing: &Listing, public_ip: Ipv4Addr, previous: Previous) -> Option<(Ipv4Net, LeaseToken)> {
-    own_by_address(listing, public_ip, previous, |_| true)
+pub fn find_own(listing: &Listing, address: IpAddr, previous: Previous) -> Option<(SubnetKey, LeaseToken)> {
+    own_by_address(listing, address, previous, |_| true)
         .or_else(|| {
             listing
                 .leases
@@ -236,11 +289,11 @@ pub fn find_own(listing: &Listing, public_ip: Ipv4Addr, previous: Previous) -> O
 }
 
 /// The cluster as the store says now, for `status` and `cleanup` (no write).
-pub async fn snapshot<S: LeaseStore>(store: &mut S, public_ip: Ipv4Addr, previous: Previous) -> Result<Cluster> {
+pub async fn snapshot<S: LeaseStore>(store: &mut S, address: IpAddr, previous: Previous) -> Result<Cluster> {
     let config = store.config().await?;
     let listing = store.leases().await?;
-    let Some((subnet, token)) = find_own(&listing, public_ip, previous) else {
-        return Err(Error::Store(format!("no lease in the store for this node ({public_ip})")));
+    let Some((subnet, token)) = find_own(&listing, address, previous) else {
+        return Err(Error::Store(format!("no lease in the store for this node ({address})")));
     };
     Ok(Cluster { config, subnet, lease: Some(token), peers: listing.peers_of(subnet) })
 }
@@ -276,12 +329,12 @@ impl SourceConfig {
 
     /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
     /// IP, else by the lease it remembers).
-    pub async fn current(&self, public_ip: Ipv4Addr, previous: Previous) -> Result<Cluster> {
+    pub async fn current(&self, address: IpAddr, previous: Previous) -> Result<Cluster> {
         match self {
             SourceConfig::Static(path) => static_file::load(path).map_err(Error::Config),
             SourceConfig::Etcd(options) => {
                 let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
-                snapshot(&mut store, public_ip, previous).await
+                snapshot(&mut store, address, previous).await
             }
         }
     }
@@ -299,13 +352,13 @@ impl SourceConfig {
     }
 
     /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
-    pub async fn acquire(&self, node: &NodeIdentity, previous: Previous) -> Result<(Ipv4Net, LeaseToken)> {
+    pub async fn acquire(&self, node: &NodeIdentity, previous: Previous) -> Result<(SubnetKey, LeaseToken)> {
         match self {
             SourceConfig::Static(_) => Err(Error::Config("acquire needs etcd, not --static-config".into())),
             SourceConfig::Etcd(options) => {
                 let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
                 let config = store.config().await?;
-                acquire(&mut store, &config, &node.attrs(&config), previous).await
+                acquire(&mut store, &config, &node.attrs(&config)?, previous).await
             }
         }
     }
@@ -332,11 +385,11 @@ mod tests {
 
     fn node(last: u8) -> LeaseAttrs {
         let ip = Ipv4Addr::new(192, 168, 50, last);
-        NodeIdentity { public_ip: ip, vtep_mac: derived_vtep_mac(ip) }.attrs(&config())
+        NodeIdentity { public_ip: Some(ip), public_ipv6: None }.attrs(&config()).unwrap()
     }
 
-    fn net(text: &str) -> Ipv4Net {
-        text.parse().unwrap()
+    fn net(text: &str) -> SubnetKey {
+        SubnetKey::v4(text.parse().unwrap())
     }
 
     fn run<T>(future: impl std::future::Future<Output = T>) -> T {
@@ -354,7 +407,7 @@ mod tests {
             assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
             // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
             let mut changed = node(10);
-            changed.vni = Some(4);
+            changed.backend_data = Some(VxlanData { vni: Some(4), ..changed.backend_data.unwrap() });
             let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
             assert_eq!(same, subnet);
             assert_ne!(new_token, token);
@@ -373,7 +426,7 @@ mod tests {
             let (moved, moved_token) = acquire(&mut store, &config(), &node(11), previous).await.unwrap();
             assert_eq!(moved, subnet);
             assert!(store.revoked.contains(&token));
-            assert_eq!(store.leases.get(&subnet).unwrap().attrs.public_ip, Ipv4Addr::new(192, 168, 50, 11));
+            assert_eq!(store.leases.get(&subnet).unwrap().attrs.public_ip, Some(Ipv4Addr::new(192, 168, 50, 11)));
             assert_ne!(moved_token, token);
             // A subnet held by another node's lease is not taken, whatever this node remembers.
             let previous = Previous { subnet: Some(subnet), lease: Some(LeaseToken(999)) };
@@ -390,13 +443,17 @@ mod tests {
             let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
             // Written by hand at a lower subnet, with this node's address and another MAC.
             let mut forged = node(10);
-            forged.vtep_mac = Some([0x0e, 0, 0, 0, 0, 1]);
+            forged.backend_data = Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0, 0, 0, 0, 1]) });
             store.create(net("10.244.1.0/24"), &forged).await.unwrap();
             let previous = Previous { subnet: Some(subnet), lease: Some(token) };
             assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));
             // Without subnet.env, the older lease is the node's.
             assert_eq!(acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap(), (subnet, token));
-            let found = find_own(&store.leases().await.unwrap(), Ipv4Addr::new(192, 168, 50, 10), Previous::default());
+            let found = find_own(
+                &store.leases().await.unwrap(),
+                IpAddr::V4(Ipv4Addr::new(192, 168, 50, 10)),
+                Previous::default(),
+            );
             assert_eq!(found, Some((subnet, token)));
         });
     }
@@ -424,7 +481,7 @@ mod tests {
             store.steal_next_creates = 2;
             let (subnet, _) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
             assert_eq!(store.leases.len(), 3, "two stolen, one ours");
-            assert_eq!(store.leases[&subnet].attrs.public_ip, Ipv4Addr::new(192, 168, 50, 10));
+            assert_eq!(store.leases[&subnet].attrs.public_ip, Some(Ipv4Addr::new(192, 168, 50, 10)));
         });
     }
 
@@ -446,13 +503,16 @@ mod tests {
             let mut store = MemoryStore::new(config());
             let (a, a_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
             let (b, _) = acquire(&mut store, &config(), &node(11), Previous::default()).await.unwrap();
-            let cluster = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 10), Previous::default()).await.unwrap();
+            let cluster =
+                snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 10)), Previous::default()).await.unwrap();
             assert_eq!((cluster.subnet, cluster.lease), (a, Some(a_token)));
             assert_eq!(cluster.peers.keys().copied().collect::<Vec<_>>(), vec![b]);
             let previous = Previous { subnet: Some(a), lease: Some(a_token) };
-            let moved = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 99), previous).await.unwrap();
+            let moved = snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 99)), previous).await.unwrap();
             assert_eq!(moved.subnet, a);
-            let error = snapshot(&mut store, Ipv4Addr::new(192, 168, 50, 99), Previous::default()).await.unwrap_err();
+            let error = snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 99)), Previous::default())
+                .await
+                .unwrap_err();
             assert!(error.to_string().contains("no lease in the store"), "{error}");
             store.release(a, Some(a_token)).await.unwrap();
             assert!(!store.leases.contains_key(&a));

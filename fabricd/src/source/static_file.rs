@@ -15,12 +15,12 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net};
 use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::{derived_vtep_mac, Cluster, Peer};
-use crate::flannel::{parse_mac, BackendKind, LeaseAttrs, NetworkConfig};
+use crate::flannel::{parse_mac, BackendKind, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
 use crate::log;
 
 #[derive(Deserialize)]
@@ -47,9 +47,12 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let config = NetworkConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: File = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let Some(network) = config.v4.as_ref().map(|v4| v4.network) else {
+        return Err(format!("{}: static mode is IPv4 only (EnableIPv4)", path.display()));
+    };
     let check = |subnet: &Ipv4Net| {
-        if subnet.trunc() != *subnet || !config.network.contains(subnet) {
-            Err(format!("{}: subnet {subnet} is not a subnet of {}", path.display(), config.network))
+        if subnet.trunc() != *subnet || !network.contains(&IpNet::V4(*subnet)) {
+            Err(format!("{}: subnet {subnet} is not a subnet of {network}", path.display()))
         } else {
             Ok(())
         }
@@ -64,17 +67,18 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
         }
         let vtep_mac = match peer.vtep_mac {
             Some(text) => Some(parse_mac(&text).ok_or_else(|| format!("{}: bad VtepMAC {text:?}", path.display()))?),
-            None => Some(derived_vtep_mac(peer.public_ip)),
+            None => Some(derived_vtep_mac(peer.public_ip.into())),
         };
         let attrs = LeaseAttrs {
-            public_ip: peer.public_ip,
+            public_ip: Some(peer.public_ip),
+            public_ipv6: None,
             backend_type: config.backend.type_name().into(),
-            vtep_mac: vtep_mac.filter(|_| vxlan),
-            vni: vxlan.then_some(config.vni),
+            backend_data: vxlan.then_some(VxlanData { vni: Some(config.vni), vtep_mac }),
+            backend_v6_data: None,
         };
-        peers.insert(peer.subnet, Peer { attrs, created: position as i64 });
+        peers.insert(SubnetKey::v4(peer.subnet), Peer { attrs, created: position as i64 });
     }
-    Ok(Cluster { config, subnet: file.subnet, lease: None, peers })
+    Ok(Cluster { config, subnet: SubnetKey::v4(file.subnet), lease: None, peers })
 }
 
 /// Publishes the file's content, and again whenever it changes.
