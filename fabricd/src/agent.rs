@@ -113,6 +113,9 @@ pub async fn run(cli: Cli) -> Result<i32> {
 impl Agent {
     /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
     async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
+        if let Err(e) = node::family_sysctls(&cluster.config) {
+            log!(error, "{}", Error::io("IPv6 forwarding", e));
+        }
         let outcome = self.reconcile(cluster).await?;
         Metrics::inc(&self.metrics.reconciles_total);
         let ok = match outcome {

@@ -18,11 +18,6 @@ pub fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity)> {
     Ok((dataplane, identity))
 }
 
-/// The address that names this node in the store.
-fn node_address(identity: &NodeIdentity) -> Result<std::net::IpAddr> {
-    identity.address().ok_or_else(|| Error::Config("the node has no public address".into()))
-}
-
 /// The first changes, for a log line.
 pub fn summary(changes: &[Change]) -> String {
     const SHOWN: usize = 5;
@@ -36,7 +31,7 @@ pub fn summary(changes: &[Change]) -> String {
 /// Own lease, each peer and how it is reached (or why it is refused), what differs; exit 3 when something does.
 pub async fn status(cli: &Cli) -> Result<i32> {
     let (mut dataplane, identity) = open_dataplane(cli)?;
-    let cluster = cli.source().current(node_address(&identity)?, cli.previous()).await?;
+    let cluster = cli.source().current(&identity, cli.previous()).await?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let lease = cluster.lease.map(|token| format!("lease {token}")).unwrap_or_else(|| "static".into());
     let addresses: Vec<String> =
@@ -108,7 +103,7 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
     let source = cli.source();
     let mut code = 0;
     let mut devices = Vec::new();
-    match source.current(node_address(&identity)?, cli.previous()).await {
+    match source.current(&identity, cli.previous()).await {
         Ok(cluster) => {
             devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
             match source.release(&cluster).await {

@@ -40,6 +40,14 @@ pub fn sysctls() -> std::io::Result<()> {
     Ok(())
 }
 
+/// IPv6 forwarding, when the cluster has an IPv6 network (written only when it differs).
+pub fn family_sysctls(config: &NetworkConfig) -> std::io::Result<()> {
+    if config.v6.is_some() {
+        cnicore::sysctl::write_if_different("net/ipv6/conf/all/forwarding", "1")?;
+    }
+    Ok(())
+}
+
 /// The kubenet chain of `conf/10-kubenet.conflist` (`conf/20-kubenet-dualstack.conflist` for two families)
 /// for this node: one host-local range per family of its subnets, a default route per family, the backend's
 /// MTU, and no per-pod masquerade (the node masquerades what leaves the cluster CIDR, see [`masquerade`]).

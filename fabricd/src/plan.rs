@@ -438,11 +438,19 @@ mod tests {
             "its public address fd00:50::11 is already that of the lease of fd00:10:244:2::/64"
         );
         assert_eq!(reason("fd00:10:244:10::/64"), "its VtepMAC 33:33:00:00:00:01 is not a unicast address");
+        let mac = |public: &str| cnicore::mac::format(&derived_vtep_mac(ip(public)));
         assert_eq!(
             reason("fd00:10:244:11::/64"),
-            "its VtepMAC 0e:fb:00:00:00:11 is already that of the lease of fd00:10:244:2::/64"
+            format!("its VtepMAC {} is already that of the lease of fd00:10:244:2::/64", mac("fd00:50::11"))
         );
-        assert_eq!(reason("fd00:10:244:12::/64"), "its VtepMAC 0e:fb:00:00:00:10 is this node's");
+        assert_eq!(reason("fd00:10:244:12::/64"), format!("its VtepMAC {} is this node's", mac("fd00:50::10")));
+    }
+
+    #[test]
+    fn vtep_macs_of_ipv6_addresses_differ_when_their_last_bytes_agree() {
+        let (a, b) = (derived_vtep_mac(ip("fd00:192:168:50::a")), derived_vtep_mac(ip("fd00:192:168:51::a")));
+        assert_ne!(a, b);
+        assert!(is_unicast_mac(&a) && a[0] & 2 == 2, "locally administered unicast");
     }
 
     #[test]

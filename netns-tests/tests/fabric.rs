@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use netns_tests::fabric::{metric, segment_ip, tcp_source, wait_for, Cluster, TlsFiles, WAN_IP};
+use netns_tests::fabric::{metric, segment_ip, tcp_source, wait_for, wan_ip6, Cluster, TlsFiles, WAN_IP};
 use netns_tests::{bin, json, TestNetns, Value};
 use nix::sys::signal::Signal;
 
@@ -802,4 +802,259 @@ fn leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
     let node = &cluster.nodes[0];
     let gone = wait_for(CONVERGE, || metric(&node.metrics(), "fabricd_refused_peers") == Some(bad.len() as f64 - 1.0));
     assert!(gone.is_some(), "{}", node.metrics());
+}
+
+fn dual_config(backend: Value) -> Value {
+    json!({ "EnableIPv6": true, "Network": "10.244.0.0/16", "SubnetLen": 24, "IPv6Network": "fd00:10:244::/56",
+            "Backend": backend })
+}
+
+/// Waits until every node has `count` IPv6 routes of fabricd's.
+fn wait_routes6(cluster: &Cluster, count: usize) {
+    for node in &cluster.nodes {
+        let done = wait_for(CONVERGE, || node.fabric_routes6().len() == count);
+        assert!(
+            done.is_some(),
+            "{}: IPv6 routes {:?}, wanted {count}\n{}",
+            node.node.name,
+            node.fabric_routes6(),
+            node.log()
+        );
+    }
+}
+
+/// One pod per node, with its addresses (IPv4 first in a dual-stack cluster).
+fn pods_all(cluster: &mut Cluster) -> Vec<(usize, TestNetns, Vec<IpAddr>)> {
+    cluster
+        .nodes
+        .iter_mut()
+        .enumerate()
+        .map(|(index, node)| {
+            let (pod, ips) = node.add_pod_all();
+            (index, pod, ips)
+        })
+        .collect()
+}
+
+/// Pod to pod across nodes in each family the pods have, the receiver seeing the sender pod's own address.
+/// IPv6 neighbour discovery along the path settles first (each pod pings each other pod, up to 5 s).
+fn mesh_all(cluster: &Cluster, pods: &[(usize, TestNetns, Vec<IpAddr>)], families: usize) {
+    for (_, from, _) in pods {
+        for (_, _, ips) in pods {
+            for to in ips.iter().filter(|ip| ip.is_ipv6()) {
+                let settled = wait_for(Duration::from_secs(5), || ping(from, *to, &[]).status.success());
+                assert!(settled.is_some(), "no IPv6 path to {to}");
+            }
+        }
+    }
+    for family in 0..families {
+        let refs: Vec<(usize, &TestNetns, IpAddr)> = pods.iter().map(|(i, p, ips)| (*i, p, ips[family])).collect();
+        // Dual stack: IPv4 first, then IPv6; an IPv6-only pod has one IPv6 address.
+        let wanted_v6 = family == 1 || families == 1;
+        assert!(refs.iter().all(|(_, _, ip)| ip.is_ipv6() == wanted_v6), "family {family} of {families}");
+        cluster.assert_full_mesh(&refs);
+    }
+}
+
+fn vtep_mac(ip: IpAddr) -> String {
+    let tail: Vec<u8> = match ip {
+        IpAddr::V4(ip) => [&[0x0e, 0xfa][..], &ip.octets()[..]].concat(),
+        // fabricd's: an FNV-1a hash of the IPv6 address.
+        IpAddr::V6(ip) => {
+            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
+            [&[0x0e, 0xfb][..], &hash.to_be_bytes()[..]].concat()
+        }
+    };
+    tail.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Dual stack on vxlan across two segments joined by a router: IPv4 pods tunnel over the IPv4 underlay
+/// (`flannel.1`), IPv6 pods over the IPv6 underlay (`flannel-v6.1`, MTU 1500 - 70); a lease that flanneld wrote
+/// for the far node is used as is; pods reach each other in both families without NAT; a v6 route deleted by
+/// hand comes back; DirectRouting gives same-segment peers direct routes in both families; a node leaving with
+/// `fabricd cleanup` leaves nothing of either family and its peers drop their routes to it.
+#[test]
+fn dual_stack_vxlan_over_both_underlays_direct_routing_and_cleanup() {
+    let mut cluster = Cluster::dual(2);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let far = cluster.add_node(1, &[]);
+    // The far node's lease as flanneld writes it (on an etcd lease; MACs as its devices have them).
+    let (far_ip, far_ip6) = (cluster.nodes[far].ip, cluster.nodes[far].ip6.unwrap());
+    let granted = String::from_utf8(cluster.etcdctl(&["lease", "grant", "3600"]).stdout).unwrap();
+    let lease_id = granted.split_whitespace().nth(1).expect("lease id").to_string();
+    let far_key = "/coreos.com/network/subnets/10.244.9.0-24&fd00:10:244:9::-64";
+    let far_value = format!(
+        r#"{{"PublicIP":"{far_ip}","PublicIPv6":"{far_ip6}","BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{}"}},"BackendV6Data":{{"VNI":1,"VtepMAC":"{}"}}}}"#,
+        vtep_mac(far_ip.into()),
+        vtep_mac(far_ip6.into())
+    );
+    let put = cluster.etcdctl(&["put", &format!("--lease={lease_id}"), far_key, &far_value]);
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+
+    start_all(&mut cluster);
+    wait_routes(&cluster, 2);
+    wait_routes6(&cluster, 2);
+    let far_node = &cluster.nodes[far];
+    assert_eq!(far_node.subnet6(), Some("fd00:10:244:9::/64".parse().unwrap()), "the flanneld lease kept");
+    assert_eq!(far_node.subnet(), Some("10.244.9.0/24".parse().unwrap()));
+    let stored = String::from_utf8(cluster.etcdctl(&["get", "--print-value-only", far_key]).stdout).unwrap();
+    assert_eq!(stored.trim(), far_value, "used as is, not rewritten");
+
+    let node = &cluster.nodes[0];
+    let link = node.node.ip(&["-d", "link", "show", "flannel-v6.1"]);
+    let ip6 = node.ip6.unwrap();
+    assert!(
+        link.contains("mtu 1430")
+            && link.contains("vxlan id 1 ")
+            && link.contains(&format!("local {ip6}"))
+            && link.contains("dstport 8472")
+            && link.contains("nolearning"),
+        "{link}"
+    );
+    assert!(node.node.ip(&["-d", "link", "show", "flannel.1"]).contains("mtu 1450"));
+    let conflist: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.conf_dir().join("10-fabric.conflist")).unwrap()).unwrap();
+    assert_eq!(conflist["plugins"][0]["mtu"], 1430, "the IPv6 underlay's larger header");
+    assert_eq!(conflist["plugins"][0]["ipam"]["ranges"][1][0]["subnet"], node.subnet6().unwrap().to_string());
+    let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+    assert!(
+        env.contains("FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n") && env.contains("FLANNEL_IPV6_SUBNET=fd00:10:244:"),
+        "{env}"
+    );
+    let far_route6 = "fd00:10:244:9::/64 via fd00:10:244:9:: dev flannel-v6.1".to_string();
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)), "{:?}", node.fabric_routes6());
+    let neighbours = node.node.ip(&["-6", "neigh", "show", "dev", "flannel-v6.1"]);
+    assert!(neighbours.contains(&format!("fd00:10:244:9:: lladdr {}", vtep_mac(far_ip6.into()))), "{neighbours}");
+    let fdb = node.node.exec("bridge", &["fdb", "show", "dev", "flannel-v6.1"], &[], b"");
+    let fdb = String::from_utf8_lossy(&fdb.stdout);
+    assert!(fdb.contains(&format!("dst {far_ip6} self permanent")), "{fdb}");
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
+    assert!(
+        listing.contains(&format!("\"PublicIPv6\":\"{ip6}\"")) && listing.contains("\"BackendV6Data\":{\"VNI\":1,"),
+        "{listing}"
+    );
+
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+
+    // Drift: an IPv6 route deleted by hand comes back.
+    let node = &cluster.nodes[0];
+    node.node.ip(&["-6", "route", "del", "fd00:10:244:9::/64"]);
+    let back = wait_for(CONVERGE, || node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)));
+    assert!(back.is_some(), "v6 route not repaired: {:?}\n{}", node.fabric_routes6(), node.log());
+    eprintln!("IPv6 route deleted by hand: repaired in {:?}", back.unwrap());
+
+    // DirectRouting: the same-segment peer gets direct routes in both families, the far one stays on vxlan.
+    cluster.etcdctl(&[
+        "put",
+        "/coreos.com/network/config",
+        &dual_config(json!({ "Type": "vxlan", "DirectRouting": true })).to_string(),
+    ]);
+    for node in &mut cluster.nodes {
+        node.stop(Signal::SIGTERM);
+        node.start();
+    }
+    let near = &cluster.nodes[1];
+    let (near_subnet6, near_ip6) = (near.subnet6().unwrap(), near.ip6.unwrap());
+    let node = &cluster.nodes[0];
+    let direct6 = format!("{near_subnet6} via {near_ip6} dev eth0");
+    let direct = wait_for(CONVERGE, || {
+        node.fabric_routes6().iter().any(|r| r.starts_with(&direct6)) && node.fabric_routes6().len() == 2
+    });
+    assert!(direct.is_some(), "{:?}\n{}", node.fabric_routes6(), node.log());
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)), "{:?}", node.fabric_routes6());
+    let direct4 = format!("{} via {} dev eth0", near.subnet().unwrap(), near.ip);
+    assert!(wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct4))).is_some());
+    mesh_all(&cluster, &pods, 2);
+
+    // The far node leaves: nothing of either family is left on it, and its peers drop their routes to it.
+    let far_node = &mut cluster.nodes[far];
+    far_node.stop(Signal::SIGTERM);
+    let cleanup = far_node.run(&["cleanup"]);
+    assert!(cleanup.success(), "{}", cleanup.stderr);
+    assert!(far_node.fabric_routes().is_empty() && far_node.fabric_routes6().is_empty());
+    let links = far_node.node.links();
+    assert!(!links.iter().any(|l| l.starts_with("flannel")), "{links:?}");
+    for node in &cluster.nodes[..far] {
+        let dropped = wait_for(CONVERGE, || node.fabric_routes().len() == 1 && node.fabric_routes6().len() == 1);
+        assert!(dropped.is_some(), "{:?} {:?}", node.fabric_routes(), node.fabric_routes6());
+    }
+}
+
+/// Dual stack on host-gw with masquerade: pods reach each other in both families with their own addresses,
+/// and the wan masqueraded to the node's address of each family (iptables and ip6tables); `status` in sync.
+#[test]
+fn dual_stack_host_gw_with_masquerade_of_both_families() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "host-gw" })), None);
+    for _ in 0..3 {
+        cluster.add_node(0, &["--ip-masq"]);
+    }
+    start_all(&mut cluster);
+    wait_routes(&cluster, 2);
+    wait_routes6(&cluster, 2);
+    let node = &cluster.nodes[0];
+    let peer = &cluster.nodes[1];
+    let route6 = format!("{} via {} dev eth0", peer.subnet6().unwrap(), peer.ip6.unwrap());
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&route6)), "{:?}", node.fabric_routes6());
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+    for (index, pod, _) in &pods {
+        let node = &cluster.nodes[*index];
+        assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(node.ip.into()));
+        assert_eq!(tcp_source(pod, &cluster.wan, wan_ip6().into()), Some(node.ip6.unwrap().into()));
+        let rules = node.node.exec("ip6tables-save", &["-t", "nat"], &[], b"");
+        let rules = String::from_utf8_lossy(&rules.stdout);
+        assert_eq!(rules.matches("-A FLANNEL-POSTRTG").count(), 4, "{rules}");
+    }
+    let status = cluster.nodes[0].run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
+    // Cleanup removes the rules of both families.
+    let node = &mut cluster.nodes[0];
+    node.stop(Signal::SIGTERM);
+    assert!(node.run(&["cleanup"]).success());
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let rules = node.node.exec(tool, &["-t", "nat"], &[], b"");
+        assert!(!String::from_utf8_lossy(&rules.stdout).contains("FLANNEL-POSTRTG"), "{tool}");
+    }
+    assert!(node.fabric_routes6().is_empty());
+}
+
+/// An IPv6-only cluster (EnableIPv4 false) on vxlan: leases at flannel's `0.0.0.0-0&<v6>-<len>` keys, only
+/// the IPv6 device and routes, IPv6-only pods reaching each other without NAT.
+#[test]
+fn ipv6_only_cluster() {
+    let mut cluster = Cluster::dual(1);
+    let config = json!({ "EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56",
+                         "Backend": { "Type": "vxlan" } });
+    cluster.start_etcd(&config, None);
+    for _ in 0..3 {
+        cluster.add_node(0, &[]);
+    }
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 2);
+    let keys =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| k.starts_with("/coreos.com/network/subnets/0.0.0.0-0&fd00:10:244:")), "{keys:?}");
+    for node in &cluster.nodes {
+        assert!(node.fabric_routes().is_empty(), "no IPv4 route: {:?}", node.fabric_routes());
+        assert!(!node.node.links().contains(&"flannel.1".to_string()));
+        let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+        assert!(!env.contains("FLANNEL_NETWORK=") && env.contains("FLANNEL_IPV6_SUBNET="), "{env}");
+    }
+    let pods = pods_all(&mut cluster);
+    assert!(
+        pods.iter().all(|(_, _, ips)| ips.len() == 1 && ips[0].is_ipv6()),
+        "{:?}",
+        pods.iter().map(|p| &p.2).collect::<Vec<_>>()
+    );
+    mesh_all(&cluster, &pods, 1);
+    let status = cluster.nodes[0].run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
 }

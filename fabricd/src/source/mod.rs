@@ -76,11 +76,6 @@ impl NodeIdentity {
         }
     }
 
-    /// The address that identifies the node (its IPv4 one, else its IPv6 one).
-    pub fn address(&self) -> Option<IpAddr> {
-        self.public(Family::V4).or(self.public(Family::V6))
-    }
-
     /// The MAC of this node's vxlan device of `family`.
     pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
         self.public(family).map(derived_vtep_mac)
@@ -116,7 +111,7 @@ impl NodeIdentity {
 }
 
 /// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
-/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and an IPv6 address's last four bytes), so a device
+/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and a 32-bit FNV-1a hash of an IPv6 address), so a device
 /// recreated after being deleted keeps its MAC and peers need no update, and static files need not list MACs.
 pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
     match public {
@@ -125,8 +120,10 @@ pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
             [0x0e, 0xfa, a, b, c, d]
         }
         IpAddr::V6(ip) => {
-            let o = ip.octets();
-            [0x0e, 0xfb, o[12], o[13], o[14], o[15]]
+            // FNV-1a of the whole address: nodes of different prefixes often share their last bytes.
+            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
+            let [a, b, c, d] = hash.to_be_bytes();
+            [0x0e, 0xfb, a, b, c, d]
         }
     }
 }
@@ -289,9 +286,16 @@ pub fn find_own(listing: &Listing, address: IpAddr, previous: Previous) -> Optio
 }
 
 /// The cluster as the store says now, for `status` and `cleanup` (no write).
-pub async fn snapshot<S: LeaseStore>(store: &mut S, address: IpAddr, previous: Previous) -> Result<Cluster> {
+pub async fn snapshot<S: LeaseStore>(store: &mut S, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
     let config = store.config().await?;
     let listing = store.leases().await?;
+    // The lease names the node by its IPv4 address, by its IPv6 one in an IPv6-only cluster.
+    let address = match config.v4 {
+        Some(_) => node.public(Family::V4),
+        None => node.public(Family::V6),
+    };
+    let address =
+        address.ok_or_else(|| Error::Config("the node has no public address of the cluster's family".into()))?;
     let Some((subnet, token)) = find_own(&listing, address, previous) else {
         return Err(Error::Store(format!("no lease in the store for this node ({address})")));
     };
@@ -329,12 +333,12 @@ impl SourceConfig {
 
     /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
     /// IP, else by the lease it remembers).
-    pub async fn current(&self, address: IpAddr, previous: Previous) -> Result<Cluster> {
+    pub async fn current(&self, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
         match self {
             SourceConfig::Static(path) => static_file::load(path).map_err(Error::Config),
             SourceConfig::Etcd(options) => {
                 let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
-                snapshot(&mut store, address, previous).await
+                snapshot(&mut store, node, previous).await
             }
         }
     }
@@ -381,6 +385,10 @@ mod tests {
 
     fn config() -> NetworkConfig {
         NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap()
+    }
+
+    fn identity(last: u8) -> NodeIdentity {
+        NodeIdentity { public_ip: Some(Ipv4Addr::new(192, 168, 50, last)), public_ipv6: None }
     }
 
     fn node(last: u8) -> LeaseAttrs {
@@ -503,16 +511,13 @@ mod tests {
             let mut store = MemoryStore::new(config());
             let (a, a_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
             let (b, _) = acquire(&mut store, &config(), &node(11), Previous::default()).await.unwrap();
-            let cluster =
-                snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 10)), Previous::default()).await.unwrap();
+            let cluster = snapshot(&mut store, &identity(10), Previous::default()).await.unwrap();
             assert_eq!((cluster.subnet, cluster.lease), (a, Some(a_token)));
             assert_eq!(cluster.peers.keys().copied().collect::<Vec<_>>(), vec![b]);
             let previous = Previous { subnet: Some(a), lease: Some(a_token) };
-            let moved = snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 99)), previous).await.unwrap();
+            let moved = snapshot(&mut store, &identity(99), previous).await.unwrap();
             assert_eq!(moved.subnet, a);
-            let error = snapshot(&mut store, IpAddr::V4(Ipv4Addr::new(192, 168, 50, 99)), Previous::default())
-                .await
-                .unwrap_err();
+            let error = snapshot(&mut store, &identity(99), Previous::default()).await.unwrap_err();
             assert!(error.to_string().contains("no lease in the store"), "{error}");
             store.release(a, Some(a_token)).await.unwrap();
             assert!(!store.leases.contains_key(&a));
