@@ -1058,3 +1058,78 @@ fn ipv6_only_cluster() {
     let status = cluster.nodes[0].run(&["status"]);
     assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
 }
+
+/// The IPv6 half of a store it does not trust: IPv6 leases written by hand beside two dual-stack nodes, one
+/// of each class, refused with their reason and listed by `status`; the underlay's own IPv6 subnet and a
+/// route made by hand stay as they are; the nodes keep reaching each other's pods in both families.
+#[test]
+fn ipv6_leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 1);
+    let (ip0, ip1) = (cluster.nodes[0].ip6.unwrap(), cluster.nodes[1].ip6.unwrap());
+    let holder = cluster.nodes[1].subnet6().unwrap();
+    let node0 = &cluster.nodes[0].node;
+    node0.ip(&["-6", "route", "add", "fd00:10:244:cf::/64", "via", &wan_ip6().to_string()]);
+    let before = node0.ip(&["-6", "route", "show", "table", "main"]);
+    let lease = |public: &str, mac: &str| {
+        format!(
+            r#"{{"PublicIP":"0.0.0.0","PublicIPv6":"{public}","BackendType":"vxlan","BackendV6Data":{{"VNI":1,"VtepMAC":"{mac}"}}}}"#
+        )
+    };
+    let bad: Vec<(&str, String, String)> = vec![
+        (
+            "fd00:192:168:50::-64",
+            lease("fd00:192:168:50::77", "0e:00:00:00:01:01"),
+            "is not inside the Network fd00:10:244::/56".into(),
+        ),
+        ("fd00:10:244:c8::-80", lease("fd00:192:168:50::78", "0e:00:00:00:01:02"), "is not a /64".into()),
+        ("fd00:10:244:c9::-64", lease("::1", "0e:00:00:00:01:03"), "::1 is a loopback address".into()),
+        ("fd00:10:244:ca::-64", lease("ff02::5", "0e:00:00:00:01:04"), "ff02::5 is a multicast address".into()),
+        ("fd00:10:244:cb::-64", lease(&ip0.to_string(), "0e:00:00:00:01:05"), format!("{ip0} is this node's")),
+        (
+            "fd00:10:244:cc::-64",
+            lease(&ip1.to_string(), "0e:00:00:00:01:06"),
+            format!("{ip1} is already that of the lease of {holder}"),
+        ),
+        (
+            "fd00:10:244:cd::-64",
+            lease("fd00:192:168:50::81", &vtep_mac(ip1.into())),
+            format!("is already that of the lease of {holder}"),
+        ),
+        ("fd00:10:244:ce::-64", lease("fd00:192:168:50::82", "33:33:00:00:00:01"), "is not a unicast address".into()),
+        (
+            "fd00:10:244:cf::-64",
+            lease("fd00:192:168:50::83", "0e:00:00:00:01:07"),
+            format!("would replace or shadow a route fabricd did not make (fd00:10:244:cf::/64 via {})", wan_ip6()),
+        ),
+    ];
+    for (key, value, _) in &bad {
+        let out = cluster.etcdctl(&["put", &format!("/coreos.com/network/subnets/0.0.0.0-0&{key}"), value]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let node = &cluster.nodes[0];
+    let counted = wait_for(CONVERGE, || metric(&node.metrics(), "fabricd_refused_peers") == Some(bad.len() as f64));
+    assert!(counted.is_some(), "{}\n{}", node.metrics(), node.log());
+    assert_eq!(node.fabric_routes6().len(), 1, "{:?}", node.fabric_routes6());
+    assert_eq!(node.fabric_routes().len(), 1, "IPv4 untouched: {:?}", node.fabric_routes());
+    let after = node.node.ip(&["-6", "route", "show", "table", "main"]);
+    for line in before.lines() {
+        assert!(after.contains(line), "{line:?} lost:\n{after}");
+    }
+    let log = node.log();
+    let status = node.run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
+    for (key, _, reason) in &bad {
+        let subnet = key.replace("-", "/");
+        let lines = log.lines().filter(|l| l.contains(&format!("refusing the lease of {subnet}:"))).count();
+        assert_eq!(lines, 1, "{subnet}:\n{log}");
+        let line = status.stdout_text.lines().find(|l| l.trim_start().starts_with(&format!("{subnet} ")));
+        assert!(line.is_some_and(|l| l.contains("REFUSED: ") && l.contains(reason.as_str())), "{subnet}: {line:?}");
+    }
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+}
