@@ -985,14 +985,17 @@ fn dual_stack_vxlan_over_both_underlays_direct_routing_and_cleanup() {
 }
 
 /// Dual stack on host-gw with masquerade: pods reach each other in both families with their own addresses,
-/// and the wan masqueraded to the node's address of each family (iptables and ip6tables); `status` in sync.
+/// and the wan masqueraded to the node's address of each family (iptables and ip6tables; nftables on the
+/// third node, whose `--iface` is its IPv6 address); `status` in sync.
 #[test]
 fn dual_stack_host_gw_with_masquerade_of_both_families() {
     let mut cluster = Cluster::dual(1);
     cluster.start_etcd(&dual_config(json!({ "Type": "host-gw" })), None);
-    for _ in 0..3 {
-        cluster.add_node(0, &["--ip-masq"]);
-    }
+    cluster.add_node(0, &["--ip-masq"]);
+    cluster.add_node(0, &["--ip-masq"]);
+    // The third with nftables, and its IPv6 underlay address named by --iface.
+    let ip6 = netns_tests::fabric::segment_ip6(0, 12).to_string();
+    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables", &format!("--iface={ip6}")]);
     start_all(&mut cluster);
     wait_routes(&cluster, 2);
     wait_routes6(&cluster, 2);
@@ -1006,6 +1009,15 @@ fn dual_stack_host_gw_with_masquerade_of_both_families() {
         let node = &cluster.nodes[*index];
         assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(node.ip.into()));
         assert_eq!(tcp_source(pod, &cluster.wan, wan_ip6().into()), Some(node.ip6.unwrap().into()));
+        if *index == 2 {
+            let table = node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
+            let table = String::from_utf8_lossy(&table.stdout);
+            assert!(
+                table.contains("ip6 saddr fd00:10:244::/56 ip6 daddr != { fd00:10:244::/56, ff00::/8 } masquerade"),
+                "{table}"
+            );
+            continue;
+        }
         let rules = node.node.exec("ip6tables-save", &["-t", "nat"], &[], b"");
         let rules = String::from_utf8_lossy(&rules.stdout);
         assert_eq!(rules.matches("-A FLANNEL-POSTRTG").count(), 4, "{rules}");

@@ -55,9 +55,14 @@ impl Underlay {
         let links = nl.links()?;
         let addresses = nl.addresses(None)?;
         let mut chosen = None;
+        // An --iface given as an address is also the public address of its family (as flanneld takes it).
+        let mut iface_address = None;
         for wanted in iface {
             chosen = match wanted.parse::<IpAddr>() {
-                Ok(ip) => addresses.iter().find(|a| a.addr.addr() == ip).map(|a| a.index),
+                Ok(ip) => {
+                    iface_address = Some(ip);
+                    addresses.iter().find(|a| a.addr.addr() == ip).map(|a| a.index)
+                }
                 Err(_) => links.iter().find(|l| &l.name == wanted).map(|l| l.index),
             };
             if chosen.is_some() {
@@ -90,6 +95,11 @@ impl Underlay {
             IpNet::V6(net) => Some(net.addr()),
             _ => None,
         });
+        let (first_v4, first_v6) = match iface_address {
+            Some(IpAddr::V4(ip)) => (Some(ip), first_v6),
+            Some(IpAddr::V6(ip)) => (first_v4, Some(ip)),
+            None => (first_v4, first_v6),
+        };
         let underlay = Underlay {
             index,
             name: link.name.clone(),
