@@ -1145,3 +1145,41 @@ fn ipv6_leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
     let pods = pods_all(&mut cluster);
     mesh_all(&cluster, &pods, 2);
 }
+
+/// flannel's conflist (first plugin `"type": "flannel"`) on the dual-stack subnet.env fabricd writes: each pod
+/// gets an address of each family, and pods on two nodes reach each other in both without NAT.
+#[test]
+fn flannel_conflists_give_dual_stack_pods() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    // As flannel's manifests run flanneld: the node masquerades, so the delegate bridge does not.
+    cluster.add_node(0, &["--ip-masq"]);
+    cluster.add_node(0, &["--ip-masq"]);
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 1);
+    let mut pods = Vec::new();
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let conf_dir = node.node.dir().join("flannel-net.d");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let conflist = json!({
+            "name": "cbr0", "cniVersion": "1.0.0",
+            "plugins": [{ "type": "flannel", "delegate": { "hairpinMode": true, "isDefaultGateway": true },
+                          "subnetFile": node.subnet_file(), "dataDir": node.node.dir().join("flannel"),
+                          "ipam": { "dataDir": node.node.dir().join("flannel-ipam") } }]
+        });
+        std::fs::write(conf_dir.join("10-flannel.conflist"), conflist.to_string()).unwrap();
+        let pod = TestNetns::new("pod");
+        let out = node.cnitool_in(&conf_dir, &["add", "cbr0", pod.path.to_str().unwrap()]);
+        let result = out.expect_ok();
+        let ips: Vec<IpAddr> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|ip| ip["address"].as_str().unwrap().parse::<ipnet::IpNet>().unwrap().addr())
+            .collect();
+        assert_eq!(ips.len(), 2, "{result}");
+        assert!(node.subnet().unwrap().contains(&ips[0]) && node.subnet6().unwrap().contains(&ips[1]), "{ips:?}");
+        pods.push((index, pod, ips));
+    }
+    mesh_all(&cluster, &pods, 2);
+}
