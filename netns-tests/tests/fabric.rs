@@ -1183,3 +1183,33 @@ fn flannel_conflists_give_dual_stack_pods() {
     }
     mesh_all(&cluster, &pods, 2);
 }
+
+/// An IPv4 cluster turning IPv6 on: after the config change and a restart, each node keeps its IPv4 subnet,
+/// its IPv4-only lease is replaced by a dual-stack one (no second lease with its address), and new pods get
+/// both families and reach each other in both.
+#[test]
+fn turning_ipv6_on_keeps_the_ipv4_subnets() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let before = start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    cluster.etcdctl(&["put", "/coreos.com/network/config", &dual_config(json!({ "Type": "vxlan" })).to_string()]);
+    for node in &mut cluster.nodes {
+        node.stop(Signal::SIGTERM);
+        node.start();
+    }
+    wait_routes6(&cluster, 1);
+    wait_routes(&cluster, 1);
+    let after: Vec<_> = cluster.nodes.iter().map(|n| n.subnet().unwrap()).collect();
+    assert_eq!(after, before, "IPv4 subnets kept");
+    let keys =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.contains("&fd00:10:244:")), "{keys:?}");
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+}

@@ -26,6 +26,7 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+use crate::log;
 use crate::metrics::Metrics;
 
 /// The store's handle of a node's lease (etcd: the id of the etcd lease holding the key). Written to
@@ -195,12 +196,12 @@ pub async fn acquire<S: LeaseStore>(
     store: &mut S,
     config: &NetworkConfig,
     attrs: &LeaseAttrs,
-    previous: Previous,
+    mut previous: Previous,
 ) -> Result<(SubnetKey, LeaseToken)> {
+    let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
     for attempt in 0u32.. {
         let listing = store.leases().await?;
         // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
-        let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
         let mine = own_by_address(&listing, address, previous, |subnet| config.allows(subnet));
         if let Some((subnet, lease)) = mine {
             if lease.attrs == *attrs && store.alive(lease.token).await? {
@@ -209,6 +210,14 @@ pub async fn acquire<S: LeaseStore>(
             if let Some(token) = store.replace(*subnet, attrs, lease.revision).await? {
                 return Ok((*subnet, token));
             }
+            continue;
+        }
+        // Ours but not of this config (a family enabled or disabled since): deleted, as flanneld does, and its
+        // subnets that still fit taken again first (a cluster that turns on IPv6 keeps its IPv4 subnets).
+        if let Some((stale, lease)) = own_by_address(&listing, address, previous, |_| true) {
+            log!(info, "the lease of {stale} does not fit the network config (its families changed): replacing it");
+            store.release(*stale, Some(lease.token)).await?;
+            previous = Previous { subnet: Some(*stale), lease: None };
             continue;
         }
         // The previous subnet: free, or held by the lease this node remembers (its address changed).
@@ -228,18 +237,28 @@ pub async fn acquire<S: LeaseStore>(
                 return Ok((subnet, token));
             }
         }
+        // Per family: the previous subnet when it fits and is free, else a random free one.
         let mut subnet = SubnetKey::default();
         for plan in config.families() {
             let family = plan.family();
             let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
-            let free = plan.free_subnets(&taken, 100);
-            if free.is_empty() {
-                return Err(Error::Store(format!(
-                    "out of subnets: every /{} of {} is leased",
-                    plan.subnet_len, plan.network
-                )));
-            }
-            match free[random_below(free.len())] {
+            let kept = previous.subnet.and_then(|p| p.get(family)).filter(|s| {
+                plan.allows(s) && !taken.iter().any(|t| t.contains(&s.network()) || s.contains(&t.network()))
+            });
+            let chosen = match kept {
+                Some(kept) => kept,
+                None => {
+                    let free = plan.free_subnets(&taken, 100);
+                    if free.is_empty() {
+                        return Err(Error::Store(format!(
+                            "out of subnets: every /{} of {} is leased",
+                            plan.subnet_len, plan.network
+                        )));
+                    }
+                    free[random_below(free.len())]
+                }
+            };
+            match chosen {
                 IpNet::V4(net) => subnet.v4 = Some(net),
                 IpNet::V6(net) => subnet.v6 = Some(net),
             }
@@ -463,6 +482,29 @@ mod tests {
                 Previous::default(),
             );
             assert_eq!(found, Some((subnet, token)));
+        });
+    }
+
+    #[test]
+    fn turning_ipv6_on_keeps_the_ipv4_subnet_and_replaces_the_lease() {
+        run(async {
+            let v4_only = config();
+            let dual = NetworkConfig::parse(
+                br#"{"EnableIPv6":true,"Network":"10.244.0.0/22","SubnetLen":24,"IPv6Network":"fd00::/60","Backend":{"Type":"vxlan"}}"#,
+            )
+            .unwrap();
+            let mut store = MemoryStore::new(v4_only.clone());
+            let (old, _) = acquire(&mut store, &v4_only, &node(10), Previous::default()).await.unwrap();
+            let identity = NodeIdentity {
+                public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
+                public_ipv6: Some("fd00:50::10".parse().unwrap()),
+            };
+            let attrs = identity.attrs(&dual).unwrap();
+            let (new, _) = acquire(&mut store, &dual, &attrs, Previous::default()).await.unwrap();
+            assert_eq!(new.v4, old.v4, "the IPv4 subnet kept");
+            assert!(new.v6.is_some());
+            assert!(!store.leases.contains_key(&old), "the IPv4-only lease is gone");
+            assert_eq!(store.leases.len(), 1);
         });
     }
 
