@@ -322,6 +322,7 @@ pub struct SubnetKey {
 }
 
 impl SubnetKey {
+    #[cfg(test)]
     pub fn v4(subnet: Ipv4Net) -> SubnetKey {
         SubnetKey { v4: Some(subnet), v6: None }
     }
