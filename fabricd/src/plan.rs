@@ -268,7 +268,7 @@ pub fn refuse_route_conflicts(
 mod tests {
     use super::*;
     use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::Ipv4Addr;
 
     fn underlay() -> Underlay {
         Underlay {
@@ -526,6 +526,5 @@ mod tests {
             path_of(&paths, "fd00:10:244:2::/64"),
             PeerPath::Refused(Refusal::RouteConflict { route: "fd00:10:244:2::/64 via fd00:50::99".into() })
         );
-        let _ = Ipv6Addr::LOCALHOST;
     }
 }
