@@ -5,14 +5,32 @@
 # addresses, pod-to-pod, pod-to-gateway and pod-to-wan (masqueraded) traffic, a hostPort reached from the wan and
 # from the node itself, the shaping qdiscs, and then deletes everything and shows that nothing is left.
 # Nothing touches the root network namespace; all state lives in a temporary directory.
+#
+# scripts/demo.sh --fabric: fabricd instead. etcd and three node namespaces on one underlay with IPv4 and IPv6,
+# fabricd on each (vxlan, dual stack), a dual-stack pod on each node attached with the conflist fabricd wrote,
+# pod-to-pod traffic in both families (the receiver sees the sender pod's own address), a node leaving with
+# `fabricd cleanup`, then everything removed. DEMO_BIN=<dir> uses binaries already built there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 [[ $(id -u) == 0 ]] || { echo "demo: run as root (it creates network namespaces)" >&2; exit 1; }
 scripts/setup.sh
-echo "== building (release)"
-cargo build --release --quiet
-bin=$root/target/release
+fabric=false
+[[ ${1:-} == --fabric ]] && fabric=true
+if [[ -n ${DEMO_BIN:-} ]]; then
+  bin=$DEMO_BIN
+elif $fabric; then
+  echo "== building (release)"
+  cargo build --release --quiet -p fabricd -p cnitool -p bridge -p host-local -p portmap -p bandwidth -p loopback
+  bin=$root/target/release
+else
+  echo "== building (release)"
+  cargo build --release --quiet
+  bin=$root/target/release
+fi
+if $fabric; then
+  exec bash scripts/demo-fabric.sh "$bin"
+fi
 
 id=$$
 node=cnidemo-node-$id wan=cnidemo-wan-$id pod1=cnidemo-pod1-$id pod2=cnidemo-pod2-$id

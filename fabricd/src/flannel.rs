@@ -2,9 +2,9 @@
 //! network config at `<prefix>/config`, one lease per node at `<prefix>/subnets/10.244.3.0-24`, and
 //! `subnet.env`. JSON keys match case-insensitively, as Go's encoding/json does.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnet::Ipv4Net;
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -15,6 +15,71 @@ pub const DEFAULT_VNI: u32 = 1;
 pub const DEFAULT_VXLAN_PORT: u16 = 8472;
 /// Bytes of a vxlan header over IPv4: outer IP 20 + UDP 8 + VXLAN 8 + inner Ethernet 14.
 pub const VXLAN_OVERHEAD: u32 = 50;
+/// Over IPv6 the outer IP header is 40 bytes: 70.
+pub const VXLAN_OVERHEAD_V6: u32 = 70;
+
+/// An address family: the cluster's networks, leases, routes and devices exist once per family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    pub fn bits(self) -> u8 {
+        match self {
+            Family::V4 => 32,
+            Family::V6 => 128,
+        }
+    }
+
+    /// The vxlan overhead over an underlay of this family.
+    pub fn vxlan_overhead(self) -> u32 {
+        match self {
+            Family::V4 => VXLAN_OVERHEAD,
+            Family::V6 => VXLAN_OVERHEAD_V6,
+        }
+    }
+
+    pub fn netlink(self) -> cnicore::netlink::IpFamily {
+        match self {
+            Family::V4 => cnicore::netlink::IpFamily::V4,
+            Family::V6 => cnicore::netlink::IpFamily::V6,
+        }
+    }
+
+    fn address(self, value: u128) -> IpAddr {
+        match self {
+            Family::V4 => IpAddr::V4(Ipv4Addr::from(value as u32)),
+            Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        })
+    }
+}
+
+fn number(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(ip) => u32::from(ip) as u128,
+        IpAddr::V6(ip) => u128::from(ip),
+    }
+}
 
 /// How packets reach another node's pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,14 +100,85 @@ impl BackendKind {
     }
 }
 
+/// One family's address plan: its Network, the length of a node's subnet, and the leasable range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyNetwork {
+    pub network: IpNet,
+    pub subnet_len: u8,
+    /// First and last subnet that may be leased (flannel's `SubnetMin`/`SubnetMax`, `IPv6SubnetMin`/`Max`).
+    pub subnet_min: IpAddr,
+    pub subnet_max: IpAddr,
+}
+
+impl FamilyNetwork {
+    /// The plan for `network` with flannel's defaults for what is not given. `default_len`: the subnet length
+    /// when none is given.
+    fn new(
+        network: IpNet,
+        subnet_len: Option<u8>,
+        min: Option<IpAddr>,
+        max: Option<IpAddr>,
+        default_len: u8,
+    ) -> Result<FamilyNetwork, String> {
+        let network = network.trunc();
+        let family = Family::of(&network.addr());
+        let subnet_len = subnet_len.unwrap_or(default_len);
+        let limit = family.bits() - 2;
+        if subnet_len <= network.prefix_len() || subnet_len > limit {
+            return Err(format!("bad network config: subnet length {subnet_len} does not fit in {network}"));
+        }
+        let size = 1u128 << (family.bits() - subnet_len);
+        let first = family.address(number(network.network()) + size);
+        let last = family.address(number(network.broadcast()) - size + 1);
+        let subnet_min = min.unwrap_or(first);
+        let subnet_max = max.unwrap_or(last);
+        if !network.contains(&subnet_min) || !network.contains(&subnet_max) || subnet_min > subnet_max {
+            return Err(format!("bad network config: subnet range {subnet_min}..{subnet_max} not in {network}"));
+        }
+        Ok(FamilyNetwork { network, subnet_len, subnet_min, subnet_max })
+    }
+
+    pub fn family(&self) -> Family {
+        Family::of(&self.network.addr())
+    }
+
+    /// True when `subnet` may be leased (right length, within the leasable range).
+    pub fn allows(&self, subnet: &IpNet) -> bool {
+        subnet.prefix_len() == self.subnet_len
+            && Family::of(&subnet.addr()) == self.family()
+            && subnet.network() >= self.subnet_min
+            && subnet.network() <= self.subnet_max
+    }
+
+    /// Up to `limit` leasable subnets not in `taken`, in address order (flannel picks one of the first 100 at
+    /// random, which spreads nodes that start together).
+    pub fn free_subnets(&self, taken: &[IpNet], limit: usize) -> Vec<IpNet> {
+        let family = self.family();
+        let step = 1u128 << (family.bits() - self.subnet_len);
+        let mut free = Vec::new();
+        let mut address = number(self.subnet_min);
+        let last = number(self.subnet_max);
+        while address <= last && free.len() < limit {
+            let subnet = IpNet::new(family.address(address), self.subnet_len).expect("valid length");
+            if !taken.iter().any(|t| t.contains(&subnet.network()) || subnet.contains(&t.network())) {
+                free.push(subnet);
+            }
+            match address.checked_add(step) {
+                Some(next) => address = next,
+                None => break,
+            }
+        }
+        free
+    }
+}
+
 /// The cluster's network config (`<prefix>/config`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkConfig {
-    pub network: Ipv4Net,
-    pub subnet_len: u8,
-    /// First and last subnet that may be leased (flannel's `SubnetMin`/`SubnetMax`).
-    pub subnet_min: Ipv4Addr,
-    pub subnet_max: Ipv4Addr,
+    /// `EnableIPv4` (default true): `Network`, `SubnetLen`, `SubnetMin`, `SubnetMax`.
+    pub v4: Option<FamilyNetwork>,
+    /// `EnableIPv6`: `IPv6Network`, `IPv6SubnetLen`, `IPv6SubnetMin`, `IPv6SubnetMax`.
+    pub v6: Option<FamilyNetwork>,
     pub backend: BackendKind,
     pub vni: u32,
     pub port: u16,
@@ -51,10 +187,16 @@ pub struct NetworkConfig {
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
 struct RawConfig {
+    enableipv4: Option<bool>,
+    enableipv6: Option<bool>,
     network: Option<Ipv4Net>,
     subnetlen: Option<u8>,
     subnetmin: Option<Ipv4Addr>,
     subnetmax: Option<Ipv4Addr>,
+    ipv6network: Option<Ipv6Net>,
+    ipv6subnetlen: Option<u8>,
+    ipv6subnetmin: Option<Ipv6Addr>,
+    ipv6subnetmax: Option<Ipv6Addr>,
     backend: Option<RawBackend>,
 }
 
@@ -76,30 +218,56 @@ fn parse_go<T: serde::de::DeserializeOwned>(text: &[u8]) -> Result<T, String> {
 impl NetworkConfig {
     pub fn parse(text: &[u8]) -> Result<NetworkConfig, String> {
         let raw: RawConfig = parse_go(text).map_err(|e| format!("bad network config: {e}"))?;
-        let network = raw.network.ok_or("bad network config: \"Network\" is missing")?.trunc();
         let backend_raw = raw.backend.unwrap_or_default();
         let backend = match backend_raw.r#type.as_deref().unwrap_or("udp") {
             "host-gw" => BackendKind::HostGw,
             "vxlan" => BackendKind::Vxlan { direct_routing: backend_raw.directrouting.unwrap_or(false) },
             other => return Err(format!("backend type {other:?} is not supported: use \"vxlan\" or \"host-gw\"")),
         };
-        // flannel's defaults: /24 subnets in a network of /22 or larger, else 4 bits more than the network.
-        let subnet_len = raw.subnetlen.unwrap_or(if network.prefix_len() < 24 { 24 } else { network.prefix_len() + 4 });
-        if subnet_len <= network.prefix_len() || subnet_len > 30 {
-            return Err(format!("bad network config: SubnetLen {subnet_len} does not fit in {network}"));
-        }
-        let first = u32::from(network.network()) + (1 << (32 - subnet_len));
-        let last = u32::from(network.broadcast()) - (1 << (32 - subnet_len)) + 1;
-        let subnet_min = raw.subnetmin.unwrap_or(Ipv4Addr::from(first));
-        let subnet_max = raw.subnetmax.unwrap_or(Ipv4Addr::from(last));
-        if !network.contains(&subnet_min) || !network.contains(&subnet_max) || subnet_min > subnet_max {
-            return Err(format!("bad network config: SubnetMin/SubnetMax {subnet_min}..{subnet_max} not in {network}"));
+        let v4 = match raw.enableipv4.unwrap_or(true) {
+            false => None,
+            true => {
+                let network = raw.network.ok_or("bad network config: \"Network\" is missing")?.trunc();
+                // /24 subnets in a network of /22 or larger, else 4 bits more than the network.
+                let default_len = if network.prefix_len() < 24 { 24 } else { network.prefix_len() + 4 };
+                let length = raw.subnetlen.filter(|l| *l > 0);
+                let network = FamilyNetwork::new(
+                    IpNet::V4(network),
+                    length,
+                    raw.subnetmin.map(IpAddr::V4),
+                    raw.subnetmax.map(IpAddr::V4),
+                    default_len,
+                )
+                .map_err(|e| e.replace("subnet length", "SubnetLen").replace("subnet range", "SubnetMin/SubnetMax"))?;
+                Some(network)
+            }
+        };
+        let v6 = match raw.enableipv6.unwrap_or(false) {
+            false => None,
+            true => {
+                let network = raw.ipv6network.ok_or("bad network config: \"IPv6Network\" is missing")?.trunc();
+                // flannel: /64 subnets in a network of /62 or larger, else 2 bits more than the network.
+                let default_len = if network.prefix_len() <= 62 { 64 } else { network.prefix_len() + 2 };
+                let length = raw.ipv6subnetlen.filter(|l| *l > 0);
+                let network = FamilyNetwork::new(
+                    IpNet::V6(network),
+                    length,
+                    raw.ipv6subnetmin.map(IpAddr::V6),
+                    raw.ipv6subnetmax.map(IpAddr::V6),
+                    default_len,
+                )
+                .map_err(|e| {
+                    e.replace("subnet length", "IPv6SubnetLen").replace("subnet range", "IPv6SubnetMin/IPv6SubnetMax")
+                })?;
+                Some(network)
+            }
+        };
+        if v4.is_none() && v6.is_none() {
+            return Err("bad network config: neither EnableIPv4 nor EnableIPv6".into());
         }
         Ok(NetworkConfig {
-            network,
-            subnet_len,
-            subnet_min,
-            subnet_max,
+            v4,
+            v6,
             backend,
             vni: backend_raw.vni.unwrap_or(DEFAULT_VNI),
             port: match backend_raw.port {
@@ -109,64 +277,144 @@ impl NetworkConfig {
         })
     }
 
-    /// True when `subnet` may be leased under this config (right length, within SubnetMin..SubnetMax).
-    pub fn allows(&self, subnet: &Ipv4Net) -> bool {
-        subnet.prefix_len() == self.subnet_len
-            && subnet.network() >= self.subnet_min
-            && subnet.network() <= self.subnet_max
-    }
-
-    /// The vxlan device's name.
-    pub fn vxlan_device(&self) -> String {
-        format!("flannel.{}", self.vni)
-    }
-
-    /// Up to `limit` leasable subnets not in `taken`, in address order (flannel picks one of the first 100 at
-    /// random, which spreads nodes that start together).
-    pub fn free_subnets(&self, taken: &[Ipv4Net], limit: usize) -> Vec<Ipv4Net> {
-        let step = 1u64 << (32 - self.subnet_len);
-        let mut free = Vec::new();
-        let mut address = u64::from(u32::from(self.subnet_min));
-        while address <= u64::from(u32::from(self.subnet_max)) && free.len() < limit {
-            let subnet = Ipv4Net::new(Ipv4Addr::from(address as u32), self.subnet_len).expect("valid length");
-            if !taken.iter().any(|t| t.contains(&subnet.network()) || subnet.contains(&t.network())) {
-                free.push(subnet);
-            }
-            address += step;
+    /// The plan of `family`, when it is enabled.
+    pub fn family(&self, family: Family) -> Option<&FamilyNetwork> {
+        match family {
+            Family::V4 => self.v4.as_ref(),
+            Family::V6 => self.v6.as_ref(),
         }
-        free
+    }
+
+    /// The enabled families' plans.
+    pub fn families(&self) -> impl Iterator<Item = &FamilyNetwork> {
+        self.v4.iter().chain(self.v6.iter())
+    }
+
+    /// The cluster's networks, one per enabled family.
+    pub fn networks(&self) -> Vec<IpNet> {
+        self.families().map(|f| f.network).collect()
+    }
+
+    /// True when `key` has a subnet for exactly the enabled families, each leasable.
+    pub fn allows(&self, key: &SubnetKey) -> bool {
+        Family::ALL.into_iter().all(|family| match (self.family(family), key.get(family)) {
+            (Some(plan), Some(subnet)) => plan.allows(&subnet),
+            (None, None) => true,
+            _ => false,
+        })
+    }
+
+    /// The vxlan device of `family`: flannel's `flannel.<VNI>` and `flannel-v6.<VNI>`.
+    pub fn vxlan_device(&self, family: Family) -> String {
+        match family {
+            Family::V4 => format!("flannel.{}", self.vni),
+            Family::V6 => format!("flannel-v6.{}", self.vni),
+        }
     }
 }
 
-/// A lease's value: the node's public address and how to reach its pods.
+/// A lease's subnets: its key in the store (`10.244.3.0-24`, `10.244.3.0-24&fd00:10:244:3::-64`, and for an
+/// IPv6-only lease `0.0.0.0-0&fd00:10:244:3::-64`, as flannel writes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SubnetKey {
+    pub v4: Option<Ipv4Net>,
+    pub v6: Option<Ipv6Net>,
+}
+
+impl SubnetKey {
+    #[cfg(test)]
+    pub fn v4(subnet: Ipv4Net) -> SubnetKey {
+        SubnetKey { v4: Some(subnet), v6: None }
+    }
+
+    pub fn get(&self, family: Family) -> Option<IpNet> {
+        match family {
+            Family::V4 => self.v4.map(IpNet::V4),
+            Family::V6 => self.v6.map(IpNet::V6),
+        }
+    }
+
+    /// Its subnets, IPv4 first.
+    pub fn subnets(&self) -> Vec<IpNet> {
+        Family::ALL.into_iter().filter_map(|f| self.get(f)).collect()
+    }
+}
+
+impl std::fmt::Display for SubnetKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let subnets: Vec<String> = self.subnets().iter().map(|s| s.to_string()).collect();
+        f.write_str(&subnets.join(" + "))
+    }
+}
+
+/// One family's backend data (`BackendData`, `BackendV6Data`): vxlan's VNI and VTEP MAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VxlanData {
+    pub vni: Option<u32>,
+    pub vtep_mac: Option<[u8; 6]>,
+}
+
+/// A lease's value: the node's public addresses and how to reach its pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseAttrs {
-    pub public_ip: Ipv4Addr,
+    /// `PublicIP` (flannel writes 0.0.0.0 in an IPv6-only lease: None here).
+    pub public_ip: Option<Ipv4Addr>,
+    pub public_ipv6: Option<Ipv6Addr>,
     pub backend_type: String,
-    /// vxlan: the node's VTEP MAC.
-    pub vtep_mac: Option<[u8; 6]>,
-    /// vxlan: the VNI the node uses.
-    pub vni: Option<u32>,
+    pub backend_data: Option<VxlanData>,
+    pub backend_v6_data: Option<VxlanData>,
+}
+
+impl LeaseAttrs {
+    /// The address that identifies the node: its public IPv4 address, else (IPv6-only) its public IPv6 one.
+    pub fn node_address(&self) -> Option<IpAddr> {
+        self.public(Family::V4).or(self.public(Family::V6))
+    }
+
+    /// The node's public address of `family`.
+    pub fn public(&self, family: Family) -> Option<IpAddr> {
+        match family {
+            Family::V4 => self.public_ip.map(IpAddr::V4),
+            Family::V6 => self.public_ipv6.map(IpAddr::V6),
+        }
+    }
+
+    /// The backend data of `family`.
+    pub fn data(&self, family: Family) -> Option<VxlanData> {
+        match family {
+            Family::V4 => self.backend_data,
+            Family::V6 => self.backend_v6_data,
+        }
+    }
+
+    /// The VTEP MAC of `family`, if any.
+    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
+        self.data(family).and_then(|d| d.vtep_mac)
+    }
 }
 
 #[derive(Serialize)]
-struct LeaseJson<'a> {
+struct LeaseJson {
     #[serde(rename = "PublicIP")]
     public_ip: String,
     #[serde(rename = "PublicIPv6")]
     public_ipv6: Option<String>,
     #[serde(rename = "BackendType")]
-    backend_type: &'a str,
+    backend_type: String,
     #[serde(rename = "BackendData")]
     backend_data: Option<Value>,
+    #[serde(rename = "BackendV6Data", skip_serializing_if = "Option::is_none")]
+    backend_v6_data: Option<Value>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
 struct RawLease {
-    publicip: Ipv4Addr,
+    publicip: Option<Ipv4Addr>,
+    publicipv6: Option<Ipv6Addr>,
     backendtype: Option<String>,
     backenddata: Option<RawBackendData>,
+    backendv6data: Option<RawBackendData>,
 }
 
 #[derive(Deserialize)]
@@ -176,77 +424,160 @@ struct RawBackendData {
     vtepmac: Option<String>,
 }
 
+impl RawBackendData {
+    fn into_data(self, key: &str) -> Result<VxlanData, String> {
+        let vtep_mac = match self.vtepmac {
+            Some(text) => Some(parse_mac(&text).ok_or_else(|| format!("bad lease: {key} VtepMAC {text:?}"))?),
+            None => None,
+        };
+        Ok(VxlanData { vni: self.vni, vtep_mac })
+    }
+}
+
 pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
     let bytes: Vec<u8> = text.split(':').map(|part| u8::from_str_radix(part, 16).ok()).collect::<Option<_>>()?;
     bytes.try_into().ok()
 }
 
+fn data_json(data: Option<VxlanData>) -> Option<Value> {
+    match data {
+        Some(VxlanData { vni: Some(vni), vtep_mac: Some(mac) }) => {
+            Some(serde_json::json!({ "VNI": vni, "VtepMAC": cnicore::mac::format(&mac) }))
+        }
+        _ => None,
+    }
+}
+
 impl LeaseAttrs {
+    /// The value as flanneld writes it (an IPv4 lease is byte for byte flanneld's; `BackendV6Data` only when
+    /// there is IPv6 backend data).
     pub fn to_json(&self) -> String {
-        let backend_data = match (self.vni, self.vtep_mac) {
-            (Some(vni), Some(mac)) => Some(serde_json::json!({ "VNI": vni, "VtepMAC": cnicore::mac::format(&mac) })),
-            _ => None,
-        };
         let json = LeaseJson {
-            public_ip: self.public_ip.to_string(),
-            public_ipv6: None,
-            backend_type: &self.backend_type,
-            backend_data,
+            public_ip: self.public_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).to_string(),
+            public_ipv6: self.public_ipv6.map(|ip| ip.to_string()),
+            backend_type: self.backend_type.clone(),
+            backend_data: data_json(self.backend_data),
+            backend_v6_data: data_json(self.backend_v6_data),
         };
         serde_json::to_string(&json).expect("serialisable")
     }
 
     pub fn parse(text: &[u8]) -> Result<LeaseAttrs, String> {
         let raw: RawLease = parse_go(text).map_err(|e| format!("bad lease: {e}"))?;
-        let (vni, vtep_mac) = match raw.backenddata {
-            Some(data) => {
-                let mac = match data.vtepmac {
-                    Some(text) => Some(parse_mac(&text).ok_or_else(|| format!("bad lease: VtepMAC {text:?}"))?),
-                    None => None,
-                };
-                (data.vni, mac)
-            }
-            None => (None, None),
-        };
-        Ok(LeaseAttrs { public_ip: raw.publicip, backend_type: raw.backendtype.unwrap_or_default(), vtep_mac, vni })
+        Ok(LeaseAttrs {
+            public_ip: raw.publicip.filter(|ip| !ip.is_unspecified()),
+            public_ipv6: raw.publicipv6,
+            backend_type: raw.backendtype.unwrap_or_default(),
+            backend_data: raw.backenddata.map(|d| d.into_data("BackendData")).transpose()?,
+            backend_v6_data: raw.backendv6data.map(|d| d.into_data("BackendV6Data")).transpose()?,
+        })
     }
 }
 
-/// `10.244.3.0-24`: the last element of a lease's key.
-pub fn subnet_key(subnet: &Ipv4Net) -> String {
-    format!("{}-{}", subnet.network(), subnet.prefix_len())
+/// `10.244.3.0-24`, `10.244.3.0-24&fd00:10:244:3::-64`, `0.0.0.0-0&fd00:10:244:3::-64`: the last element of a
+/// lease's key.
+pub fn subnet_key(key: &SubnetKey) -> String {
+    let v4 = key.v4.map(|s| format!("{}-{}", s.network(), s.prefix_len())).unwrap_or_else(|| "0.0.0.0-0".into());
+    match key.v6 {
+        Some(v6) => format!("{v4}&{}-{}", v6.network(), v6.prefix_len()),
+        None => v4,
+    }
 }
 
-pub fn parse_subnet_key(key: &str) -> Option<Ipv4Net> {
+pub fn parse_subnet_key(key: &str) -> Option<SubnetKey> {
     let last = key.rsplit('/').next()?;
-    let (address, length) = last.split_once('-')?;
-    let subnet = Ipv4Net::new(address.parse().ok()?, length.parse().ok()?).ok()?;
-    (subnet.trunc() == subnet).then_some(subnet)
+    let (v4_text, v6_text) = match last.split_once('&') {
+        Some((v4, v6)) => (v4, Some(v6)),
+        None => (last, None),
+    };
+    let (address, length) = v4_text.split_once('-')?;
+    let v4 = Ipv4Net::new(address.parse().ok()?, length.parse().ok()?).ok()?;
+    if v4.trunc() != v4 {
+        return None;
+    }
+    let v6 = match v6_text {
+        Some(text) => {
+            let (address, length) = text.rsplit_once('-')?;
+            let v6 = Ipv6Net::new(address.parse().ok()?, length.parse().ok()?).ok()?;
+            if v6.trunc() != v6 {
+                return None;
+            }
+            Some(v6)
+        }
+        None => None,
+    };
+    // flannel's IPv6-only lease has the empty IPv4 subnet.
+    let v4 = (v4.prefix_len() > 0 || v6.is_none()).then_some(v4);
+    Some(SubnetKey { v4, v6 })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn net(text: &str) -> IpNet {
+        text.parse().unwrap()
+    }
+
     #[test]
     fn flannel_config() {
         let config =
             NetworkConfig::parse(br#"{"Network":"10.244.0.0/16","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap();
-        assert_eq!(config.network, "10.244.0.0/16".parse().unwrap());
-        assert_eq!(
-            (config.subnet_min, config.subnet_max),
-            ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap())
-        );
+        let v4 = config.v4.clone().unwrap();
+        assert_eq!(v4.network, net("10.244.0.0/16"));
+        assert_eq!((v4.subnet_min, v4.subnet_max), ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap()));
+        assert_eq!(config.v6, None);
         assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: false });
-        assert_eq!((config.vni, config.port, config.vxlan_device()), (1, 8472, "flannel.1".to_string()));
+        assert_eq!((config.vni, config.port, config.vxlan_device(Family::V4)), (1, 8472, "flannel.1".to_string()));
+        assert_eq!(config.vxlan_device(Family::V6), "flannel-v6.1");
         // Go's key matching, nulls as absent, the defaults.
         let config = NetworkConfig::parse(br#"{"network":"10.1.0.0/16","subnetmin":null,"backend":{"type":"vxlan","VNI":4,"Port":4789,"directRouting":true}}"#).unwrap();
-        assert_eq!((config.subnet_len, config.vni, config.port), (24, 4, 4789));
+        assert_eq!((config.v4.unwrap().subnet_len, config.vni, config.port), (24, 4, 4789));
         assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: true });
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)
             .unwrap_err()
             .contains("udp"));
-        assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","SubnetLen":8}"#).is_err());
+        assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","SubnetLen":8,"Backend":{"Type":"vxlan"}}"#)
+            .unwrap_err()
+            .contains("SubnetLen 8"));
+    }
+
+    #[test]
+    fn flannel_dual_stack_and_ipv6_only_configs() {
+        // As flannel's docs write them.
+        let config = NetworkConfig::parse(
+            br#"{"EnableIPv4":true,"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let v6 = config.v6.clone().unwrap();
+        assert_eq!((v6.network, v6.subnet_len), (net("fd00:10:244::/56"), 64));
+        assert_eq!(
+            (v6.subnet_min, v6.subnet_max),
+            ("fd00:10:244:1::".parse().unwrap(), "fd00:10:244:ff::".parse().unwrap())
+        );
+        assert_eq!(config.networks(), vec![net("10.244.0.0/16"), net("fd00:10:244::/56")]);
+        let only = NetworkConfig::parse(
+            br#"{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00:10:244::/120","IPv6SubnetLen":124,"Backend":{"Type":"host-gw"}}"#,
+        )
+        .unwrap();
+        assert_eq!(only.v4, None);
+        assert_eq!(only.v6.clone().unwrap().subnet_len, 124);
+        let free = only.v6.unwrap().free_subnets(&[net("fd00:10:244::10/124")], 2);
+        assert_eq!(free, vec![net("fd00:10:244::20/124"), net("fd00:10:244::30/124")]);
+        // The defaults for a small network: 2 bits more.
+        let small = NetworkConfig::parse(
+            br#"{"EnableIPv6":true,"EnableIPv4":false,"IPv6Network":"fd00::/100","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        assert_eq!(small.v6.unwrap().subnet_len, 102);
+        for bad in [
+            &br#"{"EnableIPv6":true,"Network":"10.1.0.0/16","Backend":{"Type":"vxlan"}}"#[..],
+            br#"{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/64","IPv6SubnetLen":128,"Backend":{"Type":"vxlan"}}"#,
+            br#"{"EnableIPv4":false,"Backend":{"Type":"vxlan"}}"#,
+            br#"{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/48","IPv6SubnetMin":"fd01::","Backend":{"Type":"vxlan"}}"#,
+        ] {
+            assert!(NetworkConfig::parse(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
@@ -254,21 +585,24 @@ mod tests {
         let config =
             NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"host-gw"}}"#)
                 .unwrap();
-        let taken = ["10.244.1.0/24".parse().unwrap()];
-        let free = config.free_subnets(&taken, 100);
-        let expected: Vec<Ipv4Net> = ["10.244.2.0/24".parse().unwrap(), "10.244.3.0/24".parse().unwrap()].into();
-        assert_eq!(free, expected);
-        assert!(config.allows(&"10.244.1.0/24".parse().unwrap()));
-        assert!(!config.allows(&"10.244.0.0/24".parse().unwrap()));
+        let v4 = config.v4.clone().unwrap();
+        let free = v4.free_subnets(&[net("10.244.1.0/24")], 100);
+        assert_eq!(free, vec![net("10.244.2.0/24"), net("10.244.3.0/24")]);
+        assert!(v4.allows(&net("10.244.1.0/24")));
+        assert!(!v4.allows(&net("10.244.0.0/24")));
+        assert!(config.allows(&SubnetKey::v4("10.244.1.0/24".parse().unwrap())));
+        let dual = SubnetKey { v4: Some("10.244.1.0/24".parse().unwrap()), v6: Some("fd00::/64".parse().unwrap()) };
+        assert!(!config.allows(&dual), "a family the config does not enable");
     }
 
     #[test]
     fn leases_in_flannels_format() {
         let attrs = LeaseAttrs {
-            public_ip: "192.168.0.3".parse().unwrap(),
+            public_ip: Some("192.168.0.3".parse().unwrap()),
+            public_ipv6: None,
             backend_type: "vxlan".into(),
-            vtep_mac: Some([0x0e, 0xfd, 1, 2, 3, 4]),
-            vni: Some(1),
+            backend_data: Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0xfd, 1, 2, 3, 4]) }),
+            backend_v6_data: None,
         };
         let json = attrs.to_json();
         assert_eq!(
@@ -277,12 +611,47 @@ mod tests {
         );
         assert_eq!(LeaseAttrs::parse(json.as_bytes()).unwrap(), attrs);
         let host_gw = LeaseAttrs::parse(br#"{"PublicIP":"192.168.0.4","BackendType":"host-gw"}"#).unwrap();
-        assert_eq!((host_gw.vtep_mac, host_gw.backend_type.as_str()), (None, "host-gw"));
+        assert_eq!((host_gw.vtep_mac(Family::V4), host_gw.backend_type.as_str()), (None, "host-gw"));
         assert_eq!(
             parse_subnet_key("/coreos.com/network/subnets/10.244.3.0-24"),
-            Some("10.244.3.0/24".parse().unwrap())
+            Some(SubnetKey::v4("10.244.3.0/24".parse().unwrap()))
         );
         assert_eq!(parse_subnet_key("/coreos.com/network/subnets/10.244.3.1-24"), None);
-        assert_eq!(subnet_key(&"10.244.3.0/24".parse().unwrap()), "10.244.3.0-24");
+        assert_eq!(subnet_key(&SubnetKey::v4("10.244.3.0/24".parse().unwrap())), "10.244.3.0-24");
+    }
+
+    /// A dual-stack and an IPv6-only lease as flanneld (vxlan backend) writes them: key and value (Go's field
+    /// order; flanneld omits an empty BackendData, fabricd writes it null as in its IPv4 host-gw leases).
+    #[test]
+    fn dual_stack_and_ipv6_only_leases_as_flanneld_writes_them() {
+        let dual_key = "/coreos.com/network/subnets/10.244.3.0-24&fd00:10:244:3::-64";
+        let dual_value = br#"{"PublicIP":"192.168.50.12","PublicIPv6":"fd00:192:168:50::12","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"a6:2e:5a:91:0c:11"},"BackendV6Data":{"VNI":1,"VtepMAC":"8e:0b:2c:4d:7a:02"}}"#;
+        let key = parse_subnet_key(dual_key).unwrap();
+        assert_eq!(
+            key,
+            SubnetKey { v4: Some("10.244.3.0/24".parse().unwrap()), v6: Some("fd00:10:244:3::/64".parse().unwrap()) }
+        );
+        assert_eq!(subnet_key(&key), "10.244.3.0-24&fd00:10:244:3::-64");
+        let attrs = LeaseAttrs::parse(dual_value).unwrap();
+        assert_eq!(attrs.public(Family::V6), Some("fd00:192:168:50::12".parse().unwrap()));
+        assert_eq!(attrs.vtep_mac(Family::V4), Some([0xa6, 0x2e, 0x5a, 0x91, 0x0c, 0x11]));
+        assert_eq!(attrs.vtep_mac(Family::V6), Some([0x8e, 0x0b, 0x2c, 0x4d, 0x7a, 0x02]));
+        assert_eq!(attrs.to_json().as_bytes(), dual_value, "written back byte for byte");
+
+        let only_key = "/coreos.com/network/subnets/0.0.0.0-0&fd00:10:244:5::-64";
+        let ours = br#"{"PublicIP":"0.0.0.0","PublicIPv6":"fd00:192:168:50::14","BackendType":"vxlan","BackendData":null,"BackendV6Data":{"VNI":1,"VtepMAC":"8e:0b:2c:4d:7a:04"}}"#;
+        let key = parse_subnet_key(only_key).unwrap();
+        assert_eq!(key, SubnetKey { v4: None, v6: Some("fd00:10:244:5::/64".parse().unwrap()) });
+        assert_eq!(subnet_key(&key), "0.0.0.0-0&fd00:10:244:5::-64");
+        let flanneld = br#"{"PublicIP":"0.0.0.0","PublicIPv6":"fd00:192:168:50::14","BackendType":"vxlan","BackendV6Data":{"VNI":1,"VtepMAC":"8e:0b:2c:4d:7a:04"}}"#;
+        let attrs = LeaseAttrs::parse(flanneld).unwrap();
+        assert_eq!((attrs.public_ip, attrs.public(Family::V4)), (None, None));
+        assert_eq!(attrs.to_json().as_bytes(), ours);
+        assert_eq!(LeaseAttrs::parse(ours).unwrap(), attrs);
+        assert_eq!(
+            parse_subnet_key("/x/subnets/10.244.3.0-24&fd00:10:244:3::1-64"),
+            None,
+            "not a subnet's first address"
+        );
     }
 }

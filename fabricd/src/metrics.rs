@@ -38,7 +38,8 @@ metrics! {
     reconcile_errors_total: "counter", "Reconciliations that failed (retried with backoff).";
     changes_total: "counter", "Routes, neighbours, FDB entries and devices added, replaced or removed.";
     drift_repairs_total: "counter", "Changes made to repair objects changed by someone else (netlink events).";
-    refused_peers: "gauge", "Peers that cannot be reached with the configured backend (host-gw peer not on this L2).";
+    refused_peers: "gauge", "Peers not used: an invalid lease, a route it would replace or shadow, or beyond host-gw's L2.";
+    refused_leases_total: "counter", "Invalid leases refused (each counted once, when first refused or when the reason changes).";
     peers: "gauge", "Other nodes known.";
     etcd_requests_total: "counter", "Unary requests sent to etcd (the watch stream counts once per start).";
     etcd_errors_total: "counter", "Failed etcd requests and lost connections.";

@@ -3,12 +3,12 @@
 use std::path::{Path, PathBuf};
 
 use cnicore::firewall::{node_masq, Backend};
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
 use serde_json::json;
 
 use cnicore::subnet_env::SubnetEnv;
 
-use crate::flannel::NetworkConfig;
+use crate::flannel::{Family, NetworkConfig, SubnetKey};
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
 pub const CONFLIST_NAME: &str = "10-fabric.conflist";
@@ -40,14 +40,25 @@ pub fn sysctls() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The kubenet chain of `conf/10-kubenet.conflist` for this node: its subnet, the backend's MTU, and no
-/// per-pod masquerade (the node masquerades what leaves the cluster CIDR, see [`masquerade`]).
-pub fn conflist(subnet: Ipv4Net, mtu: u32, ipam_data_dir: Option<&Path>) -> String {
-    let mut ipam = json!({
-        "type": "host-local",
-        "ranges": [[{ "subnet": subnet.to_string() }]],
-        "routes": [{ "dst": "0.0.0.0/0" }]
-    });
+/// IPv6 forwarding, when the cluster has an IPv6 network (written only when it differs).
+pub fn family_sysctls(config: &NetworkConfig) -> std::io::Result<()> {
+    if config.v6.is_some() {
+        cnicore::sysctl::write_if_different("net/ipv6/conf/all/forwarding", "1")?;
+    }
+    Ok(())
+}
+
+/// The kubenet chain of `conf/10-kubenet.conflist` (`conf/20-kubenet-dualstack.conflist` for two families)
+/// for this node: one host-local range per family of its subnets, a default route per family, the backend's
+/// MTU, and no per-pod masquerade (the node masquerades what leaves the cluster CIDR, see [`masquerade`]).
+pub fn conflist(subnet: SubnetKey, mtu: u32, ipam_data_dir: Option<&Path>) -> String {
+    let ranges: Vec<_> = subnet.subnets().iter().map(|s| json!([{ "subnet": s.to_string() }])).collect();
+    let routes: Vec<_> = subnet
+        .subnets()
+        .iter()
+        .map(|s| json!({ "dst": if s.addr().is_ipv4() { "0.0.0.0/0" } else { "::/0" } }))
+        .collect();
+    let mut ipam = json!({ "type": "host-local", "ranges": ranges, "routes": routes });
     if let Some(dir) = ipam_data_dir {
         ipam["dataDir"] = json!(dir);
     }
@@ -85,16 +96,27 @@ pub fn write_if_changed(path: &Path, content: &str) -> std::io::Result<bool> {
     Ok(true)
 }
 
-pub fn subnet_env(config: &NetworkConfig, subnet: Ipv4Net, mtu: u32, ip_masq: bool, lease: Option<i64>) -> String {
-    SubnetEnv::v4(config.network, subnet, mtu, ip_masq, lease).render()
+/// flannel's subnet.env: the lines of each enabled family (flanneld's), the MTU, the masquerade flag, and
+/// fabricd's lease token.
+pub fn subnet_env(config: &NetworkConfig, subnet: SubnetKey, mtu: u32, ip_masq: bool, lease: Option<i64>) -> String {
+    let mut env = SubnetEnv::new(mtu, ip_masq, lease);
+    if let (Some(IpNet::V4(network)), Some(subnet)) = (config.v4.as_ref().map(|f| f.network), subnet.v4) {
+        env = env.with_v4(network, subnet);
+    }
+    if let (Some(IpNet::V6(network)), Some(subnet)) = (config.v6.as_ref().map(|f| f.network), subnet.v6) {
+        env = env.with_v6(network, subnet);
+    }
+    env.render()
 }
 
-/// Node-level masquerade through the core library's firewall layer (one transaction).
-pub fn masquerade(backend: Backend, config: &NetworkConfig, subnet: Ipv4Net) -> cnicore::spec::Result<()> {
-    if node_masq::is_set_up(backend, config.network, subnet)? {
+/// Node-level masquerade through the core library's firewall layer (one transaction per family).
+pub fn masquerade(backend: Backend, config: &NetworkConfig, subnet: SubnetKey) -> cnicore::spec::Result<()> {
+    let pairs: Vec<(IpNet, IpNet)> =
+        Family::ALL.into_iter().filter_map(|f| Some((config.family(f)?.network, subnet.get(f)?))).collect();
+    if node_masq::is_set_up(backend, &pairs)? {
         return Ok(());
     }
-    node_masq::setup(backend, config.network, subnet)
+    node_masq::setup(backend, &pairs)
 }
 
 #[cfg(test)]
@@ -103,7 +125,7 @@ mod tests {
 
     #[test]
     fn conflist_is_the_kubenet_chain_with_the_node_subnet() {
-        let text = conflist("10.244.3.0/24".parse().unwrap(), 1450, Some(Path::new("/tmp/x")));
+        let text = conflist(SubnetKey::v4("10.244.3.0/24".parse().unwrap()), 1450, Some(Path::new("/tmp/x")));
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         let bridge = &value["plugins"][0];
         assert_eq!(bridge["mtu"], 1450);
@@ -111,5 +133,33 @@ mod tests {
         assert_eq!(bridge["ipam"]["dataDir"], "/tmp/x");
         assert_eq!(value["plugins"][1]["type"], "portmap");
         assert_eq!(value["name"], "kubenet");
+        assert_eq!(bridge["ipam"]["routes"], json!([{ "dst": "0.0.0.0/0" }]));
+    }
+
+    #[test]
+    fn a_dual_stack_conflist_has_a_range_and_a_default_route_per_family() {
+        let subnet =
+            SubnetKey { v4: Some("10.244.3.0/24".parse().unwrap()), v6: Some("fd00:10:244:3::/64".parse().unwrap()) };
+        let value: serde_json::Value = serde_json::from_str(&conflist(subnet, 1430, None)).unwrap();
+        let ipam = &value["plugins"][0]["ipam"];
+        assert_eq!(ipam["ranges"], json!([[{ "subnet": "10.244.3.0/24" }], [{ "subnet": "fd00:10:244:3::/64" }]]));
+        assert_eq!(ipam["routes"], json!([{ "dst": "0.0.0.0/0" }, { "dst": "::/0" }]));
+        let only = SubnetKey { v4: None, v6: subnet.v6 };
+        let value: serde_json::Value = serde_json::from_str(&conflist(only, 1430, None)).unwrap();
+        assert_eq!(value["plugins"][0]["ipam"]["ranges"], json!([[{ "subnet": "fd00:10:244:3::/64" }]]));
+    }
+
+    #[test]
+    fn subnet_env_as_flanneld_writes_it_for_each_family() {
+        let config = NetworkConfig::parse(
+            br#"{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let subnet =
+            SubnetKey { v4: Some("10.244.3.0/24".parse().unwrap()), v6: Some("fd00:10:244:3::/64".parse().unwrap()) };
+        assert_eq!(
+            subnet_env(&config, subnet, 1430, true, None),
+            "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64\nFLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! with the conflist the agent wrote. Everything (namespaces, etcd, agents, temp dirs) is removed on drop.
 
 use std::fs;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -233,6 +233,8 @@ impl Etcd {
 pub struct FabricNode {
     pub node: Node,
     pub ip: Ipv4Addr,
+    /// Its IPv6 underlay address, in a cluster made with [`Cluster::dual`].
+    pub ip6: Option<Ipv6Addr>,
     pub agent: Option<Daemon>,
     pub args: Vec<String>,
     pods: usize,
@@ -296,13 +298,20 @@ impl FabricNode {
         let path = self.conf_dir().join("10-fabric.conflist");
         let ready = wait_for(timeout, || path.is_file());
         assert!(ready.is_some(), "{} wrote no conflist within {timeout:?}: {}", self.node.name, self.log());
-        self.subnet().expect("subnet.env")
+        self.subnet().or_else(|| self.subnet6()).expect("subnet.env")
     }
 
     /// The subnet in the node's subnet.env.
     pub fn subnet(&self) -> Option<IpNet> {
         let text = fs::read_to_string(self.subnet_file()).ok()?;
         let line = text.lines().find_map(|l| l.strip_prefix("FLANNEL_SUBNET="))?;
+        Some(line.parse::<IpNet>().ok()?.trunc())
+    }
+
+    /// The IPv6 subnet in the node's subnet.env.
+    pub fn subnet6(&self) -> Option<IpNet> {
+        let text = fs::read_to_string(self.subnet_file()).ok()?;
+        let line = text.lines().find_map(|l| l.strip_prefix("FLANNEL_IPV6_SUBNET="))?;
         Some(line.parse::<IpNet>().ok()?.trunc())
     }
 
@@ -318,13 +327,33 @@ impl FabricNode {
 
     /// Attaches a pod with our runner and the conflist the agent wrote; the pod and its address.
     pub fn add_pod(&mut self) -> (TestNetns, IpAddr) {
+        let (pod, ips) = self.add_pod_all();
+        (pod, ips[0])
+    }
+
+    /// Attaches a pod; the pod and its addresses (one per family of the node's subnets, IPv4 first).
+    pub fn add_pod_all(&mut self) -> (TestNetns, Vec<IpAddr>) {
         let pod = TestNetns::new("pod");
         self.pods += 1;
         let out = self.cnitool(&["add", "kubenet", pod.path.to_str().unwrap()]);
         let result = out.expect_ok();
-        let address = result["ips"][0]["address"].as_str().expect("pod address");
-        let ip = address.parse::<IpNet>().expect("address").addr();
-        (pod, ip)
+        let ips = result["ips"]
+            .as_array()
+            .expect("ips")
+            .iter()
+            .map(|ip| ip["address"].as_str().expect("address").parse::<IpNet>().expect("address").addr())
+            .collect();
+        (pod, ips)
+    }
+
+    /// The routes fabricd made (`proto 75`) of IPv6, as "dst via gw dev" lines.
+    pub fn fabric_routes6(&self) -> Vec<String> {
+        self.node
+            .ip(&["-6", "route", "show", "proto", "75"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
     }
 
     pub fn cnitool(&self, args: &[&str]) -> PluginOutput {
@@ -356,6 +385,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     segments: usize,
     next_host: Vec<u8>,
+    /// The underlay has IPv6 too (segment `n`: fd00:192:168:(50+n)::/64).
+    ipv6: bool,
 }
 
 pub const WAN_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 50, 200);
@@ -364,39 +395,79 @@ pub fn segment_ip(segment: usize, host: u8) -> Ipv4Addr {
     Ipv4Addr::new(192, 168, 50 + segment as u8, host)
 }
 
+/// The IPv6 address of `host` on `segment` (fd00:192:168:50::a for host 10 of segment 0).
+pub fn segment_ip6(segment: usize, host: u8) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd00, 0x192, 0x168, 0x50 + segment as u16, 0, 0, 0, host as u16)
+}
+
+pub fn wan_ip6() -> Ipv6Addr {
+    segment_ip6(0, 200)
+}
+
 impl Cluster {
     /// The underlay with `segments` L2 segments, a wan namespace on segment 0 (no route to pods).
     pub fn new(segments: usize) -> Cluster {
+        Cluster::build(segments, false)
+    }
+
+    /// The underlay with IPv4 and IPv6 on each segment (routed both ways), the wan too.
+    pub fn dual(segments: usize) -> Cluster {
+        Cluster::build(segments, true)
+    }
+
+    fn build(segments: usize, ipv6: bool) -> Cluster {
         let infra = TestNetns::new("infra");
+        let v6 = |segment: usize, host: u8| -> Vec<IpNet> {
+            if ipv6 {
+                vec![format!("{}/64", segment_ip6(segment, host)).parse().unwrap()]
+            } else {
+                Vec::new()
+            }
+        };
         let dir = std::env::temp_dir().join(format!("cni-{}", unique_name("fab")));
         fs::create_dir_all(&dir).unwrap();
         for segment in 0..segments {
-            infra.ip(&["link", "add", &format!("seg{segment}"), "type", "bridge"]);
+            // No multicast snooping: IPv6 neighbour discovery between nodes must not wait for MLD reports.
+            infra.ip(&["link", "add", &format!("seg{segment}"), "type", "bridge", "mcast_snooping", "0"]);
             infra.ip(&["link", "set", &format!("seg{segment}"), "up"]);
         }
         infra.ip(&["addr", "add", &format!("{}/24", segment_ip(0, 254)), "dev", "seg0"]);
+        if ipv6 {
+            infra.ip(&["addr", "add", &format!("{}/64", segment_ip6(0, 254)), "dev", "seg0", "nodad"]);
+        }
         let router = (segments > 1).then(|| {
             let router = TestNetns::new("rtr");
             for segment in 0..segments {
                 let name = format!("r{segment}");
-                veth_between(
-                    &router,
-                    &infra,
-                    &name,
-                    &format!("rs{segment}"),
-                    &[format!("{}/24", segment_ip(segment, 1)).parse().unwrap()],
-                    &[],
-                );
+                let mut addresses = vec![format!("{}/24", segment_ip(segment, 1)).parse().unwrap()];
+                addresses.extend(v6(segment, 1));
+                veth_between(&router, &infra, &name, &format!("rs{segment}"), &addresses, &[]);
                 infra.ip(&["link", "set", &format!("rs{segment}"), "master", &format!("seg{segment}")]);
             }
             crate::TestNetns::run(&router, || cnicore::sysctl::write("net/ipv4/ip_forward", "1")).unwrap();
             infra.ip(&["route", "add", "192.168.0.0/16", "via", &segment_ip(0, 1).to_string()]);
+            if ipv6 {
+                crate::TestNetns::run(&router, || cnicore::sysctl::write("net/ipv6/conf/all/forwarding", "1")).unwrap();
+                infra.ip(&["-6", "route", "add", "fd00:192:168::/48", "via", &segment_ip6(0, 1).to_string()]);
+            }
             router
         });
         let wan = TestNetns::new("wan");
-        veth_between(&wan, &infra, "eth0", "wan0", &[format!("{WAN_IP}/24").parse().unwrap()], &[]);
+        let mut wan_addresses = vec![format!("{WAN_IP}/24").parse().unwrap()];
+        wan_addresses.extend(v6(0, 200));
+        veth_between(&wan, &infra, "eth0", "wan0", &wan_addresses, &[]);
         infra.ip(&["link", "set", "wan0", "master", "seg0"]);
-        Cluster { infra, router, wan, nodes: Vec::new(), etcd: None, dir, segments, next_host: vec![10; segments] }
+        Cluster {
+            infra,
+            router,
+            wan,
+            nodes: Vec::new(),
+            etcd: None,
+            dir,
+            segments,
+            next_host: vec![10; segments],
+            ipv6,
+        }
     }
 
     /// Starts etcd in the infra namespace (at 192.168.50.254:2379) and writes the network config.
@@ -421,16 +492,23 @@ impl Cluster {
         let ip = segment_ip(segment, host);
         let index = self.nodes.len();
         let infra_end = format!("n{index}");
-        veth_between(&node, &self.infra, "eth0", &infra_end, &[format!("{ip}/24").parse().unwrap()], &[]);
+        let ip6 = self.ipv6.then(|| segment_ip6(segment, host));
+        let mut addresses: Vec<IpNet> = vec![format!("{ip}/24").parse().unwrap()];
+        addresses.extend(ip6.map(|ip6| format!("{ip6}/64").parse::<IpNet>().unwrap()));
+        veth_between(&node, &self.infra, "eth0", &infra_end, &addresses, &[]);
         self.infra.ip(&["link", "set", &infra_end, "master", &format!("seg{segment}")]);
         let gateway = if self.router.is_some() { segment_ip(segment, 1) } else { segment_ip(0, 254) };
         node.ip(&["route", "add", "default", "via", &gateway.to_string()]);
+        if self.ipv6 {
+            let gateway6 = if self.router.is_some() { segment_ip6(segment, 1) } else { segment_ip6(0, 254) };
+            node.ip(&["-6", "route", "add", "default", "via", &gateway6.to_string()]);
+        }
         let mut all_args: Vec<String> = Vec::new();
         if let Some(etcd) = &self.etcd {
             all_args.push(format!("--etcd-endpoints={}", etcd.endpoint));
         }
         all_args.extend(args.iter().map(|a| a.to_string()));
-        self.nodes.push(FabricNode { node, ip, agent: None, args: all_args, pods: 0 });
+        self.nodes.push(FabricNode { node, ip, ip6, agent: None, args: all_args, pods: 0 });
         index
     }
 

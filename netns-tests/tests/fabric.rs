@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use netns_tests::fabric::{metric, segment_ip, tcp_source, wait_for, Cluster, TlsFiles, WAN_IP};
+use netns_tests::fabric::{metric, segment_ip, tcp_source, wait_for, wan_ip6, Cluster, TlsFiles, WAN_IP};
 use netns_tests::{bin, json, TestNetns, Value};
 use nix::sys::signal::Signal;
 
@@ -673,4 +673,543 @@ fn flannel_conflists_work_on_our_plugins() {
         // A second DEL (nothing saved any more) succeeds.
         node.cnitool_in(conf_dir, &["del", "cbr0", pod.path.to_str().unwrap()]).expect_ok();
     }
+}
+
+/// A store it does not trust: leases written by hand (by another node, or a typo) that are not valid for a
+/// node, each of one class, beside two real nodes. Each is refused with its reason, logged once, counted and
+/// listed by `fabricd status`; the node's connected route and a route made by hand stay as they are; the two
+/// real nodes keep reaching each other's pods. A route conflict is the node's own: the other node uses that
+/// lease.
+#[test]
+fn leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let subnets = start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    let (ip0, ip1) = (cluster.nodes[0].ip, cluster.nodes[1].ip);
+    // Routes of someone else on node 0: one for a peer subnet exactly, one inside another.
+    let node0 = &cluster.nodes[0].node;
+    node0.ip(&["route", "add", "10.244.207.0/24", "via", &segment_ip(0, 254).to_string()]);
+    node0.ip(&["route", "add", "10.244.208.0/25", "dev", "eth0"]);
+    let before = node0.ip(&["route", "show", "table", "main"]);
+
+    let lease = |public_ip: &str, mac: &str| {
+        json!({ "PublicIP": public_ip, "PublicIPv6": null, "BackendType": "vxlan",
+                "BackendData": { "VNI": 1, "VtepMAC": mac } })
+    };
+    let mac_of = |ip: std::net::Ipv4Addr| {
+        let o = ip.octets();
+        format!("0e:fa:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
+    };
+    // (key, value, what node 0 says)
+    let bad: Vec<(&str, Value, String)> = vec![
+        (
+            "192.168.50.0-24",
+            lease("192.168.50.77", "0e:00:00:00:00:01"),
+            "is not inside the Network 10.244.0.0/16".into(),
+        ),
+        ("10.244.200.0-25", lease("192.168.50.78", "0e:00:00:00:00:02"), "is not a /24 (SubnetLen)".into()),
+        ("10.244.201.0-24", lease("127.0.0.1", "0e:00:00:00:00:03"), "127.0.0.1 is a loopback address".into()),
+        ("10.244.202.0-24", lease("224.0.0.5", "0e:00:00:00:00:04"), "224.0.0.5 is a multicast address".into()),
+        ("10.244.203.0-24", lease(&ip0.to_string(), "0e:00:00:00:00:05"), format!("{ip0} is this node's")),
+        (
+            "10.244.204.0-24",
+            lease(&ip1.to_string(), "0e:00:00:00:00:06"),
+            format!("{ip1} is already that of the lease of {}", subnets[1]),
+        ),
+        (
+            "10.244.205.0-24",
+            lease("192.168.50.81", &mac_of(ip1)),
+            format!("VtepMAC {} is already that of the lease of {}", mac_of(ip1), subnets[1]),
+        ),
+        ("10.244.206.0-24", lease("192.168.50.82", "01:00:5e:00:00:01"), "01:00:5e:00:00:01 is not a unicast".into()),
+        (
+            "10.244.207.0-24",
+            lease("192.168.50.83", "0e:00:00:00:00:07"),
+            "would replace or shadow a route fabricd did not make (10.244.207.0/24 via 192.168.50.254)".into(),
+        ),
+        (
+            "10.244.208.0-24",
+            lease("192.168.50.84", "0e:00:00:00:00:08"),
+            "would replace or shadow a route fabricd did not make (10.244.208.0/25)".into(),
+        ),
+    ];
+    for (key, value, _) in &bad {
+        let out = cluster.etcdctl(&["put", &format!("/coreos.com/network/subnets/{key}"), &value.to_string()]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let node = &cluster.nodes[0];
+    let counted = wait_for(CONVERGE, || metric(&node.metrics(), "fabricd_refused_peers") == Some(bad.len() as f64));
+    assert!(counted.is_some(), "{}\n{}", node.metrics(), node.log());
+    // Node 0 routes only to node 1; node 1 also uses the leases that only conflict with node 0's routes.
+    assert_eq!(node.fabric_routes().len(), 1, "{:?}", node.fabric_routes());
+    let other = &cluster.nodes[1];
+    let used = wait_for(CONVERGE, || {
+        let routes = other.fabric_routes();
+        routes.len() == 3
+            && routes.iter().any(|r| r.starts_with("10.244.207.0/24 via 10.244.207.0 dev flannel.1"))
+            && routes.iter().any(|r| r.starts_with("10.244.208.0/24 via 10.244.208.0 dev flannel.1"))
+    });
+    assert!(used.is_some(), "{:?}\n{}", other.fabric_routes(), other.log());
+    // Node 1's FDB entry for its own MAC is untouched on node 0.
+    let fdb = node.node.exec("bridge", &["fdb", "show", "dev", "flannel.1"], &[], b"");
+    let fdb = String::from_utf8_lossy(&fdb.stdout);
+    assert!(fdb.contains(&format!("{} dst {ip1} self permanent", mac_of(ip1))), "{fdb}");
+    assert_eq!(fdb.matches("dst ").count(), 1, "{fdb}");
+
+    // More passes (a drift repair) do not log the refusals again.
+    node.node.ip(&["route", "del", &subnets[1].to_string()]);
+    let back = wait_for(CONVERGE, || node.fabric_routes().len() == 1);
+    assert!(back.is_some(), "{}", node.log());
+    std::thread::sleep(Duration::from_millis(200));
+    let log = node.log();
+    for (key, _, reason) in &bad {
+        let subnet = key.replace('-', "/");
+        let lines: Vec<&str> =
+            log.lines().filter(|l| l.contains(&format!("refusing the lease of {subnet}:"))).collect();
+        assert_eq!(lines.len(), 1, "{subnet} logged {} times:\n{log}", lines.len());
+        assert!(lines[0].contains(reason.as_str()), "{subnet}: {:?} lacks {reason:?}", lines[0]);
+    }
+    let metrics = node.metrics();
+    assert_eq!(metric(&metrics, "fabricd_refused_leases_total"), Some(bad.len() as f64), "{metrics}");
+    // The node's own routes are as they were (connected route, the hand-made ones), plus fabricd's.
+    let after = node.node.ip(&["route", "show", "table", "main"]);
+    for line in before.lines() {
+        assert!(after.contains(line), "{line:?} lost:\n{after}");
+    }
+
+    let status = node.run(&["status"]);
+    eprintln!("{}", status.stdout_text);
+    assert!(status.success(), "{} {}", status.stdout_text, status.stderr);
+    assert!(
+        status.stdout_text.contains(&format!("peers: {} ({} refused)", bad.len() + 1, bad.len())),
+        "{}",
+        status.stdout_text
+    );
+    for (key, _, reason) in &bad {
+        let subnet = key.replace('-', "/");
+        let line = status.stdout_text.lines().find(|l| l.trim_start().starts_with(&format!("{subnet} ")));
+        assert!(line.is_some_and(|l| l.contains("REFUSED: ") && l.contains(reason.as_str())), "{subnet}: {line:?}");
+    }
+    assert!(status.stdout_text.contains("in sync"), "{}", status.stdout_text);
+
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+    // A bad lease that goes is no longer counted.
+    cluster.etcdctl(&["del", "/coreos.com/network/subnets/10.244.204.0-24"]);
+    let node = &cluster.nodes[0];
+    let gone = wait_for(CONVERGE, || metric(&node.metrics(), "fabricd_refused_peers") == Some(bad.len() as f64 - 1.0));
+    assert!(gone.is_some(), "{}", node.metrics());
+}
+
+fn dual_config(backend: Value) -> Value {
+    json!({ "EnableIPv6": true, "Network": "10.244.0.0/16", "SubnetLen": 24, "IPv6Network": "fd00:10:244::/56",
+            "Backend": backend })
+}
+
+/// Waits until every node has `count` IPv6 routes of fabricd's.
+fn wait_routes6(cluster: &Cluster, count: usize) {
+    for node in &cluster.nodes {
+        let done = wait_for(CONVERGE, || node.fabric_routes6().len() == count);
+        assert!(
+            done.is_some(),
+            "{}: IPv6 routes {:?}, wanted {count}\n{}",
+            node.node.name,
+            node.fabric_routes6(),
+            node.log()
+        );
+    }
+}
+
+/// One pod per node, with its addresses (IPv4 first in a dual-stack cluster).
+fn pods_all(cluster: &mut Cluster) -> Vec<(usize, TestNetns, Vec<IpAddr>)> {
+    cluster
+        .nodes
+        .iter_mut()
+        .enumerate()
+        .map(|(index, node)| {
+            let (pod, ips) = node.add_pod_all();
+            (index, pod, ips)
+        })
+        .collect()
+}
+
+/// Pod to pod across nodes in each family the pods have, the receiver seeing the sender pod's own address.
+/// IPv6 neighbour discovery along the path settles first (each pod pings each other pod, up to 5 s).
+fn mesh_all(cluster: &Cluster, pods: &[(usize, TestNetns, Vec<IpAddr>)], families: usize) {
+    for (_, from, _) in pods {
+        for (_, _, ips) in pods {
+            for to in ips.iter().filter(|ip| ip.is_ipv6()) {
+                let settled = wait_for(Duration::from_secs(5), || ping(from, *to, &[]).status.success());
+                assert!(settled.is_some(), "no IPv6 path to {to}");
+            }
+        }
+    }
+    for family in 0..families {
+        let refs: Vec<(usize, &TestNetns, IpAddr)> = pods.iter().map(|(i, p, ips)| (*i, p, ips[family])).collect();
+        // Dual stack: IPv4 first, then IPv6; an IPv6-only pod has one IPv6 address.
+        let wanted_v6 = family == 1 || families == 1;
+        assert!(refs.iter().all(|(_, _, ip)| ip.is_ipv6() == wanted_v6), "family {family} of {families}");
+        cluster.assert_full_mesh(&refs);
+    }
+}
+
+fn vtep_mac(ip: IpAddr) -> String {
+    let tail: Vec<u8> = match ip {
+        IpAddr::V4(ip) => [&[0x0e, 0xfa][..], &ip.octets()[..]].concat(),
+        // fabricd's: an FNV-1a hash of the IPv6 address.
+        IpAddr::V6(ip) => {
+            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
+            [&[0x0e, 0xfb][..], &hash.to_be_bytes()[..]].concat()
+        }
+    };
+    tail.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Dual stack on vxlan across two segments joined by a router: IPv4 pods tunnel over the IPv4 underlay
+/// (`flannel.1`), IPv6 pods over the IPv6 underlay (`flannel-v6.1`, MTU 1500 - 70); a lease that flanneld wrote
+/// for the far node is used as is; pods reach each other in both families without NAT; a v6 route deleted by
+/// hand comes back; DirectRouting gives same-segment peers direct routes in both families; a node leaving with
+/// `fabricd cleanup` leaves nothing of either family and its peers drop their routes to it.
+#[test]
+fn dual_stack_vxlan_over_both_underlays_direct_routing_and_cleanup() {
+    let mut cluster = Cluster::dual(2);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let far = cluster.add_node(1, &[]);
+    // The far node's lease as flanneld writes it (on an etcd lease; MACs as its devices have them).
+    let (far_ip, far_ip6) = (cluster.nodes[far].ip, cluster.nodes[far].ip6.unwrap());
+    let granted = String::from_utf8(cluster.etcdctl(&["lease", "grant", "3600"]).stdout).unwrap();
+    let lease_id = granted.split_whitespace().nth(1).expect("lease id").to_string();
+    let far_key = "/coreos.com/network/subnets/10.244.9.0-24&fd00:10:244:9::-64";
+    let far_value = format!(
+        r#"{{"PublicIP":"{far_ip}","PublicIPv6":"{far_ip6}","BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{}"}},"BackendV6Data":{{"VNI":1,"VtepMAC":"{}"}}}}"#,
+        vtep_mac(far_ip.into()),
+        vtep_mac(far_ip6.into())
+    );
+    let put = cluster.etcdctl(&["put", &format!("--lease={lease_id}"), far_key, &far_value]);
+    assert!(put.status.success(), "{}", String::from_utf8_lossy(&put.stderr));
+
+    start_all(&mut cluster);
+    wait_routes(&cluster, 2);
+    wait_routes6(&cluster, 2);
+    let far_node = &cluster.nodes[far];
+    assert_eq!(far_node.subnet6(), Some("fd00:10:244:9::/64".parse().unwrap()), "the flanneld lease kept");
+    assert_eq!(far_node.subnet(), Some("10.244.9.0/24".parse().unwrap()));
+    let stored = String::from_utf8(cluster.etcdctl(&["get", "--print-value-only", far_key]).stdout).unwrap();
+    assert_eq!(stored.trim(), far_value, "used as is, not rewritten");
+
+    let node = &cluster.nodes[0];
+    let link = node.node.ip(&["-d", "link", "show", "flannel-v6.1"]);
+    let ip6 = node.ip6.unwrap();
+    assert!(
+        link.contains("mtu 1430")
+            && link.contains("vxlan id 1 ")
+            && link.contains(&format!("local {ip6}"))
+            && link.contains("dstport 8472")
+            && link.contains("nolearning"),
+        "{link}"
+    );
+    assert!(node.node.ip(&["-d", "link", "show", "flannel.1"]).contains("mtu 1450"));
+    let conflist: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.conf_dir().join("10-fabric.conflist")).unwrap()).unwrap();
+    assert_eq!(conflist["plugins"][0]["mtu"], 1430, "the IPv6 underlay's larger header");
+    assert_eq!(conflist["plugins"][0]["ipam"]["ranges"][1][0]["subnet"], node.subnet6().unwrap().to_string());
+    let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+    assert!(
+        env.contains("FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n") && env.contains("FLANNEL_IPV6_SUBNET=fd00:10:244:"),
+        "{env}"
+    );
+    let far_route6 = "fd00:10:244:9::/64 via fd00:10:244:9:: dev flannel-v6.1".to_string();
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)), "{:?}", node.fabric_routes6());
+    let neighbours = node.node.ip(&["-6", "neigh", "show", "dev", "flannel-v6.1"]);
+    assert!(neighbours.contains(&format!("fd00:10:244:9:: lladdr {}", vtep_mac(far_ip6.into()))), "{neighbours}");
+    let fdb = node.node.exec("bridge", &["fdb", "show", "dev", "flannel-v6.1"], &[], b"");
+    let fdb = String::from_utf8_lossy(&fdb.stdout);
+    assert!(fdb.contains(&format!("dst {far_ip6} self permanent")), "{fdb}");
+    let listing =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/"]).stdout).unwrap();
+    assert!(
+        listing.contains(&format!("\"PublicIPv6\":\"{ip6}\"")) && listing.contains("\"BackendV6Data\":{\"VNI\":1,"),
+        "{listing}"
+    );
+
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+
+    // Drift: an IPv6 route deleted by hand comes back.
+    let node = &cluster.nodes[0];
+    node.node.ip(&["-6", "route", "del", "fd00:10:244:9::/64"]);
+    let back = wait_for(CONVERGE, || node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)));
+    assert!(back.is_some(), "v6 route not repaired: {:?}\n{}", node.fabric_routes6(), node.log());
+    eprintln!("IPv6 route deleted by hand: repaired in {:?}", back.unwrap());
+
+    // DirectRouting: the same-segment peer gets direct routes in both families, the far one stays on vxlan.
+    cluster.etcdctl(&[
+        "put",
+        "/coreos.com/network/config",
+        &dual_config(json!({ "Type": "vxlan", "DirectRouting": true })).to_string(),
+    ]);
+    for node in &mut cluster.nodes {
+        node.stop(Signal::SIGTERM);
+        node.start();
+    }
+    let near = &cluster.nodes[1];
+    let (near_subnet6, near_ip6) = (near.subnet6().unwrap(), near.ip6.unwrap());
+    let node = &cluster.nodes[0];
+    let direct6 = format!("{near_subnet6} via {near_ip6} dev eth0");
+    let direct = wait_for(CONVERGE, || {
+        node.fabric_routes6().iter().any(|r| r.starts_with(&direct6)) && node.fabric_routes6().len() == 2
+    });
+    assert!(direct.is_some(), "{:?}\n{}", node.fabric_routes6(), node.log());
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&far_route6)), "{:?}", node.fabric_routes6());
+    let direct4 = format!("{} via {} dev eth0", near.subnet().unwrap(), near.ip);
+    assert!(wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct4))).is_some());
+    mesh_all(&cluster, &pods, 2);
+
+    // The far node leaves: nothing of either family is left on it, and its peers drop their routes to it.
+    let far_node = &mut cluster.nodes[far];
+    far_node.stop(Signal::SIGTERM);
+    let cleanup = far_node.run(&["cleanup"]);
+    assert!(cleanup.success(), "{}", cleanup.stderr);
+    assert!(far_node.fabric_routes().is_empty() && far_node.fabric_routes6().is_empty());
+    let links = far_node.node.links();
+    assert!(!links.iter().any(|l| l.starts_with("flannel")), "{links:?}");
+    for node in &cluster.nodes[..far] {
+        let dropped = wait_for(CONVERGE, || node.fabric_routes().len() == 1 && node.fabric_routes6().len() == 1);
+        assert!(dropped.is_some(), "{:?} {:?}", node.fabric_routes(), node.fabric_routes6());
+    }
+}
+
+/// Dual stack on host-gw with masquerade: pods reach each other in both families with their own addresses,
+/// and the wan masqueraded to the node's address of each family (iptables and ip6tables; nftables on the
+/// third node, whose `--iface` is its IPv6 address); `status` in sync.
+#[test]
+fn dual_stack_host_gw_with_masquerade_of_both_families() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "host-gw" })), None);
+    cluster.add_node(0, &["--ip-masq"]);
+    cluster.add_node(0, &["--ip-masq"]);
+    // The third with nftables, and its IPv6 underlay address named by --iface.
+    let ip6 = netns_tests::fabric::segment_ip6(0, 12).to_string();
+    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables", &format!("--iface={ip6}")]);
+    start_all(&mut cluster);
+    wait_routes(&cluster, 2);
+    wait_routes6(&cluster, 2);
+    let node = &cluster.nodes[0];
+    let peer = &cluster.nodes[1];
+    let route6 = format!("{} via {} dev eth0", peer.subnet6().unwrap(), peer.ip6.unwrap());
+    assert!(node.fabric_routes6().iter().any(|r| r.starts_with(&route6)), "{:?}", node.fabric_routes6());
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+    for (index, pod, _) in &pods {
+        let node = &cluster.nodes[*index];
+        assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(node.ip.into()));
+        assert_eq!(tcp_source(pod, &cluster.wan, wan_ip6().into()), Some(node.ip6.unwrap().into()));
+        if *index == 2 {
+            let table = node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
+            let table = String::from_utf8_lossy(&table.stdout);
+            assert!(
+                table.contains("ip6 saddr fd00:10:244::/56 ip6 daddr != { fd00:10:244::/56, ff00::/8 } masquerade"),
+                "{table}"
+            );
+            continue;
+        }
+        let rules = node.node.exec("ip6tables-save", &["-t", "nat"], &[], b"");
+        let rules = String::from_utf8_lossy(&rules.stdout);
+        assert_eq!(rules.matches("-A FLANNEL-POSTRTG").count(), 4, "{rules}");
+    }
+    let status = cluster.nodes[0].run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
+    // Cleanup removes the rules of both families.
+    let node = &mut cluster.nodes[0];
+    node.stop(Signal::SIGTERM);
+    assert!(node.run(&["cleanup"]).success());
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let rules = node.node.exec(tool, &["-t", "nat"], &[], b"");
+        assert!(!String::from_utf8_lossy(&rules.stdout).contains("FLANNEL-POSTRTG"), "{tool}");
+    }
+    assert!(node.fabric_routes6().is_empty());
+}
+
+/// An IPv6-only cluster (EnableIPv4 false) on vxlan: leases at flannel's `0.0.0.0-0&<v6>-<len>` keys, only
+/// the IPv6 device and routes, IPv6-only pods reaching each other without NAT.
+#[test]
+fn ipv6_only_cluster() {
+    let mut cluster = Cluster::dual(1);
+    let config = json!({ "EnableIPv4": false, "EnableIPv6": true, "IPv6Network": "fd00:10:244::/56",
+                         "Backend": { "Type": "vxlan" } });
+    cluster.start_etcd(&config, None);
+    for _ in 0..3 {
+        cluster.add_node(0, &[]);
+    }
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 2);
+    let keys =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 3);
+    assert!(keys.iter().all(|k| k.starts_with("/coreos.com/network/subnets/0.0.0.0-0&fd00:10:244:")), "{keys:?}");
+    for node in &cluster.nodes {
+        assert!(node.fabric_routes().is_empty(), "no IPv4 route: {:?}", node.fabric_routes());
+        assert!(!node.node.links().contains(&"flannel.1".to_string()));
+        let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+        assert!(!env.contains("FLANNEL_NETWORK=") && env.contains("FLANNEL_IPV6_SUBNET="), "{env}");
+    }
+    let pods = pods_all(&mut cluster);
+    assert!(
+        pods.iter().all(|(_, _, ips)| ips.len() == 1 && ips[0].is_ipv6()),
+        "{:?}",
+        pods.iter().map(|p| &p.2).collect::<Vec<_>>()
+    );
+    mesh_all(&cluster, &pods, 1);
+    let status = cluster.nodes[0].run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
+}
+
+/// The IPv6 half of a store it does not trust: IPv6 leases written by hand beside two dual-stack nodes, one
+/// of each class, refused with their reason and listed by `status`; the underlay's own IPv6 subnet and a
+/// route made by hand stay as they are; the nodes keep reaching each other's pods in both families.
+#[test]
+fn ipv6_leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 1);
+    let (ip0, ip1) = (cluster.nodes[0].ip6.unwrap(), cluster.nodes[1].ip6.unwrap());
+    let holder = cluster.nodes[1].subnet6().unwrap();
+    let node0 = &cluster.nodes[0].node;
+    node0.ip(&["-6", "route", "add", "fd00:10:244:cf::/64", "via", &wan_ip6().to_string()]);
+    let before = node0.ip(&["-6", "route", "show", "table", "main"]);
+    let lease = |public: &str, mac: &str| {
+        format!(
+            r#"{{"PublicIP":"0.0.0.0","PublicIPv6":"{public}","BackendType":"vxlan","BackendV6Data":{{"VNI":1,"VtepMAC":"{mac}"}}}}"#
+        )
+    };
+    let bad: Vec<(&str, String, String)> = vec![
+        (
+            "fd00:192:168:50::-64",
+            lease("fd00:192:168:50::77", "0e:00:00:00:01:01"),
+            "is not inside the Network fd00:10:244::/56".into(),
+        ),
+        ("fd00:10:244:c8::-80", lease("fd00:192:168:50::78", "0e:00:00:00:01:02"), "is not a /64".into()),
+        ("fd00:10:244:c9::-64", lease("::1", "0e:00:00:00:01:03"), "::1 is a loopback address".into()),
+        ("fd00:10:244:ca::-64", lease("ff02::5", "0e:00:00:00:01:04"), "ff02::5 is a multicast address".into()),
+        ("fd00:10:244:cb::-64", lease(&ip0.to_string(), "0e:00:00:00:01:05"), format!("{ip0} is this node's")),
+        (
+            "fd00:10:244:cc::-64",
+            lease(&ip1.to_string(), "0e:00:00:00:01:06"),
+            format!("{ip1} is already that of the lease of {holder}"),
+        ),
+        (
+            "fd00:10:244:cd::-64",
+            lease("fd00:192:168:50::81", &vtep_mac(ip1.into())),
+            format!("is already that of the lease of {holder}"),
+        ),
+        ("fd00:10:244:ce::-64", lease("fd00:192:168:50::82", "33:33:00:00:00:01"), "is not a unicast address".into()),
+        (
+            "fd00:10:244:cf::-64",
+            lease("fd00:192:168:50::83", "0e:00:00:00:01:07"),
+            format!("would replace or shadow a route fabricd did not make (fd00:10:244:cf::/64 via {})", wan_ip6()),
+        ),
+    ];
+    for (key, value, _) in &bad {
+        let out = cluster.etcdctl(&["put", &format!("/coreos.com/network/subnets/0.0.0.0-0&{key}"), value]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let node = &cluster.nodes[0];
+    let counted = wait_for(CONVERGE, || metric(&node.metrics(), "fabricd_refused_peers") == Some(bad.len() as f64));
+    assert!(counted.is_some(), "{}\n{}", node.metrics(), node.log());
+    assert_eq!(node.fabric_routes6().len(), 1, "{:?}", node.fabric_routes6());
+    assert_eq!(node.fabric_routes().len(), 1, "IPv4 untouched: {:?}", node.fabric_routes());
+    let after = node.node.ip(&["-6", "route", "show", "table", "main"]);
+    for line in before.lines() {
+        assert!(after.contains(line), "{line:?} lost:\n{after}");
+    }
+    let log = node.log();
+    let status = node.run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
+    for (key, _, reason) in &bad {
+        let subnet = key.replace("-", "/");
+        let lines = log.lines().filter(|l| l.contains(&format!("refusing the lease of {subnet}:"))).count();
+        assert_eq!(lines, 1, "{subnet}:\n{log}");
+        let line = status.stdout_text.lines().find(|l| l.trim_start().starts_with(&format!("{subnet} ")));
+        assert!(line.is_some_and(|l| l.contains("REFUSED: ") && l.contains(reason.as_str())), "{subnet}: {line:?}");
+    }
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+}
+
+/// flannel's conflist (first plugin `"type": "flannel"`) on the dual-stack subnet.env fabricd writes: each pod
+/// gets an address of each family, and pods on two nodes reach each other in both without NAT.
+#[test]
+fn flannel_conflists_give_dual_stack_pods() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&dual_config(json!({ "Type": "vxlan" })), None);
+    // As flannel's manifests run flanneld: the node masquerades, so the delegate bridge does not.
+    cluster.add_node(0, &["--ip-masq"]);
+    cluster.add_node(0, &["--ip-masq"]);
+    start_all(&mut cluster);
+    wait_routes6(&cluster, 1);
+    let mut pods = Vec::new();
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let conf_dir = node.node.dir().join("flannel-net.d");
+        std::fs::create_dir_all(&conf_dir).unwrap();
+        let conflist = json!({
+            "name": "cbr0", "cniVersion": "1.0.0",
+            "plugins": [{ "type": "flannel", "delegate": { "hairpinMode": true, "isDefaultGateway": true },
+                          "subnetFile": node.subnet_file(), "dataDir": node.node.dir().join("flannel"),
+                          "ipam": { "dataDir": node.node.dir().join("flannel-ipam") } }]
+        });
+        std::fs::write(conf_dir.join("10-flannel.conflist"), conflist.to_string()).unwrap();
+        let pod = TestNetns::new("pod");
+        let out = node.cnitool_in(&conf_dir, &["add", "cbr0", pod.path.to_str().unwrap()]);
+        let result = out.expect_ok();
+        let ips: Vec<IpAddr> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|ip| ip["address"].as_str().unwrap().parse::<ipnet::IpNet>().unwrap().addr())
+            .collect();
+        assert_eq!(ips.len(), 2, "{result}");
+        assert!(node.subnet().unwrap().contains(&ips[0]) && node.subnet6().unwrap().contains(&ips[1]), "{ips:?}");
+        pods.push((index, pod, ips));
+    }
+    mesh_all(&cluster, &pods, 2);
+}
+
+/// An IPv4 cluster turning IPv6 on: after the config change and a restart, each node keeps its IPv4 subnet,
+/// its IPv4-only lease is replaced by a dual-stack one (no second lease with its address), and new pods get
+/// both families and reach each other in both.
+#[test]
+fn turning_ipv6_on_keeps_the_ipv4_subnets() {
+    let mut cluster = Cluster::dual(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let before = start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    cluster.etcdctl(&["put", "/coreos.com/network/config", &dual_config(json!({ "Type": "vxlan" })).to_string()]);
+    for node in &mut cluster.nodes {
+        node.stop(Signal::SIGTERM);
+        node.start();
+    }
+    wait_routes6(&cluster, 1);
+    wait_routes(&cluster, 1);
+    let after: Vec<_> = cluster.nodes.iter().map(|n| n.subnet().unwrap()).collect();
+    assert_eq!(after, before, "IPv4 subnets kept");
+    let keys =
+        String::from_utf8(cluster.etcdctl(&["get", "--prefix", "/coreos.com/network/subnets/", "--keys-only"]).stdout)
+            .unwrap();
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    assert!(keys.iter().all(|k| k.contains("&fd00:10:244:")), "{keys:?}");
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
 }

@@ -6,12 +6,14 @@
 //! - cold start: 1,000 peers' leases already in etcd -> one agent started -> all 1,000 routes, neighbours
 //!   and FDB entries programmed.
 //! - RSS and CPU of that agent while idle with 1,000 peers, and its etcd requests per minute (its counter).
+//! - the same join convergence and cold start for a dual-stack cluster (IPv4 and IPv6 underlay, both
+//!   families' routes on every peer; 1,000 dual-stack peers: 2,000 routes, neighbours and FDB entries).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use cnicore::netlink::{IpFamily, RT_TABLE_MAIN};
-use netns_tests::fabric::{segment_ip, wait_for, Cluster};
+use netns_tests::fabric::{segment_ip, segment_ip6, wait_for, Cluster};
 use netns_tests::{json, Value};
 
 const PROTO: Option<u8> = Some(75);
@@ -21,6 +23,77 @@ fn vxlan_lease(public_ip: Ipv4Addr) -> String {
     json!({ "PublicIP": public_ip.to_string(), "PublicIPv6": null, "BackendType": "vxlan",
             "BackendData": { "VNI": 1, "VtepMAC": format!("0e:fa:{a:02x}:{b:02x}:{c:02x}:{d:02x}") } })
     .to_string()
+}
+
+/// A dual-stack lease as flanneld writes it (the IPv6 VTEP MAC unique per peer, any unicast one).
+fn dual_lease(public_ip: Ipv4Addr, public_ipv6: Ipv6Addr, n: u32) -> String {
+    let mut lease: Value = serde_json::from_str(&vxlan_lease(public_ip)).unwrap();
+    lease["PublicIPv6"] = json!(public_ipv6.to_string());
+    lease["BackendV6Data"] =
+        json!({ "VNI": 1, "VtepMAC": format!("0e:fb:00:{:02x}:{:02x}:{:02x}", n >> 16, (n >> 8) & 0xff, n & 0xff) });
+    lease.to_string()
+}
+
+/// The number of fabricd's routes of `family` in a node.
+fn our_routes(nl: &mut cnicore::netlink::Netlink, family: IpFamily) -> Vec<ipnet::IpNet> {
+    nl.routes(family, RT_TABLE_MAIN).unwrap().into_iter().filter(|r| r.protocol == PROTO).map(|r| r.dst).collect()
+}
+
+/// Join convergence over 20 joins to 5 agents: (p50, p99).
+fn join_convergence(dual: bool) -> (Duration, Duration) {
+    let mut cluster = if dual { Cluster::dual(1) } else { Cluster::new(1) };
+    cluster.start_etcd(&config(dual), None);
+    for _ in 0..5 {
+        cluster.add_node(0, &[]);
+    }
+    for node in &mut cluster.nodes {
+        node.start();
+    }
+    for node in &cluster.nodes {
+        node.wait_ready(Duration::from_secs(15));
+    }
+    let mut sockets: Vec<_> = cluster.nodes.iter().map(|n| n.node.netlink()).collect();
+    let mut samples = Vec::new();
+    for join in 0..20u8 {
+        let subnet: ipnet::IpNet = format!("10.200.{join}.0/24").parse().unwrap();
+        let subnet6: ipnet::IpNet = format!("fd00:10:0:{:x}::/64", 0xc800 + join as u32).parse().unwrap();
+        let (key, value) = if dual {
+            let key = format!("/coreos.com/network/subnets/10.200.{join}.0-24&{}-64", subnet6.addr());
+            (key, dual_lease(segment_ip(0, 100 + join), segment_ip6(0, 100 + join), 0x10000 + join as u32))
+        } else {
+            (format!("/coreos.com/network/subnets/10.200.{join}.0-24"), vxlan_lease(segment_ip(0, 100 + join)))
+        };
+        let start = Instant::now();
+        let out = cluster.etcdctl(&["put", &key, &value]);
+        assert!(out.status.success());
+        let done = wait_for(Duration::from_secs(10), || {
+            sockets.iter_mut().all(|nl| {
+                our_routes(nl, IpFamily::V4).contains(&subnet)
+                    && (!dual || our_routes(nl, IpFamily::V6).contains(&subnet6))
+            })
+        });
+        assert!(done.is_some(), "join {join} did not converge");
+        samples.push(start.elapsed());
+        cluster.etcdctl(&["del", &key]);
+        wait_for(Duration::from_secs(10), || {
+            sockets.iter_mut().all(|nl| !our_routes(nl, IpFamily::V4).contains(&subnet))
+        });
+    }
+    samples.sort();
+    (percentile(&samples, 50.0), percentile(&samples, 99.0))
+}
+
+fn config_dual() -> Value {
+    config(true)
+}
+
+fn config(dual: bool) -> Value {
+    if dual {
+        json!({ "EnableIPv6": true, "Network": "10.0.0.0/8", "SubnetLen": 24, "IPv6Network": "fd00:10::/48",
+                "Backend": { "Type": "vxlan" } })
+    } else {
+        json!({ "Network": "10.0.0.0/8", "SubnetLen": 24, "Backend": { "Type": "vxlan" } })
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -56,54 +129,23 @@ fn metric(node: &netns_tests::fabric::FabricNode, name: &str) -> Option<f64> {
 #[ignore = "benchmark: scripts/bench-fabric.sh"]
 fn figures() {
     let mut rows: Vec<(String, String, String)> = Vec::new();
-    let config = json!({ "Network": "10.0.0.0/8", "SubnetLen": 24, "Backend": { "Type": "vxlan" } });
+    let config = config(false);
 
-    // Join convergence.
-    {
-        let mut cluster = Cluster::new(1);
-        cluster.start_etcd(&config, None);
-        for _ in 0..5 {
-            cluster.add_node(0, &[]);
-        }
-        for node in &mut cluster.nodes {
-            node.start();
-        }
-        for node in &cluster.nodes {
-            node.wait_ready(Duration::from_secs(15));
-        }
-        let mut sockets: Vec<_> = cluster.nodes.iter().map(|n| n.node.netlink()).collect();
-        let mut samples = Vec::new();
-        for join in 0..20u8 {
-            let subnet: ipnet::IpNet = format!("10.200.{join}.0/24").parse().unwrap();
-            let key = format!("/coreos.com/network/subnets/10.200.{join}.0-24");
-            let start = Instant::now();
-            let out = cluster.etcdctl(&["put", &key, &vxlan_lease(segment_ip(0, 100 + join))]);
-            assert!(out.status.success());
-            let done = wait_for(Duration::from_secs(10), || {
-                sockets.iter_mut().all(|nl| {
-                    nl.routes(IpFamily::V4, RT_TABLE_MAIN)
-                        .unwrap()
-                        .iter()
-                        .any(|r| r.dst == subnet && r.protocol == PROTO)
-                })
-            });
-            assert!(done.is_some(), "join {join} did not converge");
-            samples.push(start.elapsed());
-            cluster.etcdctl(&["del", &key]);
-            wait_for(Duration::from_secs(10), || {
-                sockets
-                    .iter_mut()
-                    .all(|nl| !nl.routes(IpFamily::V4, RT_TABLE_MAIN).unwrap().iter().any(|r| r.dst == subnet))
-            });
-        }
-        samples.sort();
-        rows.push((
-            "join convergence p50 (lease written -> route on all 5 peers, 20 joins)".into(),
-            ms(percentile(&samples, 50.0)),
-            "≤ 1 s p99".into(),
-        ));
-        rows.push(("join convergence p99".into(), ms(percentile(&samples, 99.0)), "≤ 1 s".into()));
-    }
+    // Join convergence, IPv4 then dual stack.
+    let (p50, p99) = join_convergence(false);
+    rows.push((
+        "join convergence p50 (lease written -> route on all 5 peers, 20 joins)".into(),
+        ms(p50),
+        "≤ 1 s p99".into(),
+    ));
+    rows.push(("join convergence p99".into(), ms(p99), "≤ 1 s".into()));
+    let (p50, p99) = join_convergence(true);
+    rows.push((
+        "dual stack: join convergence p50 (routes of both families on all 5 peers)".into(),
+        ms(p50),
+        "≤ 1 s p99".into(),
+    ));
+    rows.push(("dual stack: join convergence p99".into(), ms(p99), "≤ 1 s".into()));
 
     // Cold start with 1,000 peers, then the idle agent.
     {
@@ -191,6 +233,64 @@ fn figures() {
         }
         let status = node.run(&["status"]);
         eprintln!("status: {}", status.stdout_text.lines().last().unwrap_or(""));
+    }
+
+    // Cold start with 1,000 dual-stack peers.
+    {
+        let mut cluster = Cluster::dual(1);
+        cluster.start_etcd(&config_dual(), None);
+        let endpoint = cluster.etcd.as_ref().unwrap().endpoint.clone();
+        let peers = 1000u32;
+        let mut pending = Vec::new();
+        for i in 0..peers {
+            let ip = Ipv4Addr::new(10, 99, (i / 250) as u8, (i % 250 + 1) as u8);
+            let ip6 = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, 0, i as u16 + 1);
+            let key =
+                format!("/coreos.com/network/subnets/10.{}.{}.0-24&fd00:10:0:{:x}::-64", 1 + i / 256, i % 256, i + 1);
+            let mut command = netns_tests::upstream::clean_command(&cluster.infra, "etcdctl");
+            command.env("ETCDCTL_API", "3").arg(format!("--endpoints={endpoint}")).args([
+                "put",
+                &key,
+                &dual_lease(ip, ip6, i),
+            ]);
+            command.stdout(std::process::Stdio::null());
+            pending.push(command.spawn().unwrap());
+            if pending.len() == 50 {
+                for mut child in pending.drain(..) {
+                    assert!(child.wait().unwrap().success());
+                }
+            }
+        }
+        for mut child in pending.drain(..) {
+            assert!(child.wait().unwrap().success());
+        }
+        let index = cluster.add_node(0, &[]);
+        let node = &mut cluster.nodes[index];
+        let mut nl = node.node.netlink();
+        let start = Instant::now();
+        node.start();
+        let programmed = wait_for(Duration::from_secs(60), || {
+            if our_routes(&mut nl, IpFamily::V4).len() < peers as usize
+                || our_routes(&mut nl, IpFamily::V6).len() < peers as usize
+            {
+                return false;
+            }
+            [("flannel.1", IpFamily::V4), ("flannel-v6.1", IpFamily::V6)].into_iter().all(|(name, family)| {
+                let Ok(Some(link)) = nl.link_by_name(name) else { return false };
+                let neighbours = nl.neighbours(family, Some(link.index)).unwrap().len();
+                let fdb = nl.fdb(link.index).unwrap().iter().filter(|e| e.dst.is_some()).count();
+                neighbours >= peers as usize && fdb >= peers as usize
+            })
+        });
+        assert!(programmed.is_some(), "dual-stack cold start did not converge: {}", node.log());
+        rows.push((
+            "dual stack: cold start, 1,000 peers -> 2,000 routes + neighbours + FDB entries (both families)".into(),
+            ms(start.elapsed()),
+            "≤ 1 s".into(),
+        ));
+        let pid = node.agent.as_ref().unwrap().id();
+        let rss = proc_field(pid, "status", "VmRSS:").unwrap_or_default();
+        rows.push(("dual stack: agent RSS with 1,000 peers".into(), rss, "≤ 20 MB".into()));
     }
 
     let mut table = String::from("| figure | measured | goal |\n| --- | --- | --- |\n");

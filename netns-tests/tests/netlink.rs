@@ -347,7 +347,7 @@ fn mac(text: &str) -> [u8; 6] {
 
 /// The vxlan settings fabricd uses over `underlay` (learning off: the FDB is programmed).
 fn fabric_vxlan(local: &str, underlay: u32) -> Vxlan {
-    Vxlan { vni: 7, local: Some(local.parse().expect("v4")), link: Some(underlay), port: 4789, learning: false }
+    Vxlan { vni: 7, local: Some(local.parse().expect("an address")), link: Some(underlay), port: 4789, learning: false }
 }
 
 /// The three entries fabricd programs for a peer reached through the overlay: a route to its subnet via the

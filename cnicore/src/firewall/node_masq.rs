@@ -18,29 +18,25 @@
 //! for traffic from outside. Both backends are one transaction; applying them again leaves one copy;
 //! [`teardown`] removes them from both.
 
-use ipnet::{IpNet, Ipv4Net};
+use ipnet::IpNet;
 
 use super::iptables::{self, Rule, Script};
 use super::{masq, nftables};
 use super::{Backend, Family};
 use crate::spec::{Errors, Result};
 
-/// The iptables chain (flannel's name).
+/// The iptables chain (flannel's name, in `iptables` and `ip6tables`).
 pub const CHAIN: &str = "FLANNEL-POSTRTG";
 const JUMP_COMMENT: &str = "flanneld masq";
 /// The nftables table.
 pub const NFT_TABLE: &str = "fabricd";
 
-fn multicast() -> IpNet {
-    "224.0.0.0/4".parse().expect("constant")
-}
-
-/// The chain's rules, in order.
-fn rules(cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<Vec<Rule>> {
-    let (cluster, node_subnet) = (IpNet::V4(cluster), IpNet::V4(node_subnet));
+/// The chain's rules for one family, in order.
+fn rules(cluster: IpNet, node_subnet: IpNet) -> Result<Vec<Rule>> {
+    let multicast = masq::plan(&[cluster], &[]).remove(0).multicast();
     Ok(vec![
         Rule::new().source(cluster, false)?.destination(cluster, false)?.jump("RETURN"),
-        Rule::new().source(cluster, false)?.destination(multicast(), true)?.jump("MASQUERADE"),
+        Rule::new().source(cluster, false)?.destination(multicast, true)?.jump("MASQUERADE"),
         Rule::new().source(cluster, true)?.destination(node_subnet, false)?.jump("RETURN"),
         Rule::new().source(cluster, true)?.destination(cluster, false)?.jump("MASQUERADE"),
     ])
@@ -65,64 +61,86 @@ fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Ru
     }
 }
 
-/// The nftables transaction (replaces the table whole, atomically).
-fn nft_script(cluster: Ipv4Net, node_subnet: Ipv4Net) -> nftables::Script {
+/// The nftables transaction for every family (replaces the table whole, atomically).
+fn nft_script(pairs: &[(IpNet, IpNet)]) -> nftables::Script {
     let t = format!("inet {NFT_TABLE}");
-    let pods_leaving = masq::plan(&[IpNet::V4(cluster)], &[IpNet::V4(cluster)]).remove(0).nft_masquerade_rule();
     let mut script = nftables::Script::new();
     script
         .push(format!("add table {t}"))
         .push(format!("delete table {t}"))
         .push(format!("add table {t}"))
-        .push(format!("add chain {t} postrouting {{ type nat hook postrouting priority srcnat; }}"))
-        .push(format!("add rule {t} postrouting {pods_leaving}"))
-        .push(format!("add rule {t} postrouting ip saddr != {cluster} ip daddr {node_subnet} return"))
-        .push(format!("add rule {t} postrouting ip saddr != {cluster} ip daddr {cluster} masquerade"));
+        .push(format!("add chain {t} postrouting {{ type nat hook postrouting priority srcnat; }}"));
+    for (cluster, node_subnet) in pairs {
+        let kw = Family::of_net(cluster).nft_keyword();
+        let pods_leaving = masq::plan(&[*cluster], &[*cluster]).remove(0).nft_masquerade_rule();
+        script
+            .push(format!("add rule {t} postrouting {pods_leaving}"))
+            .push(format!("add rule {t} postrouting {kw} saddr != {cluster} {kw} daddr {node_subnet} return"))
+            .push(format!("add rule {t} postrouting {kw} saddr != {cluster} {kw} daddr {cluster} masquerade"));
+    }
     script
 }
 
-/// Installs (or corrects) the masquerade rules for `cluster`, this node owning `node_subnet`.
-pub fn setup(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<()> {
+/// Installs (or corrects) the masquerade rules for each (cluster network, this node's subnet) pair, one per
+/// family (iptables: one transaction per family; nftables: one for all).
+pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<()> {
     match backend {
         Backend::Iptables => {
-            let rules = rules(cluster, node_subnet)?;
-            iptables::update(Family::V4, "nat", "installing the node masquerade rules", |snapshot, script| {
-                iptables_plan(snapshot, script, &rules)
-            })
+            for (cluster, node_subnet) in pairs {
+                let rules = rules(*cluster, *node_subnet)?;
+                let family = Family::of_net(cluster);
+                iptables::update(family, "nat", "installing the node masquerade rules", |snapshot, script| {
+                    iptables_plan(snapshot, script, &rules)
+                })?;
+            }
+            Ok(())
         }
-        Backend::Nftables => nft_script(cluster, node_subnet)
-            .apply()
-            .map_err(|failure| failure.to_error("installing the node masquerade rules")),
+        Backend::Nftables => {
+            nft_script(pairs).apply().map_err(|failure| failure.to_error("installing the node masquerade rules"))
+        }
     }
 }
 
-/// True when the rules of [`setup`] are in place (iptables: the chain holds exactly them and is jumped to).
-pub fn is_set_up(backend: Backend, cluster: Ipv4Net, node_subnet: Ipv4Net) -> Result<bool> {
+/// True when the rules of [`setup`] are in place (iptables: each family's chain holds exactly them and is
+/// jumped to).
+pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<bool> {
     match backend {
         Backend::Iptables => {
-            let snapshot = iptables::save(Family::V4, "nat").map_err(|f| f.to_error("reading the nat table"))?;
-            let wanted: Vec<String> = rules(cluster, node_subnet)?.iter().map(Rule::render).collect();
-            let present: Vec<&str> = snapshot.rules(CHAIN).collect();
-            Ok(snapshot.has_rule("POSTROUTING", &jump())
-                && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
+            for (cluster, node_subnet) in pairs {
+                let family = Family::of_net(cluster);
+                let snapshot = iptables::save(family, "nat").map_err(|f| f.to_error("reading the nat table"))?;
+                let wanted: Vec<String> = rules(*cluster, *node_subnet)?.iter().map(Rule::render).collect();
+                let present: Vec<&str> = snapshot.rules(CHAIN).collect();
+                if !snapshot.has_rule("POSTROUTING", &jump())
+                    || present != wanted.iter().map(String::as_str).collect::<Vec<_>>()
+                {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
         }
         Backend::Nftables => {
             let listing = nftables::list(&["table", "inet", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
-            Ok(listing.is_some_and(|listing| nftables::objects(&listing, "rule", "inet", NFT_TABLE).count() == 3))
+            Ok(listing.is_some_and(|listing| {
+                nftables::objects(&listing, "rule", "inet", NFT_TABLE).count() == 3 * pairs.len()
+            }))
         }
     }
 }
 
-/// Removes the rules of [`setup`] from both backends (whichever is installed); nothing there is fine.
+/// Removes the rules of [`setup`] from both backends and both families (whichever is installed); nothing
+/// there is fine.
 pub fn teardown() -> Result<()> {
     let mut errors = Errors::new();
-    if iptables::available(Family::V4) {
-        errors.record(iptables::cleanup(
-            Family::V4,
-            "nat",
-            "removing the node masquerade rules",
-            |snapshot, script| iptables::remove_chain(script, snapshot, CHAIN),
-        ));
+    for family in [Family::V4, Family::V6] {
+        if iptables::available(family) {
+            errors.record(iptables::cleanup(
+                family,
+                "nat",
+                "removing the node masquerade rules",
+                |snapshot, script| iptables::remove_chain(script, snapshot, CHAIN),
+            ));
+        }
     }
     if Backend::Nftables.available() {
         let mut script = nftables::Script::new();
@@ -136,8 +154,12 @@ pub fn teardown() -> Result<()> {
 mod tests {
     use super::*;
 
-    fn nets() -> (Ipv4Net, Ipv4Net) {
+    fn nets() -> (IpNet, IpNet) {
         ("10.244.0.0/16".parse().unwrap(), "10.244.3.0/24".parse().unwrap())
+    }
+
+    fn nets_v6() -> (IpNet, IpNet) {
+        ("fd00:10:244::/56".parse().unwrap(), "fd00:10:244:3::/64".parse().unwrap())
     }
 
     #[test]
@@ -164,7 +186,7 @@ mod tests {
     #[test]
     fn nft_is_one_replacing_transaction() {
         let (cluster, subnet) = nets();
-        let text = nft_script(cluster, subnet).render();
+        let text = nft_script(&[(cluster, subnet), nets_v6()]).render();
         assert!(
             text.starts_with("add table inet fabricd\ndelete table inet fabricd\nadd table inet fabricd\n"),
             "{text}"
@@ -174,6 +196,28 @@ mod tests {
                 "meta nfproto ipv4 ip saddr { 10.244.0.0/16 } ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"
             ),
             "{text}"
+        );
+        assert!(text.contains("add rule inet fabricd postrouting meta nfproto ipv6 ip6 saddr { fd00:10:244::/56 } ip6 daddr != { fd00:10:244::/56, ff00::/8 } masquerade\n"), "{text}");
+        assert!(
+            text.contains(
+                "add rule inet fabricd postrouting ip6 saddr != fd00:10:244::/56 ip6 daddr fd00:10:244:3::/64 return\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ip6tables_rules_are_flannels_for_ipv6() {
+        let (cluster, subnet) = nets_v6();
+        let rendered: Vec<String> = rules(cluster, subnet).unwrap().iter().map(Rule::render).collect();
+        assert_eq!(
+            rendered,
+            [
+                "-s fd00:10:244::/56 -d fd00:10:244::/56 -j RETURN",
+                "-s fd00:10:244::/56 ! -d ff00::/8 -j MASQUERADE",
+                "! -s fd00:10:244::/56 -d fd00:10:244:3::/64 -j RETURN",
+                "! -s fd00:10:244::/56 -d fd00:10:244::/56 -j MASQUERADE",
+            ]
         );
     }
 }

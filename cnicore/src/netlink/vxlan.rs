@@ -2,7 +2,7 @@
 //! device whose settings drifted can be told apart from the one wanted.
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::link::{link_request, new_link_request, split_link_message, Link};
 use super::wire::{self, attributes, Request};
@@ -13,14 +13,15 @@ const IFLA_VXLAN_LINK: u16 = 3;
 const IFLA_VXLAN_LOCAL: u16 = 4;
 const IFLA_VXLAN_LEARNING: u16 = 7;
 const IFLA_VXLAN_PORT: u16 = 15;
+const IFLA_VXLAN_LOCAL6: u16 = 17;
 
 /// The settings of a VXLAN device that a node agent cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vxlan {
     /// VXLAN network identifier.
     pub vni: u32,
-    /// Local tunnel endpoint address (source of the encapsulated packets).
-    pub local: Option<Ipv4Addr>,
+    /// Local tunnel endpoint address (source of the encapsulated packets): an IPv4 or an IPv6 underlay.
+    pub local: Option<IpAddr>,
     /// Index of the underlay link the tunnel is bound to.
     pub link: Option<u32>,
     /// UDP destination port (the kernel's default is 8472, Linux's historical port, which flannel uses).
@@ -35,8 +36,14 @@ impl Vxlan {
         if let Some(link) = self.link {
             request.attr_u32(IFLA_VXLAN_LINK, link);
         }
-        if let Some(local) = self.local {
-            request.attr(IFLA_VXLAN_LOCAL, &local.octets());
+        match self.local {
+            Some(IpAddr::V4(local)) => {
+                request.attr(IFLA_VXLAN_LOCAL, &local.octets());
+            }
+            Some(IpAddr::V6(local)) => {
+                request.attr(IFLA_VXLAN_LOCAL6, &local.octets());
+            }
+            None => {}
         }
         request.attr_u8(IFLA_VXLAN_LEARNING, u8::from(self.learning));
         // The port is in network byte order.
@@ -50,7 +57,8 @@ impl Vxlan {
             match kind {
                 IFLA_VXLAN_ID => vxlan.vni = wire::as_u32(value).unwrap_or(0),
                 IFLA_VXLAN_LINK => vxlan.link = wire::as_u32(value),
-                IFLA_VXLAN_LOCAL => vxlan.local = <[u8; 4]>::try_from(value).ok().map(Ipv4Addr::from),
+                IFLA_VXLAN_LOCAL => vxlan.local = <[u8; 4]>::try_from(value).ok().map(|v| Ipv4Addr::from(v).into()),
+                IFLA_VXLAN_LOCAL6 => vxlan.local = <[u8; 16]>::try_from(value).ok().map(|v| Ipv6Addr::from(v).into()),
                 IFLA_VXLAN_LEARNING => vxlan.learning = wire::as_u8(value).is_some_and(|v| v > 0),
                 IFLA_VXLAN_PORT => vxlan.port = <[u8; 2]>::try_from(value).map(u16::from_be_bytes).unwrap_or(0),
                 _ => {}
@@ -108,7 +116,11 @@ mod tests {
     use crate::netlink::wire::emitted;
 
     fn example() -> Vxlan {
-        Vxlan { vni: 1, local: Some(Ipv4Addr::new(192, 168, 0, 3)), link: Some(2), port: 8472, learning: false }
+        Vxlan { vni: 1, local: Some(Ipv4Addr::new(192, 168, 0, 3).into()), link: Some(2), port: 8472, learning: false }
+    }
+
+    fn example_v6() -> Vxlan {
+        Vxlan { local: Some("fd00:192:168::3".parse().unwrap()), ..example() }
     }
 
     fn reference(vxlan: &Vxlan) -> LinkMessage {
@@ -116,8 +128,10 @@ mod tests {
         if let Some(link) = vxlan.link {
             data.push(InfoVxlan::Link(link));
         }
-        if let Some(local) = vxlan.local {
-            data.push(InfoVxlan::Local(local));
+        match vxlan.local {
+            Some(IpAddr::V4(local)) => data.push(InfoVxlan::Local(local)),
+            Some(IpAddr::V6(local)) => data.push(InfoVxlan::Local6(local)),
+            None => {}
         }
         data.push(InfoVxlan::Learning(vxlan.learning));
         data.push(InfoVxlan::Port(vxlan.port));
@@ -132,7 +146,9 @@ mod tests {
 
     #[test]
     fn creation_request() {
-        for vxlan in [example(), Vxlan { local: None, link: None, learning: true, port: 4789, ..example() }] {
+        for vxlan in
+            [example(), example_v6(), Vxlan { local: None, link: None, learning: true, port: 4789, ..example() }]
+        {
             assert_eq!(
                 vxlan_request("flannel.1", Some(1450), &vxlan).payload(),
                 emitted(&reference(&vxlan)),
@@ -143,8 +159,9 @@ mod tests {
 
     #[test]
     fn parses_settings() {
-        let vxlan = example();
-        assert_eq!(Vxlan::of_link_message(&emitted(&reference(&vxlan))), Some(vxlan));
+        for vxlan in [example(), example_v6()] {
+            assert_eq!(Vxlan::of_link_message(&emitted(&reference(&vxlan))), Some(vxlan));
+        }
         let mut bridge = LinkMessage::default();
         bridge.attributes = vec![LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Bridge)])];
         assert_eq!(Vxlan::of_link_message(&emitted(&bridge)), None);

@@ -5,54 +5,564 @@
 //! data plane stays as it was (no route is removed because of a store outage). Sources: [`etcd`] (flannel's
 //! layout, leases in a transaction) and [`static_file`] (one node and small labs); the Kubernetes Node's
 //! `podCIDR` would be a third, publishing the same value from a watch of Node objects.
+//!
+//! A store of leases is a [`LeaseStore`]: a handful of conditional operations. The allocation policy
+//! ([`acquire`]), finding this node's lease for `status` and `cleanup` ([`find_own`]) and releasing it are
+//! written once against that trait (tested against the in-memory store of `memory`).
 
 pub mod etcd;
+#[cfg(test)]
+mod memory;
 pub mod static_file;
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
-use ipnet::Ipv4Net;
+use ipnet::IpNet;
+use tokio::sync::watch;
 
-use crate::flannel::{LeaseAttrs, NetworkConfig};
+use crate::error::{Error, Result};
+use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+use crate::log;
+use crate::metrics::Metrics;
+
+/// The store's handle of a node's lease (etcd: the id of the etcd lease holding the key). Written to
+/// `subnet.env` as `FABRIC_LEASE`, so that a node whose address changed recognises its own lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseToken(pub i64);
+
+impl std::fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
+
+/// Another node, as its lease says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub attrs: LeaseAttrs,
+    /// When the lease was created, in the store's order (etcd: its create revision; static: its position):
+    /// of two leases claiming one address or VTEP MAC, the older is used.
+    pub created: i64,
+}
 
 /// What the node must look like, as far as the store says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     pub config: NetworkConfig,
-    /// This node's subnet.
-    pub subnet: Ipv4Net,
-    /// The etcd lease holding the subnet (None in static mode).
-    pub lease_id: Option<i64>,
-    /// Every other node: subnet -> its lease.
-    pub peers: BTreeMap<Ipv4Net, LeaseAttrs>,
+    /// This node's subnets.
+    pub subnet: SubnetKey,
+    /// The store's handle of this node's lease (None in static mode).
+    pub lease: Option<LeaseToken>,
+    /// Every other node: subnets -> its lease.
+    pub peers: BTreeMap<SubnetKey, Peer>,
 }
 
 /// What the node tells the store about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeIdentity {
-    pub public_ip: Ipv4Addr,
-    /// The MAC of this node's vxlan device.
-    pub vtep_mac: [u8; 6],
+    /// The node's public addresses (`--public-ip`, `--public-ipv6`, or the underlay interface's).
+    pub public_ip: Option<Ipv4Addr>,
+    pub public_ipv6: Option<Ipv6Addr>,
 }
 
 impl NodeIdentity {
-    /// The lease value for `config`'s backend.
-    pub fn attrs(&self, config: &NetworkConfig) -> LeaseAttrs {
+    pub fn public(&self, family: Family) -> Option<IpAddr> {
+        match family {
+            Family::V4 => self.public_ip.map(IpAddr::V4),
+            Family::V6 => self.public_ipv6.map(IpAddr::V6),
+        }
+    }
+
+    /// The MAC of this node's vxlan device of `family`.
+    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
+        self.public(family).map(derived_vtep_mac)
+    }
+
+    /// The lease value for `config`'s families and backend; an error when the node has no public address of
+    /// an enabled family.
+    pub fn attrs(&self, config: &NetworkConfig) -> Result<LeaseAttrs> {
         let vxlan = matches!(config.backend, crate::flannel::BackendKind::Vxlan { .. });
-        LeaseAttrs {
-            public_ip: self.public_ip,
+        let data = |family: Family| {
+            (vxlan && config.family(family).is_some())
+                .then(|| VxlanData { vni: Some(config.vni), vtep_mac: self.vtep_mac(family) })
+        };
+        for plan in config.families() {
+            if self.public(plan.family()).is_none() {
+                return Err(Error::Config(format!(
+                    "the cluster enables {} ({}) but this node has no public {} address (--iface, --public-ip{})",
+                    plan.family(),
+                    plan.network,
+                    plan.family(),
+                    if plan.family() == Family::V6 { "v6" } else { "" }
+                )));
+            }
+        }
+        Ok(LeaseAttrs {
+            public_ip: self.public_ip.filter(|_| config.v4.is_some()),
+            public_ipv6: self.public_ipv6.filter(|_| config.v6.is_some()),
             backend_type: config.backend.type_name().to_string(),
-            vtep_mac: vxlan.then_some(self.vtep_mac),
-            vni: vxlan.then_some(config.vni),
+            backend_data: data(Family::V4),
+            backend_v6_data: data(Family::V6),
+        })
+    }
+}
+
+/// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
+/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and a 32-bit FNV-1a hash of an IPv6 address), so a device
+/// recreated after being deleted keeps its MAC and peers need no update, and static files need not list MACs.
+pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
+    match public {
+        IpAddr::V4(ip) => {
+            let [a, b, c, d] = ip.octets();
+            [0x0e, 0xfa, a, b, c, d]
+        }
+        IpAddr::V6(ip) => {
+            // FNV-1a of the whole address: nodes of different prefixes often share their last bytes.
+            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
+            let [a, b, c, d] = hash.to_be_bytes();
+            [0x0e, 0xfb, a, b, c, d]
         }
     }
 }
 
-/// The VTEP MAC a node uses unless its vxlan device already has one: derived from its public address
-/// (locally administered, unicast), so a device recreated after being deleted keeps its MAC and peers need
-/// no update, and static files need not list MACs.
-pub fn derived_vtep_mac(public_ip: Ipv4Addr) -> [u8; 6] {
-    let [a, b, c, d] = public_ip.octets();
-    [0x0e, 0xfa, a, b, c, d]
+/// A subnet remembered from an earlier run or acquisition: taken again first.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Previous {
+    pub subnet: Option<SubnetKey>,
+    pub lease: Option<LeaseToken>,
+}
+
+/// One lease as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredLease {
+    pub attrs: LeaseAttrs,
+    pub token: LeaseToken,
+    /// The store's version of the value (etcd: mod revision): a replacement is conditioned on it.
+    pub revision: i64,
+    /// See [`Peer::created`].
+    pub created: i64,
+}
+
+/// Every lease, and the store's revision of the read (a watch starts after it).
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub leases: BTreeMap<SubnetKey, StoredLease>,
+    pub revision: i64,
+}
+
+impl Listing {
+    /// Every lease but `own`'s, as peers.
+    pub fn peers_of(&self, own: SubnetKey) -> BTreeMap<SubnetKey, Peer> {
+        self.leases
+            .iter()
+            .filter(|(subnet, _)| **subnet != own)
+            .map(|(subnet, lease)| (*subnet, Peer { attrs: lease.attrs.clone(), created: lease.created }))
+            .collect()
+    }
+}
+
+/// A store of leases: the operations the allocation policy needs, each one request. Writes are conditional,
+/// so that no two nodes ever hold one subnet.
+#[allow(async_fn_in_trait)]
+pub trait LeaseStore {
+    /// The cluster's network config.
+    async fn config(&mut self) -> Result<NetworkConfig>;
+    /// Every lease.
+    async fn leases(&mut self) -> Result<Listing>;
+    /// Writes `attrs` at `subnet` on a new lease if no lease is there; its token, or None when there is one.
+    async fn create(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs) -> Result<Option<LeaseToken>>;
+    /// Writes `attrs` at `subnet` on a new lease if the value there is still at `revision`; its token, or
+    /// None when it changed.
+    async fn replace(&mut self, subnet: SubnetKey, attrs: &LeaseAttrs, revision: i64) -> Result<Option<LeaseToken>>;
+    /// True while the lease has time left.
+    async fn alive(&mut self, token: LeaseToken) -> Result<bool>;
+    /// Ends a lease (its key goes with it); failures are counted, not reported.
+    async fn revoke(&mut self, token: LeaseToken);
+    /// Renews the lease once; its remaining time (None: it is gone).
+    async fn renew(&mut self, token: LeaseToken) -> Result<Option<Duration>>;
+    /// Deletes the lease at `subnet` (the node leaves: peers remove their routes to it), and ends `token`.
+    async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()>;
+}
+
+/// Acquires this node's subnet, in flannel's order: the lease with this node's public IP is kept (no write
+/// when it is alive and unchanged); else the previous subnet when free, or when the lease holding it is the
+/// one this node remembers (its address changed); else a random free subnet among the first 100. A lost race
+/// reads again.
+pub async fn acquire<S: LeaseStore>(
+    store: &mut S,
+    config: &NetworkConfig,
+    attrs: &LeaseAttrs,
+    mut previous: Previous,
+) -> Result<(SubnetKey, LeaseToken)> {
+    let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
+    for attempt in 0u32.. {
+        let listing = store.leases().await?;
+        // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
+        let mine = own_by_address(&listing, address, previous, |subnet| config.allows(subnet));
+        if let Some((subnet, lease)) = mine {
+            if lease.attrs == *attrs && store.alive(lease.token).await? {
+                return Ok((*subnet, lease.token));
+            }
+            if let Some(token) = store.replace(*subnet, attrs, lease.revision).await? {
+                return Ok((*subnet, token));
+            }
+            continue;
+        }
+        // Ours but not of this config (a family enabled or disabled since): deleted, as flanneld does, and its
+        // subnets that still fit taken again first (a cluster that turns on IPv6 keeps its IPv4 subnets).
+        if let Some((stale, lease)) = own_by_address(&listing, address, previous, |_| true) {
+            log!(info, "the lease of {stale} does not fit the network config (its families changed): replacing it");
+            store.release(*stale, Some(lease.token)).await?;
+            previous = Previous { subnet: Some(*stale), lease: None };
+            continue;
+        }
+        // The previous subnet: free, or held by the lease this node remembers (its address changed).
+        if let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) {
+            let outcome = match listing.leases.get(&subnet) {
+                None => store.create(subnet, attrs).await?,
+                Some(lease) if Some(lease.token) == previous.lease => {
+                    let taken = store.replace(subnet, attrs, lease.revision).await?;
+                    if taken.is_some() {
+                        store.revoke(lease.token).await;
+                    }
+                    taken
+                }
+                Some(_) => None,
+            };
+            if let Some(token) = outcome {
+                return Ok((subnet, token));
+            }
+        }
+        // Per family: the previous subnet when it fits and is free, else a random free one.
+        let mut subnet = SubnetKey::default();
+        for plan in config.families() {
+            let family = plan.family();
+            let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
+            let kept = previous.subnet.and_then(|p| p.get(family)).filter(|s| {
+                plan.allows(s) && !taken.iter().any(|t| t.contains(&s.network()) || s.contains(&t.network()))
+            });
+            let chosen = match kept {
+                Some(kept) => kept,
+                None => {
+                    let free = plan.free_subnets(&taken, 100);
+                    if free.is_empty() {
+                        return Err(Error::Store(format!(
+                            "out of subnets: every /{} of {} is leased",
+                            plan.subnet_len, plan.network
+                        )));
+                    }
+                    free[random_below(free.len())]
+                }
+            };
+            match chosen {
+                IpNet::V4(net) => subnet.v4 = Some(net),
+                IpNet::V6(net) => subnet.v6 = Some(net),
+            }
+        }
+        if let Some(token) = store.create(subnet, attrs).await? {
+            return Ok((subnet, token));
+        }
+        // Lost a race for that subnet: read again, after a short random pause when it keeps happening.
+        if attempt > 2 {
+            tokio::time::sleep(Duration::from_millis(random_below(50) as u64)).await;
+        }
+    }
+    unreachable!()
+}
+
+/// The lease with this node's public address: the one at the previous subnet when there are several (another
+/// may have been written by hand or by a node that had the address before), else the oldest.
+fn own_by_address(
+    listing: &Listing,
+    address: IpAddr,
+    previous: Previous,
+    allowed: impl Fn(&SubnetKey) -> bool,
+) -> Option<(&SubnetKey, &StoredLease)> {
+    let mut candidates: Vec<(&SubnetKey, &StoredLease)> = listing
+        .leases
+        .iter()
+        .filter(|(subnet, lease)| lease.attrs.node_address() == Some(address) && allowed(subnet))
+        .collect();
+    candidates.sort_by_key(|(subnet, lease)| (Some(**subnet) != previous.subnet, lease.created, **subnet));
+    candidates.into_iter().next()
+}
+
+/// This node's lease in `listing`: the one with its public IP, else the previous subnet still held by the
+/// remembered lease.
+pub fn find_own(listing: &Listing, address: IpAddr, previous: Previous) -> Option<(SubnetKey, LeaseToken)> {
+    own_by_address(listing, address, previous, |_| true)
+        .or_else(|| {
+            listing
+                .leases
+                .iter()
+                .find(|(subnet, lease)| Some(**subnet) == previous.subnet && Some(lease.token) == previous.lease)
+        })
+        .map(|(subnet, lease)| (*subnet, lease.token))
+}
+
+/// The cluster as the store says now, for `status` and `cleanup` (no write).
+pub async fn snapshot<S: LeaseStore>(store: &mut S, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
+    let config = store.config().await?;
+    let listing = store.leases().await?;
+    // The lease names the node by its IPv4 address, by its IPv6 one in an IPv6-only cluster.
+    let address = match config.v4 {
+        Some(_) => node.public(Family::V4),
+        None => node.public(Family::V6),
+    };
+    let address =
+        address.ok_or_else(|| Error::Config("the node has no public address of the cluster's family".into()))?;
+    let Some((subnet, token)) = find_own(&listing, address, previous) else {
+        return Err(Error::Store(format!("no lease in the store for this node ({address})")));
+    };
+    Ok(Cluster { config, subnet, lease: Some(token), peers: listing.peers_of(subnet) })
+}
+
+/// Where the cluster comes from, as the flags say: what the agent, `status`, `cleanup` and `acquire` use,
+/// whatever the store.
+pub enum SourceConfig {
+    Etcd(etcd::EtcdOptions),
+    Static(PathBuf),
+}
+
+impl SourceConfig {
+    /// Starts the task publishing the cluster on `tx`. A static file that cannot be read fails at once (later
+    /// broken edits keep the last state).
+    pub fn spawn(
+        &self,
+        node: NodeIdentity,
+        previous: Previous,
+        tx: watch::Sender<Option<Cluster>>,
+        metrics: Arc<Metrics>,
+    ) -> Result<()> {
+        match self {
+            SourceConfig::Static(path) => {
+                static_file::load(path).map_err(Error::Config)?;
+                tokio::spawn(static_file::run(path.clone(), tx));
+            }
+            SourceConfig::Etcd(options) => {
+                tokio::spawn(etcd::run(options.clone(), node, previous, tx, metrics));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
+    /// IP, else by the lease it remembers).
+    pub async fn current(&self, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
+        match self {
+            SourceConfig::Static(path) => static_file::load(path).map_err(Error::Config),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                snapshot(&mut store, node, previous).await
+            }
+        }
+    }
+
+    /// Deletes this node's lease (the node leaves the cluster); false when the source holds no leases.
+    pub async fn release(&self, cluster: &Cluster) -> Result<bool> {
+        match self {
+            SourceConfig::Static(_) => Ok(false),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                store.release(cluster.subnet, cluster.lease).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
+    pub async fn acquire(&self, node: &NodeIdentity, previous: Previous) -> Result<(SubnetKey, LeaseToken)> {
+        match self {
+            SourceConfig::Static(_) => Err(Error::Config("acquire needs etcd, not --static-config".into())),
+            SourceConfig::Etcd(options) => {
+                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
+                let config = store.config().await?;
+                acquire(&mut store, &config, &node.attrs(&config)?, previous).await
+            }
+        }
+    }
+}
+
+/// A random index below `n` (std's randomly keyed hasher: enough to spread nodes over free subnets).
+pub fn random_below(n: usize) -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
+    (hasher.finish() % n.max(1) as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::memory::MemoryStore;
+    use super::*;
+
+    fn config() -> NetworkConfig {
+        NetworkConfig::parse(br#"{"Network":"10.244.0.0/22","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#).unwrap()
+    }
+
+    fn identity(last: u8) -> NodeIdentity {
+        NodeIdentity { public_ip: Some(Ipv4Addr::new(192, 168, 50, last)), public_ipv6: None }
+    }
+
+    fn node(last: u8) -> LeaseAttrs {
+        let ip = Ipv4Addr::new(192, 168, 50, last);
+        NodeIdentity { public_ip: Some(ip), public_ipv6: None }.attrs(&config()).unwrap()
+    }
+
+    fn net(text: &str) -> SubnetKey {
+        SubnetKey::v4(text.parse().unwrap())
+    }
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(future)
+    }
+
+    #[test]
+    fn a_node_keeps_its_lease_without_writing() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let writes = store.writes;
+            let again = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(again, (subnet, token));
+            assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
+            // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
+            let mut changed = node(10);
+            changed.backend_data = Some(VxlanData { vni: Some(4), ..changed.backend_data.unwrap() });
+            let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
+            assert_eq!(same, subnet);
+            assert_ne!(new_token, token);
+        });
+    }
+
+    #[test]
+    fn the_previous_subnet_is_taken_again_when_free_or_remembered() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let previous = Previous { subnet: Some(net("10.244.2.0/24")), lease: None };
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_eq!(subnet, net("10.244.2.0/24"));
+            // The node's address changed: the lease it remembers is taken over, the old one revoked.
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            let (moved, moved_token) = acquire(&mut store, &config(), &node(11), previous).await.unwrap();
+            assert_eq!(moved, subnet);
+            assert!(store.revoked.contains(&token));
+            assert_eq!(store.leases.get(&subnet).unwrap().attrs.public_ip, Some(Ipv4Addr::new(192, 168, 50, 11)));
+            assert_ne!(moved_token, token);
+            // A subnet held by another node's lease is not taken, whatever this node remembers.
+            let previous = Previous { subnet: Some(subnet), lease: Some(LeaseToken(999)) };
+            let (other, _) = acquire(&mut store, &config(), &node(12), previous).await.unwrap();
+            assert_ne!(other, subnet);
+        });
+    }
+
+    #[test]
+    fn a_second_lease_with_the_nodes_address_does_not_take_its_subnet() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let previous = Previous { subnet: Some(net("10.244.3.0/24")), lease: None };
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            // Written by hand at a lower subnet, with this node's address and another MAC.
+            let mut forged = node(10);
+            forged.backend_data = Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0, 0, 0, 0, 1]) });
+            store.create(net("10.244.1.0/24"), &forged).await.unwrap();
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));
+            // Without subnet.env, the older lease is the node's.
+            assert_eq!(acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap(), (subnet, token));
+            let found = find_own(
+                &store.leases().await.unwrap(),
+                IpAddr::V4(Ipv4Addr::new(192, 168, 50, 10)),
+                Previous::default(),
+            );
+            assert_eq!(found, Some((subnet, token)));
+        });
+    }
+
+    #[test]
+    fn turning_ipv6_on_keeps_the_ipv4_subnet_and_replaces_the_lease() {
+        run(async {
+            let v4_only = config();
+            let dual = NetworkConfig::parse(
+                br#"{"EnableIPv6":true,"Network":"10.244.0.0/22","SubnetLen":24,"IPv6Network":"fd00::/60","Backend":{"Type":"vxlan"}}"#,
+            )
+            .unwrap();
+            let mut store = MemoryStore::new(v4_only.clone());
+            let (old, _) = acquire(&mut store, &v4_only, &node(10), Previous::default()).await.unwrap();
+            let identity = NodeIdentity {
+                public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
+                public_ipv6: Some("fd00:50::10".parse().unwrap()),
+            };
+            let attrs = identity.attrs(&dual).unwrap();
+            let (new, _) = acquire(&mut store, &dual, &attrs, Previous::default()).await.unwrap();
+            assert_eq!(new.v4, old.v4, "the IPv4 subnet kept");
+            assert!(new.v6.is_some());
+            assert!(!store.leases.contains_key(&old), "the IPv4-only lease is gone");
+            assert_eq!(store.leases.len(), 1);
+        });
+    }
+
+    #[test]
+    fn free_subnets_run_out_with_a_clear_error() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let mut seen = std::collections::BTreeSet::new();
+            for last in 10..13 {
+                let (subnet, _) = acquire(&mut store, &config(), &node(last), Previous::default()).await.unwrap();
+                assert!(config().allows(&subnet));
+                assert!(seen.insert(subnet), "{subnet} given twice");
+            }
+            let error = acquire(&mut store, &config(), &node(13), Previous::default()).await.unwrap_err();
+            assert!(error.to_string().contains("out of subnets: every /24 of 10.244.0.0/22 is leased"), "{error}");
+        });
+    }
+
+    #[test]
+    fn a_lost_race_reads_again() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            // Every create but the last loses to another node that takes the subnet first.
+            store.steal_next_creates = 2;
+            let (subnet, _) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(store.leases.len(), 3, "two stolen, one ours");
+            assert_eq!(store.leases[&subnet].attrs.public_ip, Some(Ipv4Addr::new(192, 168, 50, 10)));
+        });
+    }
+
+    #[test]
+    fn an_expired_lease_is_written_again() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            store.expire(token);
+            let (again, new_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            assert_eq!(again, subnet);
+            assert_ne!(new_token, token);
+        });
+    }
+
+    #[test]
+    fn status_and_cleanup_find_the_node_by_address_or_by_its_remembered_lease() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (a, a_token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let (b, _) = acquire(&mut store, &config(), &node(11), Previous::default()).await.unwrap();
+            let cluster = snapshot(&mut store, &identity(10), Previous::default()).await.unwrap();
+            assert_eq!((cluster.subnet, cluster.lease), (a, Some(a_token)));
+            assert_eq!(cluster.peers.keys().copied().collect::<Vec<_>>(), vec![b]);
+            let previous = Previous { subnet: Some(a), lease: Some(a_token) };
+            let moved = snapshot(&mut store, &identity(99), previous).await.unwrap();
+            assert_eq!(moved.subnet, a);
+            let error = snapshot(&mut store, &identity(99), Previous::default()).await.unwrap_err();
+            assert!(error.to_string().contains("no lease in the store"), "{error}");
+            store.release(a, Some(a_token)).await.unwrap();
+            assert!(!store.leases.contains_key(&a));
+        });
+    }
 }

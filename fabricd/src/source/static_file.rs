@@ -1,5 +1,5 @@
-//! Static mode: the node's subnet and its peers from a file, no store. The file is flannel's network config
-//! with two more keys, and is read again when it changes (checked every second):
+//! Static mode: the node's subnets and its peers from a file, no store. The file is flannel's network config
+//! with two more keys, read with Go's key matching, and read again when it changes (checked every second):
 //!
 //! ```json
 //! { "Network": "10.244.0.0/16", "SubnetLen": 24, "Backend": { "Type": "host-gw" },
@@ -8,73 +8,91 @@
 //!              { "Subnet": "10.244.3.0/24", "PublicIP": "192.168.60.3", "VtepMAC": "0e:fa:c0:a8:3c:03" } ] }
 //! ```
 //!
-//! A peer's `VtepMAC` defaults to the one fabricd derives from its `PublicIP`.
+//! With `EnableIPv6`, the node and each peer also have an `IPv6Subnet`, and a peer a `PublicIPv6` (and
+//! optionally `VtepMACv6`). A peer's VTEP MACs default to the ones fabricd derives from its public addresses.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::Deserialize;
 use tokio::sync::watch;
 
-use super::{derived_vtep_mac, Cluster};
-use crate::flannel::{parse_mac, BackendKind, LeaseAttrs, NetworkConfig};
+use super::{derived_vtep_mac, Cluster, Peer};
+use crate::flannel::{parse_mac, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
 use crate::log;
 
 #[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
 struct File {
-    #[serde(alias = "subnet")]
-    #[serde(rename = "Subnet")]
-    subnet: Ipv4Net,
-    #[serde(alias = "peers", rename = "Peers", default)]
+    subnet: Option<Ipv4Net>,
+    ipv6subnet: Option<Ipv6Net>,
+    #[serde(default)]
     peers: Vec<PeerEntry>,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
 struct PeerEntry {
-    #[serde(alias = "subnet", rename = "Subnet")]
-    subnet: Ipv4Net,
-    #[serde(alias = "publicIP", alias = "publicip", rename = "PublicIP")]
-    public_ip: Ipv4Addr,
-    #[serde(alias = "vtepMAC", alias = "vtepmac", rename = "VtepMAC", default)]
-    vtep_mac: Option<String>,
+    subnet: Option<Ipv4Net>,
+    ipv6subnet: Option<Ipv6Net>,
+    publicip: Option<Ipv4Addr>,
+    publicipv6: Option<Ipv6Addr>,
+    vtepmac: Option<String>,
+    vtepmacv6: Option<String>,
 }
 
 /// Reads and checks the file.
 pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
-    let text = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let config = NetworkConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file: File = serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    let check = |subnet: &Ipv4Net| {
-        if subnet.trunc() != *subnet || !config.network.contains(subnet) {
-            Err(format!("{}: subnet {subnet} is not a subnet of {}", path.display(), config.network))
-        } else {
-            Ok(())
+    let fail = |e: String| format!("{}: {e}", path.display());
+    let text = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let config = NetworkConfig::parse(&text).map_err(fail)?;
+    let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(e.to_string()))?;
+    // Each subnet must be one of its family's network, for exactly the families the config enables.
+    let check = |what: &str, key: SubnetKey| -> Result<SubnetKey, String> {
+        for family in Family::ALL {
+            match (config.family(family), key.get(family)) {
+                (Some(plan), Some(subnet)) if subnet.trunc() == subnet && plan.network.contains(&subnet) => {}
+                (Some(plan), Some(subnet)) => {
+                    return Err(fail(format!("{what}: subnet {subnet} is not a subnet of {}", plan.network)))
+                }
+                (Some(plan), None) => {
+                    return Err(fail(format!("{what}: no {family} subnet (the network has {})", plan.network)))
+                }
+                (None, Some(subnet)) => return Err(fail(format!("{what}: {subnet}, but {family} is not enabled"))),
+                (None, None) => {}
+            }
         }
+        Ok(key)
     };
-    check(&file.subnet)?;
+    let own = check("Subnet", SubnetKey { v4: file.subnet, v6: file.ipv6subnet })?;
     let vxlan = matches!(config.backend, BackendKind::Vxlan { .. });
+    let data = |public: Option<IpAddr>, mac: Option<String>| -> Result<Option<VxlanData>, String> {
+        let Some(public) = public.filter(|_| vxlan) else { return Ok(None) };
+        let vtep_mac = match mac {
+            Some(text) => parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?,
+            None => derived_vtep_mac(public),
+        };
+        Ok(Some(VxlanData { vni: Some(config.vni), vtep_mac: Some(vtep_mac) }))
+    };
     let mut peers = BTreeMap::new();
-    for peer in file.peers {
-        check(&peer.subnet)?;
-        if peer.subnet == file.subnet {
+    for (position, peer) in file.peers.into_iter().enumerate() {
+        let key = check("Peers", SubnetKey { v4: peer.subnet, v6: peer.ipv6subnet })?;
+        if key == own {
             continue;
         }
-        let vtep_mac = match peer.vtep_mac {
-            Some(text) => Some(parse_mac(&text).ok_or_else(|| format!("{}: bad VtepMAC {text:?}", path.display()))?),
-            None => Some(derived_vtep_mac(peer.public_ip)),
-        };
         let attrs = LeaseAttrs {
-            public_ip: peer.public_ip,
+            public_ip: peer.publicip,
+            public_ipv6: peer.publicipv6,
             backend_type: config.backend.type_name().into(),
-            vtep_mac: vtep_mac.filter(|_| vxlan),
-            vni: vxlan.then_some(config.vni),
+            backend_data: data(peer.publicip.map(IpAddr::V4), peer.vtepmac)?,
+            backend_v6_data: data(peer.publicipv6.map(IpAddr::V6), peer.vtepmacv6)?,
         };
-        peers.insert(peer.subnet, attrs);
+        peers.insert(key, Peer { attrs, created: position as i64 });
     }
-    Ok(Cluster { config, subnet: file.subnet, lease_id: None, peers })
+    Ok(Cluster { config, subnet: own, lease: None, peers })
 }
 
 /// Publishes the file's content, and again whenever it changes.
@@ -97,5 +115,47 @@ pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) {
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<Cluster, String> {
+        let path = std::env::temp_dir().join(format!("fabricd-static-{}-{}.json", std::process::id(), text.len()));
+        std::fs::write(&path, text).unwrap();
+        let loaded = load(&path);
+        let _ = std::fs::remove_file(&path);
+        loaded
+    }
+
+    #[test]
+    fn an_ipv4_file_as_before() {
+        let cluster = load_text(
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"},"Subnet":"10.244.1.0/24",
+                "Peers":[{"Subnet":"10.244.2.0/24","PublicIP":"192.168.50.2"},{"subnet":"10.244.1.0/24","publicIP":"192.168.50.1"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(cluster.subnet, SubnetKey::v4("10.244.1.0/24".parse().unwrap()));
+        assert_eq!(cluster.peers.len(), 1, "its own entry skipped");
+        let peer = &cluster.peers[&SubnetKey::v4("10.244.2.0/24".parse().unwrap())];
+        assert_eq!(peer.attrs.vtep_mac(Family::V4), Some(derived_vtep_mac("192.168.50.2".parse().unwrap())));
+    }
+
+    #[test]
+    fn a_dual_stack_file() {
+        let cluster = load_text(
+            r#"{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"},
+                "Subnet":"10.244.1.0/24","IPv6Subnet":"fd00:10:244:1::/64",
+                "Peers":[{"Subnet":"10.244.2.0/24","IPv6Subnet":"fd00:10:244:2::/64","PublicIP":"192.168.50.2","PublicIPv6":"fd00:50::2"}]}"#,
+        )
+        .unwrap();
+        let peer = cluster.peers.values().next().unwrap();
+        assert_eq!(peer.attrs.vtep_mac(Family::V6), Some(derived_vtep_mac("fd00:50::2".parse().unwrap())));
+        let missing = load_text(
+            r#"{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Subnet":"10.244.1.0/24","Backend":{"Type":"vxlan"}}"#,
+        );
+        assert!(missing.unwrap_err().contains("no IPv6 subnet"));
     }
 }

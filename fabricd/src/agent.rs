@@ -1,0 +1,242 @@
+//! The agent: one loop that waits for a trigger (a store change, a netlink notification, the periodic
+//! resync), reconciles the data plane with the latest cluster on a blocking thread, reports, keeps the node's
+//! masquerade and files, and schedules the next pass.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cnicore::firewall::Backend;
+use ipnet::IpNet;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::backend::pod_mtu;
+use crate::cli::Cli;
+use crate::commands::{open_dataplane, summary};
+use crate::dataplane::{self, Dataplane, Report};
+use crate::error::{Error, Result};
+use crate::flannel::Family;
+use crate::log;
+use crate::metrics::Metrics;
+use crate::node::{self, Files};
+use crate::source::Cluster;
+
+/// The periodic full pass.
+const RESYNC: Duration = Duration::from_secs(10);
+/// The masquerade rules are checked this often (and when the cluster changes).
+const MASQ_CHECK: Duration = Duration::from_secs(30);
+
+/// What woke the loop.
+enum Trigger {
+    Store(Instant),
+    Drift,
+    Resync,
+    Stop,
+}
+
+struct Agent {
+    metrics: Arc<Metrics>,
+    /// Returned by each pass's blocking task.
+    dataplane: Option<Dataplane>,
+    firewall: Option<Backend>,
+    ip_masq: bool,
+    files: Files,
+    last_masq: Option<(Instant, Cluster)>,
+    /// Refused peers already logged, and why: each refusal is logged once.
+    refusals: BTreeMap<IpNet, String>,
+    next_resync: Instant,
+    retry_delay: Duration,
+}
+
+pub async fn run(cli: Cli) -> Result<i32> {
+    let metrics = Arc::new(Metrics::default());
+    let (mut dataplane, identity) = open_dataplane(&cli)?;
+    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+    let addresses: Vec<String> =
+        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
+    log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
+    let firewall = match cli.ip_masq {
+        true => {
+            Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)
+        }
+        false => None,
+    };
+    let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
+    cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
+    if !cli.metrics_addr.is_empty() {
+        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone()));
+    }
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
+    node::sysctls().map_err(|e| Error::io("sysctls", e))?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Error::io("SIGTERM handler", e))?;
+
+    let mut agent = Agent {
+        metrics,
+        dataplane: Some(dataplane),
+        firewall,
+        ip_masq: cli.ip_masq,
+        files: cli.files(),
+        last_masq: None,
+        refusals: BTreeMap::new(),
+        next_resync: Instant::now() + RESYNC,
+        retry_delay: Duration::from_millis(100),
+    };
+    loop {
+        let trigger = tokio::select! {
+            changed = clusters.changed() => match changed {
+                Ok(()) => Trigger::Store(Instant::now()),
+                Err(_) => Trigger::Stop,
+            },
+            Some(()) = events.recv() => Trigger::Drift,
+            _ = tokio::time::sleep_until(agent.next_resync) => Trigger::Resync,
+            _ = tokio::signal::ctrl_c() => Trigger::Stop,
+            _ = terminate.recv() => Trigger::Stop,
+        };
+        if matches!(trigger, Trigger::Stop) {
+            break;
+        }
+        // Coalesce a burst of notifications into one pass.
+        while events.try_recv().is_ok() {}
+        let Some(cluster) = clusters.borrow_and_update().clone() else { continue };
+        agent.pass(&cluster, trigger).await?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    log!(info, "stopping; the data plane stays as it is (fabricd cleanup removes it)");
+    Ok(0)
+}
+
+impl Agent {
+    /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
+    async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
+        if let Err(e) = node::family_sysctls(&cluster.config) {
+            log!(error, "{}", Error::io("IPv6 forwarding", e));
+        }
+        let outcome = self.reconcile(cluster).await?;
+        Metrics::inc(&self.metrics.reconciles_total);
+        let ok = match outcome {
+            Ok(report) => self.record(&report, &trigger),
+            Err(e) => {
+                log!(error, "reconcile: {e}");
+                false
+            }
+        };
+        if !ok {
+            Metrics::inc(&self.metrics.reconcile_errors_total);
+        }
+        let underlay = self.dataplane_mut().underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+        let mtu = pod_mtu(&cluster.config, &underlay);
+        self.masquerade_if_due(cluster);
+        self.write_files(cluster, mtu, ok);
+        self.schedule(ok);
+        Ok(())
+    }
+
+    fn dataplane_mut(&mut self) -> &mut Dataplane {
+        self.dataplane.as_mut().expect("returned after each pass")
+    }
+
+    /// Runs the reconciliation on a blocking thread (netlink is synchronous).
+    async fn reconcile(&mut self, cluster: &Cluster) -> Result<std::io::Result<Report>> {
+        let mut plane = self.dataplane.take().expect("returned after each pass");
+        let cluster = cluster.clone();
+        let (plane, outcome) = tokio::task::spawn_blocking(move || {
+            let outcome = plane.reconcile(&cluster, false);
+            (plane, outcome)
+        })
+        .await
+        .map_err(|e| Error::Io { what: "the reconcile task".into(), source: std::io::Error::other(e) })?;
+        self.dataplane = Some(plane);
+        Ok(outcome)
+    }
+
+    /// Counts and logs a pass; true when the kernel took every change.
+    fn record(&mut self, report: &Report, trigger: &Trigger) -> bool {
+        let changes = report.changes.len() as u64;
+        Metrics::add(&self.metrics.changes_total, changes);
+        if matches!(trigger, Trigger::Drift) && changes > 0 {
+            Metrics::add(&self.metrics.drift_repairs_total, changes);
+            log!(warn, "repaired {changes} changes made by someone else: {}", summary(&report.changes));
+        } else if changes > 0 {
+            log!(info, "applied {changes} changes: {}", summary(&report.changes));
+        }
+        if let Trigger::Store(seen) = trigger {
+            Metrics::set(&self.metrics.last_convergence_seconds, seen.elapsed().as_micros() as u64);
+        }
+        self.log_refusals(report);
+        for error in &report.errors {
+            log!(error, "{error}");
+        }
+        report.errors.is_empty()
+    }
+
+    /// Logs each refused peer once (again only when the reason changes), and counts them.
+    fn log_refusals(&mut self, report: &Report) {
+        let mut now = BTreeMap::new();
+        for (subnet, refusal) in report.refused() {
+            let reason = refusal.to_string();
+            if self.refusals.get(subnet) != Some(&reason) {
+                if refusal.is_invalid_lease() {
+                    Metrics::inc(&self.metrics.refused_leases_total);
+                }
+                log!(error, "refusing the lease of {subnet}: {reason}");
+            }
+            now.insert(*subnet, reason);
+        }
+        for subnet in self.refusals.keys().filter(|s| !now.contains_key(s)) {
+            log!(info, "the lease of {subnet} is no longer refused (fixed or gone)");
+        }
+        Metrics::set(&self.metrics.refused_peers, now.len() as u64);
+        self.refusals = now;
+    }
+
+    /// The masquerade rules, checked every 30 s and whenever the cluster's subnet or config changes.
+    fn masquerade_if_due(&mut self, cluster: &Cluster) {
+        let Some(backend) = self.firewall else { return };
+        let due = self.last_masq.as_ref().is_none_or(|(at, last)| {
+            at.elapsed() > MASQ_CHECK || last.subnet != cluster.subnet || last.config != cluster.config
+        });
+        if !due {
+            return;
+        }
+        match node::masquerade(backend, &cluster.config, cluster.subnet) {
+            Ok(()) => self.last_masq = Some((Instant::now(), cluster.clone())),
+            Err(e) => log!(error, "{}", Error::cni("masquerade", e)),
+        }
+    }
+
+    /// subnet.env always; the conflist once the data plane is programmed (the node is ready). Each written only
+    /// when it changes.
+    fn write_files(&self, cluster: &Cluster, mtu: u32, ready: bool) {
+        let lease = cluster.lease.map(|token| token.0);
+        let env = node::subnet_env(&cluster.config, cluster.subnet, mtu, self.ip_masq, lease);
+        if let Err(e) = node::write_if_changed(&self.files.subnet_file, &env) {
+            log!(error, "{}", Error::io(self.files.subnet_file.display().to_string(), e));
+        }
+        if !ready {
+            return;
+        }
+        let path = self.files.conflist_path();
+        let conflist = node::conflist(cluster.subnet, mtu, self.files.ipam_data_dir.as_deref());
+        match node::write_if_changed(&path, &conflist) {
+            Ok(true) => log!(info, "wrote {} (subnet {}, MTU {mtu})", path.display(), cluster.subnet),
+            Ok(false) => {}
+            Err(e) => log!(error, "{}", Error::io(path.display().to_string(), e)),
+        }
+    }
+
+    /// The next pass: the periodic resync after a good pass, a retry with backoff after a failed one.
+    fn schedule(&mut self, ok: bool) {
+        if ok {
+            self.retry_delay = Duration::from_millis(100);
+            self.next_resync = Instant::now() + RESYNC;
+        } else {
+            self.next_resync = Instant::now() + self.retry_delay;
+            self.retry_delay = (self.retry_delay * 2).min(RESYNC);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The one-shot commands: `status`, `cleanup`, and the hidden `acquire` (a client for tests).
+
+use crate::cli::Cli;
+use crate::dataplane::diff::Change;
+use crate::dataplane::{self, Dataplane};
+use crate::error::{Error, Result};
+use crate::flannel::Family;
+use crate::log;
+use crate::plan::PeerPath;
+use crate::source::NodeIdentity;
+
+/// The node's identity and its data plane handle.
+pub fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity)> {
+    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, cli.public_ipv6)
+        .map_err(|e| Error::netlink("opening netlink", e))?;
+    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+    let identity = NodeIdentity { public_ip: underlay.public_ip, public_ipv6: underlay.public_ipv6 };
+    Ok((dataplane, identity))
+}
+
+/// The first changes, for a log line.
+pub fn summary(changes: &[Change]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = changes.iter().take(SHOWN).map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
+    if changes.len() > SHOWN {
+        text.push_str(&format!("; and {} more", changes.len() - SHOWN));
+    }
+    text
+}
+
+/// Own lease, each peer and how it is reached (or why it is refused), what differs; exit 3 when something does.
+pub async fn status(cli: &Cli) -> Result<i32> {
+    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let cluster = cli.source().current(&identity, cli.previous()).await?;
+    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+    let lease = cluster.lease.map(|token| format!("lease {token}")).unwrap_or_else(|| "static".into());
+    let addresses: Vec<String> =
+        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
+    let networks: Vec<String> = cluster.config.networks().iter().map(|n| n.to_string()).collect();
+    println!(
+        "node {} on {}: subnet {} ({lease}), backend {}, network {}",
+        addresses.join(" "),
+        underlay.name,
+        cluster.subnet,
+        cluster.config.backend.type_name(),
+        networks.join(" ")
+    );
+    let report = dataplane.reconcile(&cluster, true).map_err(|e| Error::netlink("reading the data plane", e))?;
+    println!("peers: {} ({} refused)", cluster.peers.len(), report.refused().count());
+    for (key, peer) in &cluster.peers {
+        for subnet in key.subnets() {
+            let family = Family::of(&subnet.addr());
+            let how = match report.paths.get(&subnet) {
+                Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
+                Some(PeerPath::Overlay { vtep_mac, endpoint }) => {
+                    format!("vxlan to {endpoint} (VTEP {})", cnicore::mac::format(vtep_mac))
+                }
+                Some(PeerPath::Refused(reason)) => format!("REFUSED: {reason}"),
+                None => format!("not used ({family} is not enabled)"),
+            };
+            let node = peer.attrs.public(family).or(peer.attrs.node_address());
+            let node = node.map(|a| a.to_string()).unwrap_or_else(|| "(no address)".into());
+            println!("  {subnet} node {node}: {how}");
+        }
+    }
+    let mut ours = 0;
+    for family in Family::ALL {
+        ours += dataplane
+            .netlink()
+            .routes(family.netlink(), cnicore::netlink::RT_TABLE_MAIN)
+            .map_err(|e| Error::netlink("reading the routes", e))?
+            .into_iter()
+            .filter(|r| r.protocol == Some(dataplane::ROUTE_PROTOCOL))
+            .count();
+    }
+    println!("routes made by fabricd: {ours}");
+    if report.changes.is_empty() {
+        println!("in sync with the wanted state");
+        Ok(0)
+    } else {
+        println!("differs from the wanted state ({}):", report.changes.len());
+        for change in &report.changes {
+            println!("  {change}");
+        }
+        Ok(3)
+    }
+}
+
+/// Acquires (or finds) the lease of the node at --public-ip and prints it; touches nothing on the node.
+pub async fn acquire(cli: &Cli) -> Result<i32> {
+    if cli.public_ip.is_none() && cli.public_ipv6.is_none() {
+        return Err(Error::Config("acquire needs --public-ip".into()));
+    }
+    let identity = NodeIdentity { public_ip: cli.public_ip, public_ipv6: cli.public_ipv6 };
+    let (subnet, lease) = cli.source().acquire(&identity, cli.previous()).await?;
+    println!("{subnet} {lease}");
+    Ok(0)
+}
+
+/// Removes everything fabricd made on this node, and its lease; exit 1 when some part failed.
+pub async fn cleanup(cli: &Cli) -> Result<i32> {
+    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let source = cli.source();
+    let mut code = 0;
+    let mut devices = Vec::new();
+    match source.current(&identity, cli.previous()).await {
+        Ok(cluster) => {
+            devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
+            match source.release(&cluster).await {
+                Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
+                Ok(false) => {}
+                Err(e) => {
+                    log!(error, "releasing the lease of {}: {e}", cluster.subnet);
+                    code = 1;
+                }
+            }
+        }
+        Err(e) => {
+            log!(warn, "{e}: cleaning up the node only");
+            code = 1;
+        }
+    }
+    // A vxlan device of ours under any VNI, of either family.
+    let links = dataplane.netlink().links().map_err(|e| Error::netlink("listing links", e))?;
+    for link in links {
+        let named = link.name.starts_with("flannel.") || link.name.starts_with("flannel-v6.");
+        if named && link.kind.as_deref() == Some("vxlan") && !devices.contains(&link.name) {
+            devices.push(link.name);
+        }
+    }
+    let removed = dataplane.cleanup(&devices).map_err(|e| Error::netlink("removing the data plane", e))?;
+    log!(info, "removed {} objects: {}", removed.len(), summary(&removed));
+    if let Err(e) = cnicore::firewall::node_masq::teardown() {
+        log!(error, "{}", Error::cni("removing the masquerade", e));
+        code = 1;
+    }
+    let files = cli.files();
+    for path in [files.conflist_path(), files.subnet_file.clone()] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => log!(info, "removed {}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                log!(error, "{}", Error::io(path.display().to_string(), e));
+                code = 1;
+            }
+        }
+    }
+    Ok(code)
+}

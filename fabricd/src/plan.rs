@@ -1,0 +1,530 @@
+//! The plan: for each peer's lease, whether it may be used and how its pods are reached. Pure: it reads the
+//! cluster, the underlay and the routes found on the node, and touches nothing.
+//!
+//! The store is not trusted: any node, or a typo, can write a lease, and one bad lease must not cut a node
+//! off or take over another node's traffic. A lease is used only if its subnet lies inside the cluster's
+//! Network with the configured length; its public address is unicast, not loopback, not this node's and not
+//! another lease's; its VtepMAC (vxlan) is unicast and not this node's or another lease's; and its route would
+//! neither replace nor shadow a route that fabricd did not make. Of two leases claiming one address or MAC,
+//! the older keeps it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use cnicore::netlink::Route;
+use ipnet::IpNet;
+
+use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
+use crate::flannel::{BackendKind, Family, FamilyNetwork};
+use crate::source::{derived_vtep_mac, Cluster, Peer};
+
+/// How one peer's pods of one family are reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerPath {
+    /// A route via the peer's node address (host-gw, or direct routing).
+    Direct { gateway: IpAddr },
+    /// Through the family's vxlan device: route, neighbour and FDB entry.
+    Overlay { vtep_mac: [u8; 6], endpoint: IpAddr },
+    /// Not used: the lease is not valid, or the backend cannot reach it.
+    Refused(Refusal),
+}
+
+/// Why a lease (of one family) is not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The subnet is not inside the cluster's Network of its family.
+    OutsideNetwork { network: IpNet },
+    /// The subnet's length is not the configured one.
+    WrongLength { wanted: u8 },
+    /// The lease has no public address of the subnet's family.
+    NoPublicIp { family: Family },
+    /// The public address is not a unicast address of another host.
+    BadPublicIp { public_ip: IpAddr, why: &'static str },
+    /// The public address is this node's.
+    OwnPublicIp { public_ip: IpAddr },
+    /// An older lease has this public address.
+    PublicIpTaken { public_ip: IpAddr, holder: IpNet },
+    /// The VTEP MAC is multicast or zero.
+    BadVtepMac { vtep_mac: [u8; 6] },
+    /// The VTEP MAC is this node's, or an older lease's.
+    VtepMacTaken { vtep_mac: [u8; 6], holder: Option<IpNet> },
+    /// vxlan: the lease has no VTEP MAC.
+    NoVtepMac { public_ip: IpAddr, backend_type: String },
+    /// host-gw: the peer's node is not on this node's L2 segment.
+    BeyondL2 { public_ip: IpAddr, prefixes: String, underlay: String },
+    /// Its route would replace or shadow a route fabricd did not make.
+    RouteConflict { route: String },
+}
+
+impl Refusal {
+    /// True for refusals of the lease itself (not of the backend's reach).
+    pub fn is_invalid_lease(&self) -> bool {
+        !matches!(self, Refusal::BeyondL2 { .. })
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mac = cnicore::mac::format;
+        match self {
+            Refusal::OutsideNetwork { network } => write!(f, "its subnet is not inside the Network {network}"),
+            Refusal::WrongLength { wanted } => write!(f, "its subnet is not a /{wanted} (SubnetLen)"),
+            Refusal::NoPublicIp { family } => write!(f, "it has no public {family} address"),
+            Refusal::BadPublicIp { public_ip, why } => write!(f, "its public address {public_ip} is {why}"),
+            Refusal::OwnPublicIp { public_ip } => write!(f, "its public address {public_ip} is this node's"),
+            Refusal::PublicIpTaken { public_ip, holder } => {
+                write!(f, "its public address {public_ip} is already that of the lease of {holder}")
+            }
+            Refusal::BadVtepMac { vtep_mac } => write!(f, "its VtepMAC {} is not a unicast address", mac(vtep_mac)),
+            Refusal::VtepMacTaken { vtep_mac, holder: None } => {
+                write!(f, "its VtepMAC {} is this node's", mac(vtep_mac))
+            }
+            Refusal::VtepMacTaken { vtep_mac, holder: Some(holder) } => {
+                write!(f, "its VtepMAC {} is already that of the lease of {holder}", mac(vtep_mac))
+            }
+            Refusal::NoVtepMac { public_ip, backend_type } => {
+                write!(f, "node {public_ip} announces backend {backend_type:?} without a VtepMAC")
+            }
+            Refusal::BeyondL2 { public_ip, prefixes, underlay } => write!(
+                f,
+                "host-gw cannot reach it: its node {public_ip} is not on this node's L2 segment ({prefixes} on \
+                 {underlay}); use the vxlan backend (with DirectRouting)"
+            ),
+            Refusal::RouteConflict { route } => {
+                write!(f, "its route would replace or shadow a route fabricd did not make ({route})")
+            }
+        }
+    }
+}
+
+/// Why `ip` cannot be a peer's public address, if it cannot.
+fn not_unicast(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(ip) if ip.is_unspecified() || ip.octets()[0] == 0 => Some("unspecified"),
+        IpAddr::V4(ip) if ip.is_broadcast() || ip.octets()[0] >= 240 => Some("a broadcast or reserved address"),
+        IpAddr::V6(ip) if ip.is_unspecified() => Some("unspecified"),
+        IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80 => Some("a link-local address"),
+        ip if ip.is_loopback() => Some("a loopback address"),
+        ip if ip.is_multicast() => Some("a multicast address"),
+        _ => None,
+    }
+}
+
+fn is_unicast_mac(mac: &[u8; 6]) -> bool {
+    mac[0] & 1 == 0 && *mac != [0; 6]
+}
+
+/// One family's share of a peer's lease.
+struct FamilyLease<'a> {
+    subnet: IpNet,
+    public: Option<IpAddr>,
+    vtep_mac: Option<[u8; 6]>,
+    peer: &'a Peer,
+}
+
+/// The backend's decision for each peer subnet of each enabled family.
+pub fn plan(cluster: &Cluster, underlay: &Underlay) -> BTreeMap<IpNet, PeerPath> {
+    let mut paths = BTreeMap::new();
+    for network in cluster.config.families() {
+        plan_family(cluster, network, underlay, &mut paths);
+    }
+    paths
+}
+
+/// One family: each lease checked alone, then of the leases left the older keeps an address or a MAC claimed
+/// twice, then the backend's path.
+fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, paths: &mut BTreeMap<IpNet, PeerPath>) {
+    let family = network.family();
+    let vxlan = matches!(cluster.config.backend, BackendKind::Vxlan { .. });
+    let own_public = underlay.public(family);
+    let own_mac = own_public.map(derived_vtep_mac);
+    let leases: Vec<FamilyLease> = cluster
+        .peers
+        .iter()
+        .filter_map(|(key, peer)| {
+            let subnet = key.get(family)?;
+            Some(FamilyLease { subnet, public: peer.attrs.public(family), vtep_mac: peer.attrs.vtep_mac(family), peer })
+        })
+        .collect();
+    let mut valid = Vec::new();
+    for lease in &leases {
+        let refusal = if !network.network.contains(&lease.subnet) {
+            Some(Refusal::OutsideNetwork { network: network.network })
+        } else if lease.subnet.prefix_len() != network.subnet_len {
+            Some(Refusal::WrongLength { wanted: network.subnet_len })
+        } else if let Some(public_ip) = lease.public.filter(|ip| not_unicast(*ip).is_some()) {
+            Some(Refusal::BadPublicIp { public_ip, why: not_unicast(public_ip).expect("checked") })
+        } else if lease.public.is_none() {
+            Some(Refusal::NoPublicIp { family })
+        } else if let Some(public_ip) = lease.public.filter(|ip| Some(*ip) == own_public) {
+            Some(Refusal::OwnPublicIp { public_ip })
+        } else if let Some(vtep_mac) = lease.vtep_mac.filter(|m| vxlan && !is_unicast_mac(m)) {
+            Some(Refusal::BadVtepMac { vtep_mac })
+        } else {
+            let own = lease.vtep_mac.filter(|m| vxlan && Some(*m) == own_mac);
+            own.map(|vtep_mac| Refusal::VtepMacTaken { vtep_mac, holder: None })
+        };
+        match refusal {
+            Some(refusal) => {
+                paths.insert(lease.subnet, PeerPath::Refused(refusal));
+            }
+            None => valid.push(lease),
+        }
+    }
+    valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
+    let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
+    let mut mac_holders: BTreeMap<[u8; 6], IpNet> = BTreeMap::new();
+    for lease in valid {
+        let public_ip = lease.public.expect("checked");
+        if let Some(holder) = ip_holders.get(&public_ip) {
+            paths.insert(lease.subnet, PeerPath::Refused(Refusal::PublicIpTaken { public_ip, holder: *holder }));
+            continue;
+        }
+        if let Some(vtep_mac) = lease.vtep_mac.filter(|_| vxlan) {
+            if let Some(holder) = mac_holders.get(&vtep_mac) {
+                let refusal = Refusal::VtepMacTaken { vtep_mac, holder: Some(*holder) };
+                paths.insert(lease.subnet, PeerPath::Refused(refusal));
+                continue;
+            }
+            mac_holders.insert(vtep_mac, lease.subnet);
+        }
+        ip_holders.insert(public_ip, lease.subnet);
+        let path = path(cluster.config.backend, public_ip, lease.vtep_mac, &lease.peer.attrs.backend_type, underlay);
+        paths.insert(lease.subnet, path);
+    }
+}
+
+/// How the backend reaches a valid peer at `public_ip`.
+fn path(
+    backend: BackendKind,
+    public_ip: IpAddr,
+    vtep_mac: Option<[u8; 6]>,
+    backend_type: &str,
+    underlay: &Underlay,
+) -> PeerPath {
+    let same_l2 = underlay.same_l2(public_ip);
+    match backend {
+        BackendKind::HostGw if same_l2 => PeerPath::Direct { gateway: public_ip },
+        BackendKind::HostGw => PeerPath::Refused(Refusal::BeyondL2 {
+            public_ip,
+            prefixes: underlay
+                .prefixes
+                .iter()
+                .filter(|p| Family::of(&p.addr()) == Family::of(&public_ip))
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            underlay: underlay.name.clone(),
+        }),
+        BackendKind::Vxlan { direct_routing: true } if same_l2 => PeerPath::Direct { gateway: public_ip },
+        BackendKind::Vxlan { .. } => match vtep_mac {
+            Some(vtep_mac) => PeerPath::Overlay { vtep_mac, endpoint: public_ip },
+            None => PeerPath::Refused(Refusal::NoVtepMac { public_ip, backend_type: backend_type.to_string() }),
+        },
+    }
+}
+
+/// Refuses each path of `network`'s family whose route would replace or shadow a route of `routes` that
+/// fabricd did not make: one for the same destination (replace would overwrite it), or one it overlaps that
+/// is not broader than the cluster's `network` (a default or supernet route is what peers' routes refine). A
+/// route for the same destination that already goes where fabricd would send it (flanneld's, on a node moved
+/// from it) is taken over instead. `device`: the family's vxlan device's index.
+pub fn refuse_route_conflicts(
+    paths: &mut BTreeMap<IpNet, PeerPath>,
+    network: IpNet,
+    routes: &[Route],
+    device: Option<u32>,
+) {
+    let family = Family::of(&network.addr());
+    let foreign: Vec<&Route> =
+        routes.iter().filter(|r| r.protocol != Some(ROUTE_PROTOCOL) && Family::of(&r.dst.addr()) == family).collect();
+    for (dst, path) in paths.iter_mut().filter(|(dst, _)| Family::of(&dst.addr()) == family) {
+        if matches!(path, PeerPath::Refused(_)) {
+            continue;
+        }
+        let conflict = foreign.iter().find(|route| {
+            let overlaps = route.dst.contains(&dst.network()) || dst.contains(&route.dst.network());
+            let broader = route.dst.prefix_len() <= network.prefix_len() && route.dst.contains(&network.network());
+            if !overlaps || broader {
+                return false;
+            }
+            let equivalent = route.dst == *dst
+                && match path {
+                    PeerPath::Direct { gateway } => route.gateway == Some(*gateway),
+                    PeerPath::Overlay { .. } => device.is_some() && route.oif == device,
+                    PeerPath::Refused(_) => false,
+                };
+            !equivalent
+        });
+        if let Some(route) = conflict {
+            let via = route.gateway.map(|g| format!(" via {g}")).unwrap_or_default();
+            *path = PeerPath::Refused(Refusal::RouteConflict { route: format!("{}{via}", route.dst) });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+    use std::net::Ipv4Addr;
+
+    fn underlay() -> Underlay {
+        Underlay {
+            index: 2,
+            name: "eth0".into(),
+            mtu: 1500,
+            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
+            public_ipv6: Some("fd00:50::10".parse().unwrap()),
+            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
+        }
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    /// A vxlan lease of a node at `public` (either family), its MAC derived from it.
+    fn peer(public: &str, created: i64) -> Peer {
+        let public = ip(public);
+        let data = Some(VxlanData { vni: Some(1), vtep_mac: Some(derived_vtep_mac(public)) });
+        let attrs = match public {
+            IpAddr::V4(v4) => LeaseAttrs {
+                public_ip: Some(v4),
+                public_ipv6: None,
+                backend_type: "vxlan".into(),
+                backend_data: data,
+                backend_v6_data: None,
+            },
+            IpAddr::V6(v6) => LeaseAttrs {
+                public_ip: None,
+                public_ipv6: Some(v6),
+                backend_type: "vxlan".into(),
+                backend_data: None,
+                backend_v6_data: data,
+            },
+        };
+        Peer { attrs, created }
+    }
+
+    fn key(subnet: &str) -> SubnetKey {
+        match subnet.parse::<IpNet>().unwrap() {
+            IpNet::V4(v4) => SubnetKey { v4: Some(v4), v6: None },
+            IpNet::V6(v6) => SubnetKey { v4: None, v6: Some(v6) },
+        }
+    }
+
+    fn cluster(backend: &str, peers: Vec<(&str, Peer)>) -> Cluster {
+        let text = format!(
+            r#"{{"EnableIPv6":true,"Network":"10.244.0.0/16","SubnetLen":24,"IPv6Network":"fd00:10:244::/56","Backend":{backend}}}"#
+        );
+        Cluster {
+            config: NetworkConfig::parse(text.as_bytes()).unwrap(),
+            subnet: SubnetKey {
+                v4: Some("10.244.1.0/24".parse().unwrap()),
+                v6: Some("fd00:10:244:1::/64".parse().unwrap()),
+            },
+            lease: None,
+            peers: peers.into_iter().map(|(s, p)| (key(s), p)).collect(),
+        }
+    }
+
+    fn path_of(paths: &BTreeMap<IpNet, PeerPath>, subnet: &str) -> PeerPath {
+        paths[&subnet.parse::<IpNet>().unwrap()].clone()
+    }
+
+    #[test]
+    fn backends_choose_direct_or_overlay_in_each_family() {
+        let peers = || {
+            vec![
+                ("10.244.2.0/24", peer("192.168.50.11", 1)),
+                ("10.244.3.0/24", peer("192.168.60.3", 2)),
+                ("fd00:10:244:2::/64", peer("fd00:50::11", 1)),
+                ("fd00:10:244:3::/64", peer("fd00:60::3", 2)),
+            ]
+        };
+        let vxlan = plan(&cluster(r#"{"Type":"vxlan"}"#, peers()), &underlay());
+        assert!(matches!(path_of(&vxlan, "10.244.2.0/24"), PeerPath::Overlay { .. }));
+        assert_eq!(
+            path_of(&vxlan, "fd00:10:244:3::/64"),
+            PeerPath::Overlay { vtep_mac: derived_vtep_mac(ip("fd00:60::3")), endpoint: ip("fd00:60::3") }
+        );
+        let direct = plan(&cluster(r#"{"Type":"vxlan","DirectRouting":true}"#, peers()), &underlay());
+        assert_eq!(path_of(&direct, "10.244.2.0/24"), PeerPath::Direct { gateway: ip("192.168.50.11") });
+        assert_eq!(path_of(&direct, "fd00:10:244:2::/64"), PeerPath::Direct { gateway: ip("fd00:50::11") });
+        assert!(matches!(path_of(&direct, "10.244.3.0/24"), PeerPath::Overlay { .. }));
+        assert!(matches!(path_of(&direct, "fd00:10:244:3::/64"), PeerPath::Overlay { .. }));
+        let host_gw = plan(&cluster(r#"{"Type":"host-gw"}"#, peers()), &underlay());
+        assert!(matches!(path_of(&host_gw, "10.244.2.0/24"), PeerPath::Direct { .. }));
+        assert!(matches!(path_of(&host_gw, "fd00:10:244:2::/64"), PeerPath::Direct { .. }));
+        let PeerPath::Refused(far) = path_of(&host_gw, "10.244.3.0/24") else { panic!("routed beyond the L2") };
+        assert!(far
+            .to_string()
+            .contains("its node 192.168.60.3 is not on this node's L2 segment (192.168.50.0/24 on eth0)"));
+        assert!(!far.is_invalid_lease());
+        let PeerPath::Refused(far) = path_of(&host_gw, "fd00:10:244:3::/64") else { panic!("routed beyond the L2") };
+        assert!(far
+            .to_string()
+            .contains("its node fd00:60::3 is not on this node's L2 segment (fd00:50::/64 on eth0)"));
+    }
+
+    #[test]
+    fn leases_that_are_not_valid_are_refused_and_the_others_used() {
+        let with_mac = |mut peer: Peer, mac: [u8; 6]| {
+            for data in [&mut peer.attrs.backend_data, &mut peer.attrs.backend_v6_data].into_iter().flatten() {
+                data.vtep_mac = Some(mac);
+            }
+            peer
+        };
+        let own_mac = derived_vtep_mac(underlay().public(Family::V4).unwrap());
+        let own_mac6 = derived_vtep_mac(underlay().public(Family::V6).unwrap());
+        let peers = vec![
+            ("10.244.2.0/24", peer("192.168.50.11", 1)),
+            ("192.168.50.0/24", peer("192.168.50.12", 2)),
+            ("10.244.4.0/25", peer("192.168.50.13", 3)),
+            ("10.244.5.0/24", peer("127.0.0.1", 4)),
+            ("10.244.6.0/24", peer("224.0.0.5", 5)),
+            ("10.244.8.0/24", peer("192.168.50.10", 7)),
+            ("10.244.9.0/24", peer("192.168.50.11", 8)),
+            ("10.244.10.0/24", with_mac(peer("192.168.50.20", 9), [0x01, 0, 0x5e, 0, 0, 1])),
+            ("10.244.11.0/24", with_mac(peer("192.168.50.21", 10), derived_vtep_mac(ip("192.168.50.11")))),
+            ("10.244.12.0/24", with_mac(peer("192.168.50.22", 11), own_mac)),
+            ("fd00:10:244:2::/64", peer("fd00:50::11", 1)),
+            ("fd00:50::/64", peer("fd00:50::12", 2)),
+            ("fd00:10:244:4::/80", peer("fd00:50::13", 3)),
+            ("fd00:10:244:5::/64", peer("::1", 4)),
+            ("fd00:10:244:6::/64", peer("ff02::1", 5)),
+            ("fd00:10:244:7::/64", peer("fe80::7", 6)),
+            ("fd00:10:244:8::/64", peer("fd00:50::10", 7)),
+            ("fd00:10:244:9::/64", peer("fd00:50::11", 8)),
+            ("fd00:10:244:10::/64", with_mac(peer("fd00:50::20", 9), [0x33, 0x33, 0, 0, 0, 1])),
+            ("fd00:10:244:11::/64", with_mac(peer("fd00:50::21", 10), derived_vtep_mac(ip("fd00:50::11")))),
+            ("fd00:10:244:12::/64", with_mac(peer("fd00:50::22", 11), own_mac6)),
+        ];
+        let paths = plan(&cluster(r#"{"Type":"vxlan"}"#, peers), &underlay());
+        assert!(matches!(path_of(&paths, "10.244.2.0/24"), PeerPath::Overlay { .. }), "the good peer keeps working");
+        assert!(matches!(path_of(&paths, "fd00:10:244:2::/64"), PeerPath::Overlay { .. }));
+        let reason = |subnet: &str| match path_of(&paths, subnet) {
+            PeerPath::Refused(refusal) => {
+                assert!(refusal.is_invalid_lease());
+                refusal.to_string()
+            }
+            other => panic!("{subnet} not refused: {other:?}"),
+        };
+        assert_eq!(reason("192.168.50.0/24"), "its subnet is not inside the Network 10.244.0.0/16");
+        assert_eq!(reason("10.244.4.0/25"), "its subnet is not a /24 (SubnetLen)");
+        assert_eq!(reason("10.244.5.0/24"), "its public address 127.0.0.1 is a loopback address");
+        assert_eq!(reason("10.244.6.0/24"), "its public address 224.0.0.5 is a multicast address");
+        assert_eq!(reason("10.244.8.0/24"), "its public address 192.168.50.10 is this node's");
+        assert_eq!(
+            reason("10.244.9.0/24"),
+            "its public address 192.168.50.11 is already that of the lease of 10.244.2.0/24"
+        );
+        assert_eq!(reason("10.244.10.0/24"), "its VtepMAC 01:00:5e:00:00:01 is not a unicast address");
+        assert_eq!(
+            reason("10.244.11.0/24"),
+            "its VtepMAC 0e:fa:c0:a8:32:0b is already that of the lease of 10.244.2.0/24"
+        );
+        assert_eq!(reason("10.244.12.0/24"), "its VtepMAC 0e:fa:c0:a8:32:0a is this node's");
+        assert_eq!(reason("fd00:50::/64"), "its subnet is not inside the Network fd00:10:244::/56");
+        assert_eq!(reason("fd00:10:244:4::/80"), "its subnet is not a /64 (SubnetLen)");
+        assert_eq!(reason("fd00:10:244:5::/64"), "its public address ::1 is a loopback address");
+        assert_eq!(reason("fd00:10:244:6::/64"), "its public address ff02::1 is a multicast address");
+        assert_eq!(reason("fd00:10:244:7::/64"), "its public address fe80::7 is a link-local address");
+        assert_eq!(reason("fd00:10:244:8::/64"), "its public address fd00:50::10 is this node's");
+        assert_eq!(
+            reason("fd00:10:244:9::/64"),
+            "its public address fd00:50::11 is already that of the lease of fd00:10:244:2::/64"
+        );
+        assert_eq!(reason("fd00:10:244:10::/64"), "its VtepMAC 33:33:00:00:00:01 is not a unicast address");
+        let mac = |public: &str| cnicore::mac::format(&derived_vtep_mac(ip(public)));
+        assert_eq!(
+            reason("fd00:10:244:11::/64"),
+            format!("its VtepMAC {} is already that of the lease of fd00:10:244:2::/64", mac("fd00:50::11"))
+        );
+        assert_eq!(reason("fd00:10:244:12::/64"), format!("its VtepMAC {} is this node's", mac("fd00:50::10")));
+    }
+
+    #[test]
+    fn vtep_macs_of_ipv6_addresses_differ_when_their_last_bytes_agree() {
+        let (a, b) = (derived_vtep_mac(ip("fd00:192:168:50::a")), derived_vtep_mac(ip("fd00:192:168:51::a")));
+        assert_ne!(a, b);
+        assert!(is_unicast_mac(&a) && a[0] & 2 == 2, "locally administered unicast");
+    }
+
+    #[test]
+    fn a_dual_stack_lease_without_a_public_ipv6_address_is_used_for_ipv4_only() {
+        let mut dual = peer("192.168.50.11", 1);
+        dual.attrs.backend_v6_data = dual.attrs.backend_data;
+        let mut cluster = cluster(r#"{"Type":"vxlan"}"#, vec![]);
+        let key =
+            SubnetKey { v4: Some("10.244.2.0/24".parse().unwrap()), v6: Some("fd00:10:244:2::/64".parse().unwrap()) };
+        cluster.peers.insert(key, dual);
+        let paths = plan(&cluster, &underlay());
+        assert!(matches!(path_of(&paths, "10.244.2.0/24"), PeerPath::Overlay { .. }));
+        assert_eq!(
+            path_of(&paths, "fd00:10:244:2::/64"),
+            PeerPath::Refused(Refusal::NoPublicIp { family: Family::V6 })
+        );
+    }
+
+    #[test]
+    fn the_older_lease_keeps_an_address_claimed_twice() {
+        // The newer lease sorts first by subnet; age decides, not the key.
+        let peers = vec![("10.244.2.0/24", peer("192.168.50.11", 20)), ("10.244.3.0/24", peer("192.168.50.11", 5))];
+        let paths = plan(&cluster(r#"{"Type":"host-gw"}"#, peers), &underlay());
+        assert!(matches!(path_of(&paths, "10.244.3.0/24"), PeerPath::Direct { .. }));
+        assert!(matches!(path_of(&paths, "10.244.2.0/24"), PeerPath::Refused(Refusal::PublicIpTaken { .. })));
+    }
+
+    #[test]
+    fn routes_not_made_by_fabricd_are_neither_replaced_nor_shadowed() {
+        let route = |dst: &str, gateway: Option<&str>, protocol: u8, oif: u32| Route {
+            dst: dst.parse().unwrap(),
+            gateway: gateway.map(|g| g.parse().unwrap()),
+            oif: Some(oif),
+            protocol: Some(protocol),
+            ..Route::default()
+        };
+        let routes = vec![
+            route("0.0.0.0/0", Some("192.168.50.1"), 3, 2),
+            route("10.0.0.0/8", Some("192.168.50.1"), 4, 2),
+            route("10.244.2.0/24", Some("192.168.50.99"), 4, 2),
+            route("10.244.3.0/25", None, 2, 7),
+            route("10.244.4.0/24", Some("10.244.4.0"), 3, 9),
+            route("10.244.5.0/24", Some("192.168.50.11"), ROUTE_PROTOCOL, 2),
+            route("fd00:10:244:2::/64", Some("fd00:50::99"), 4, 2),
+        ];
+        let mut paths: BTreeMap<IpNet, PeerPath> = [
+            ("10.244.2.0/24", PeerPath::Direct { gateway: ip("192.168.50.11") }),
+            ("10.244.3.0/24", PeerPath::Direct { gateway: ip("192.168.50.12") }),
+            ("10.244.4.0/24", PeerPath::Overlay { vtep_mac: [2, 0, 0, 0, 0, 1], endpoint: ip("192.168.60.3") }),
+            ("10.244.5.0/24", PeerPath::Direct { gateway: ip("192.168.50.13") }),
+            ("fd00:10:244:2::/64", PeerPath::Direct { gateway: ip("fd00:50::11") }),
+        ]
+        .into_iter()
+        .map(|(s, p)| (s.parse().unwrap(), p))
+        .collect();
+        refuse_route_conflicts(&mut paths, "10.244.0.0/16".parse().unwrap(), &routes, Some(9));
+        assert_eq!(
+            path_of(&paths, "10.244.2.0/24"),
+            PeerPath::Refused(Refusal::RouteConflict { route: "10.244.2.0/24 via 192.168.50.99".into() }),
+            "same destination, elsewhere: not replaced"
+        );
+        assert_eq!(
+            path_of(&paths, "10.244.3.0/24"),
+            PeerPath::Refused(Refusal::RouteConflict { route: "10.244.3.0/25".into() }),
+            "a more specific route (a connected subnet) is not shadowed"
+        );
+        // flanneld's route on the vxlan device is taken over; fabricd's own routes and broader ones are fine.
+        assert!(matches!(path_of(&paths, "10.244.4.0/24"), PeerPath::Overlay { .. }));
+        assert!(matches!(path_of(&paths, "10.244.5.0/24"), PeerPath::Direct { .. }));
+        assert!(matches!(path_of(&paths, "fd00:10:244:2::/64"), PeerPath::Direct { .. }), "another family's turn");
+        refuse_route_conflicts(&mut paths, "fd00:10:244::/56".parse().unwrap(), &routes, None);
+        assert_eq!(
+            path_of(&paths, "fd00:10:244:2::/64"),
+            PeerPath::Refused(Refusal::RouteConflict { route: "fd00:10:244:2::/64 via fd00:50::99".into() })
+        );
+    }
+}
