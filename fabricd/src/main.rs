@@ -152,11 +152,7 @@ impl Cli {
     fn previous(&self) -> Previous {
         let text = std::fs::read_to_string(&self.subnet_file).unwrap_or_default();
         let env = cnicore::subnet_env::SubnetEnv::parse(&text).unwrap_or_default();
-        let subnet = match env.subnet.map(|s| s.trunc()) {
-            Some(ipnet::IpNet::V4(subnet)) => Some(subnet),
-            _ => None,
-        };
-        Previous { subnet, lease_id: env.lease }
+        Previous { subnet: env.subnet.map(|s| s.trunc()), lease_id: env.lease }
     }
 }
 

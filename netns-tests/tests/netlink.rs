@@ -225,6 +225,34 @@ fn ifb_and_bridge_options() {
 }
 
 #[test]
+fn links_move_between_namespaces_renamed_and_back() {
+    let node = TestNetns::new("mvnode");
+    let pod = TestNetns::new("mvpod");
+    let mut node_nl = node.netlink();
+    let veth = node_nl.create_veth("mv0", "mv1", &node.netns(), None, None).expect("veth");
+    let peer = node_nl.require_link("mv1").expect("peer");
+    node_nl.move_to_netns(peer.index, &pod.netns(), Some("eth7")).expect("move renamed");
+    assert!(node_nl.link_by_name("mv1").expect("list").is_none(), "moved link still in the node");
+    let mut pod_nl = pod.netlink();
+    let moved = pod_nl.require_link("eth7").expect("renamed in the pod");
+    // A new name taken in the target: the kernel moves the link, then fails the rename (EEXIST), leaving it in
+    // the target under its old name (see `move_to_netns`).
+    let other = node_nl.require_link("mv0").expect("local end");
+    let err = pod_nl.move_to_netns(moved.index, &node.netns(), Some("mv0")).expect_err("name clash");
+    assert!(is_exists(&err), "{err}");
+    assert_eq!(links_in(&pod), vec!["lo".to_string()]);
+    let stranded = node_nl.require_link("eth7").expect("moved under its old name");
+    node_nl.move_to_netns(stranded.index, &pod.netns(), None).expect("move to the pod again");
+    let moved = pod_nl.require_link("eth7").expect("in the pod again");
+    // Back under its own name, renamed in place first (a rename needs the link down, which it is).
+    pod_nl.rename(moved.index, "mv1").expect("rename");
+    pod_nl.move_to_netns(moved.index, &node.netns(), None).expect("move back");
+    assert_eq!(links_in(&pod), vec!["lo".to_string()]);
+    assert_eq!(node_nl.require_link("mv1").expect("back").peer_index, Some(other.index));
+    assert_eq!(veth.index, other.index);
+}
+
+#[test]
 fn wait_oper_up_times_out_then_wakes_on_the_event() {
     let node = Node::new();
     let pod = node.pod_netns();

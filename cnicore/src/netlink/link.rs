@@ -97,6 +97,16 @@ fn setlink_request(index: u32, flags: u32, change: u32, attribute: Option<(u16, 
     request
 }
 
+/// An `RTM_SETLINK` moving link `index` into the namespace of the open file `netns_fd`, renamed if `new_name`.
+fn move_request(index: u32, netns_fd: u32, new_name: Option<&str>) -> Request {
+    let mut request = link_request(libc::RTM_SETLINK, 0, index);
+    request.attr_u32(libc::IFLA_NET_NS_FD, netns_fd);
+    if let Some(name) = new_name {
+        request.attr_str(libc::IFLA_IFNAME, name);
+    }
+    request
+}
+
 /// The fixed header of a link message: (index, flags) and the attributes after it.
 pub(crate) fn split_link_message(data: &[u8]) -> Option<(u32, u32, &[u8])> {
     let index = wire::u32_at(data, 4)?;
@@ -334,6 +344,25 @@ impl Netlink {
         }
     }
 
+    /// Moves link `index` into `netns`, renamed to `new_name` if given, in one request. It is not atomic: the
+    /// kernel moves the link first (under `new_name` only if its current name is taken in the target), then
+    /// renames it; a `new_name` already taken in the target fails with EEXIST after the move, leaving the link
+    /// in the target under its old name. A caller that must not leave it there moves it back on that error.
+    /// The link's index may change in its new namespace: look it up there by name.
+    pub fn move_to_netns(&mut self, index: u32, netns: &NetNs, new_name: Option<&str>) -> io::Result<()> {
+        let fd = netns.as_fd().as_raw_fd() as u32;
+        self.request_raw(&mut move_request(index, fd, new_name), 0)?;
+        Ok(())
+    }
+
+    /// Renames link `index` (it must be down, or the kernel answers EBUSY).
+    pub fn rename(&mut self, index: u32, name: &str) -> io::Result<()> {
+        let mut request = link_request(libc::RTM_SETLINK, 0, index);
+        request.attr_str(libc::IFLA_IFNAME, name);
+        self.request_raw(&mut request, 0)?;
+        Ok(())
+    }
+
     /// Sends an `RTM_SETLINK` for `index` with the given `IFF_*` flag changes (`flags` under the mask
     /// `change`) and, if given, one attribute.
     fn set_link(&mut self, index: u32, flags: u32, change: u32, attribute: Option<(u16, &[u8])>) -> io::Result<()> {
@@ -513,6 +542,18 @@ mod tests {
         let mut request = link_request(libc::RTM_GETLINK, 0, 0);
         request.attr_str(libc::IFLA_IFNAME, "eth0");
         assert_eq!(request.payload(), emitted(&message(vec![LinkAttribute::IfName("eth0".into())])));
+    }
+
+    #[test]
+    fn move_and_rename_requests() {
+        let moved = move_request(7, 42, Some("eth1"));
+        let mut expected = message(vec![LinkAttribute::NetNsFd(42), LinkAttribute::IfName("eth1".into())]);
+        expected.header.index = 7;
+        assert_eq!(moved.payload(), emitted(&expected));
+        let kept = move_request(7, 42, None);
+        let mut expected = message(vec![LinkAttribute::NetNsFd(42)]);
+        expected.header.index = 7;
+        assert_eq!(kept.payload(), emitted(&expected));
     }
 
     #[test]

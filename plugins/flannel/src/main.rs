@@ -1,16 +1,19 @@
 //! `flannel`: flannel's CNI meta-plugin (flannel-io/cni-plugin), so that conflists whose first plugin is
 //! `"type": "flannel"` keep working on these binaries unchanged.
 //!
-//! ADD reads the node agent's `subnet.env` (`subnetFile`, default `/run/flannel/subnet.env`), completes the
-//! `delegate` config (type `bridge`; `name`, `ipMasq` = !FLANNEL_IPMASQ, `mtu` = FLANNEL_MTU, `isGateway` for
-//! a bridge, `cniVersion`, an `ipam` of host-local over the node's subnet with routes to the cluster
-//! networks, `runtimeConfig`), saves it as `<dataDir>/<containerID>` (default `/var/lib/cni/flannel`) and
-//! runs the delegate's ADD with it. DEL runs the delegate's DEL with the saved config and removes the file;
-//! nothing saved is success. CHECK succeeds, as flannel's does.
+//! ADD reads the node agent's `subnet.env` (`subnetFile`, default `/run/flannel/subnet.env`; IPv4, IPv6 or
+//! both), completes the `delegate` config ([`delegate`]: type `bridge`; `name`, `ipMasq` = !FLANNEL_IPMASQ,
+//! `mtu` = FLANNEL_MTU, `isGateway` for a bridge, `cniVersion`, an `ipam` of host-local with one range per
+//! family the node has a subnet of and routes to the cluster networks of both families, `runtimeConfig`),
+//! saves it as `<dataDir>/<containerID>` (default `/var/lib/cni/flannel`) and runs the delegate's ADD with
+//! it. DEL runs the delegate's DEL with the saved config and removes the file; nothing saved is success.
+//! CHECK succeeds, as flannel's does. GC (a no-op in flannel's) runs the delegate's GC with the config ADD
+//! would build and forgets the saved configs of this network's containers that are not valid any more.
 //!
 //! Stricter than flannel where its input is hostile: `dataDir` and `subnetFile` are absolute paths without
-//! `..`; `subnet.env` is a regular file of at most 64 KiB; `runtimeConfig` is an object; a `prevResult` is read
-//! as every plugin reads it; everything is checked, and the pod's netns opened, before the config is saved.
+//! `..`; `subnet.env` is a regular file of at most 64 KiB whose families are whole (a subnet with its
+//! network, inside it); `runtimeConfig` is an object; `ipam.routes` are routes; a `prevResult` is read as
+//! every plugin reads it; everything is checked, and the pod's netns opened, before the config is saved.
 
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -19,8 +22,11 @@ use std::path::{Component, Path, PathBuf};
 use cnicore::spec::ipam::{exec_plugin, find_plugin};
 use cnicore::spec::{plugin_main, truncate_for_msg, CniResult, Command, Context, Error, Plugin, Result};
 use cnicore::subnet_env::SubnetEnv;
+use delegate::delegate_conf;
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
+
+mod delegate;
 
 const DEFAULT_SUBNET_FILE: &str = "/run/flannel/subnet.env";
 const DEFAULT_DATA_DIR: &str = "/var/lib/cni/flannel";
@@ -65,74 +71,36 @@ fn configured_path<'a>(what: &str, path: Option<&'a Path>, default: &'static str
     Ok(path)
 }
 
-fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {
-    let failed = |e: std::io::Error| Error::io(format!("open {}: {e}", path.display()));
-    // A regular file only: a FIFO would block the plugin forever, a device such as /dev/zero never end.
-    if !std::fs::metadata(path).map_err(failed)?.is_file() {
-        return Err(Error::io(format!("{} is not a regular file", path.display())));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path).map_err(failed)?.take(MAX_SUBNET_FILE + 1).read_to_end(&mut bytes).map_err(failed)?;
-    if bytes.len() as u64 > MAX_SUBNET_FILE {
-        return Err(Error::io(format!("{} is larger than {MAX_SUBNET_FILE} bytes", path.display())));
-    }
-    // As flannel's line scanner: bytes that are not text matter only in the values they spoil.
-    let env = SubnetEnv::parse(&String::from_utf8_lossy(&bytes))
-        .map_err(|e| Error::config(format!("{}: {e}", path.display())))?;
-    let missing = env.missing();
-    if !missing.is_empty() {
-        return Err(Error::config(format!("{} is missing {}", path.display(), missing.join(", "))));
-    }
-    Ok(env)
+/// A file error with what was being done: code IO, as every plugin reports a file it cannot read or write.
+fn file_error(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(format!("{what}: {e}"))
 }
 
-/// The delegate's config, completed as flannel completes it.
-fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {
-    let mut delegate = conf.delegate.clone().unwrap_or_default();
-    if delegate.get("type").is_some_and(|t| !t.is_string()) {
-        return Err(Error::config("'delegate' dictionary, if present, must have (string) 'type' field"));
+/// The node agent's `subnet.env`, complete and coherent (flannel's message prefix on every failure).
+fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {
+    read_subnet_env(path).map_err(|e| e.within("failed to load flannel 'subnet.env' file"))
+}
+
+fn read_subnet_env(path: &Path) -> Result<SubnetEnv> {
+    let shown = path.display();
+    // A regular file only: a FIFO would block the plugin forever, a device such as /dev/zero never end.
+    if !std::fs::metadata(path).map_err(file_error(format_args!("open {shown}")))?.is_file() {
+        return Err(Error::io(format!("{shown} is not a regular file")));
     }
-    if delegate.contains_key("name") {
-        return Err(Error::config("'delegate' dictionary must not have 'name' field, it'll be set by flannel"));
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).map_err(file_error(format_args!("open {shown}")))?;
+    file.take(MAX_SUBNET_FILE + 1).read_to_end(&mut bytes).map_err(file_error(format_args!("read {shown}")))?;
+    if bytes.len() as u64 > MAX_SUBNET_FILE {
+        return Err(Error::io(format!("{shown} is larger than {MAX_SUBNET_FILE} bytes")));
     }
-    if delegate.contains_key("ipam") {
-        return Err(Error::config("'delegate' dictionary must not have 'ipam' field, it'll be set by flannel"));
+    // As flannel's line scanner: bytes that are not text matter only in the values they spoil.
+    let env = SubnetEnv::parse(&String::from_utf8_lossy(&bytes)).map_err(|e| e.within(&shown))?;
+    let missing = env.missing();
+    if !missing.is_empty() {
+        return Err(Error::config(format!("{shown} is missing {}", missing.join(", "))));
     }
-    if let Some(runtime_config) = &conf.runtime_config {
-        delegate.insert("runtimeConfig".into(), Value::Object(runtime_config.clone()));
-    }
-    delegate.insert("name".into(), json!(conf.name));
-    delegate.entry("type").or_insert(json!("bridge"));
-    delegate.entry("ipMasq").or_insert(json!(!env.ipmasq.unwrap_or(false)));
-    delegate.entry("mtu").or_insert(json!(env.mtu));
-    if delegate["type"] == "bridge" {
-        delegate.entry("isGateway").or_insert(json!(true));
-    }
-    if !conf.cni_version.is_empty() {
-        delegate.insert("cniVersion".into(), json!(conf.cni_version));
-    }
-    let mut ipam = conf.ipam.clone().unwrap_or_default();
-    ipam.entry("type").or_insert(json!("host-local"));
-    // The subnets as Go's net.ParseCIDR gives them: the network, not the node's first address.
-    let ranges: Vec<Value> = [env.subnet, env.ipv6_subnet]
-        .into_iter()
-        .flatten()
-        .map(|s| json!([{ "subnet": s.trunc().to_string() }]))
-        .collect();
-    ipam.insert("ranges".into(), Value::Array(ranges));
-    let mut routes = match ipam.get("routes") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(routes)) => routes.clone(),
-        Some(_) => {
-            return Err(Error::config(
-                "failed to assemble Delegate IPAM: failed to read IPAM routes: ipam.routes must be a list",
-            ))
-        }
-    };
-    routes.extend(env.networks.iter().chain(&env.ipv6_networks).map(|n| json!({ "dst": n.to_string() })));
-    ipam.insert("routes".into(), Value::Array(routes));
-    delegate.insert("ipam".into(), Value::Object(ipam));
-    Ok(delegate)
+    env.check_families().map_err(|e| e.within(&shown))?;
+    Ok(env)
 }
 
 fn scratch_path(ctx: &Context, conf: &Conf) -> Result<PathBuf> {
@@ -143,6 +111,21 @@ fn scratch_path(ctx: &Context, conf: &Conf) -> Result<PathBuf> {
 fn delegate_binary(ctx: &Context, delegate: &Map<String, Value>) -> Result<PathBuf> {
     let kind = delegate.get("type").and_then(Value::as_str).unwrap_or_default();
     find_plugin(kind, &ctx.env.path)
+}
+
+fn to_bytes(delegate: &Map<String, Value>) -> Result<Vec<u8>> {
+    serde_json::to_vec(delegate).map_err(|e| Error::internal(format!("error serializing delegate netconf: {e}")))
+}
+
+/// The saved configs of `data_dir`, by container ID (a missing directory holds none).
+fn saved_container_ids(data_dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(file_error(format_args!("listing {}", data_dir.display()))(e)),
+    };
+    let names = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file()));
+    Ok(names.filter_map(|e| e.file_name().into_string().ok()).collect())
 }
 
 struct Flannel;
@@ -157,17 +140,15 @@ impl Plugin for Flannel {
         let env = load_subnet_env(conf.subnet_file()?)?;
         let delegate = delegate_conf(&conf, &env)?;
         let binary = delegate_binary(ctx, &delegate)?;
-        let bytes = serde_json::to_vec(&delegate)
-            .map_err(|e| Error::internal(format!("error serializing delegate netconf: {e}")))?;
+        let bytes = to_bytes(&delegate)?;
         // The delegate would refuse a pod netns that is not there, after the config below is saved.
         ctx.open_netns()?;
         // Saved first, so that DEL can undo even an ADD that failed half-way.
         let data_dir = conf.data_dir()?;
-        cnicore::state::ensure_dir(data_dir, 0o700).map_err(|e| Error::io(format!("{}: {e}", data_dir.display())))?;
-        cnicore::state::write_atomic(&path, &bytes, 0o600)
-            .map_err(|e| Error::io(format!("{}: {e}", path.display())))?;
+        cnicore::state::ensure_dir(data_dir, 0o700).map_err(file_error(data_dir.display()))?;
+        cnicore::state::write_atomic(&path, &bytes, 0o600).map_err(file_error(path.display()))?;
         let answer = exec_plugin(&binary, Command::Add, ctx, &bytes)
-            .map_err(|e| Error::new(e.code, format!("failed to delegate add: {}", e.msg)))?
+            .map_err(|e| e.within("failed to delegate add"))?
             .ok_or_else(|| Error::decode(format!("delegate {} returned no result", binary.display())))?;
         CniResult::from_json(&answer)
     }
@@ -179,22 +160,78 @@ impl Plugin for Flannel {
             Ok(bytes) => bytes,
             // Nothing saved: nothing to undo (the spec's DEL of what is already gone).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(format!("{}: {e}", path.display()))),
+            Err(e) => return Err(file_error(format_args!("reading {}", path.display()))(e)),
         };
         let Ok(Value::Object(saved)) = serde_json::from_slice::<Value>(&bytes) else {
             // As flannel: an unreadable saved config leaves the interface to be removed with the pod.
-            eprintln!("failed to parse netconf saved in {}", path.display());
+            cnicore::warn!("failed to parse netconf saved in {}: nothing to delegate", path.display());
             return Ok(());
         };
         let binary = delegate_binary(ctx, &saved)?;
-        exec_plugin(&binary, Command::Del, ctx, &bytes)?;
+        exec_plugin(&binary, Command::Del, ctx, &bytes).map_err(|e| e.within("failed to delegate del"))?;
         // Removed only once the delegate succeeded, so that a retried DEL can still undo.
-        let _ = std::fs::remove_file(&path);
+        remove_saved(&path);
         Ok(())
     }
 
     fn check(&self, _ctx: &Context) -> Result<()> {
         Ok(())
+    }
+
+    /// flannel's own plugin does nothing on GC; ours passes it to the delegate, completed as for ADD (bridge
+    /// and host-local then release what the runtime no longer knows), then forgets the saved configs of
+    /// containers that are not among the valid attachments. A failed delegate GC keeps them (they are only
+    /// bookkeeping, and the next GC comes back to them): a GC that fails changes nothing of ours.
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        let conf: Conf = ctx.parse_conf()?;
+        let Some(valid) = ctx.gc_attachments()? else { return Ok(()) };
+        let data_dir = conf.data_dir()?;
+        delegate_gc(ctx, &conf)?;
+        forget_stale_configs(data_dir, &conf.name, &valid)
+    }
+}
+
+/// The delegate's GC with the config ADD would build today and the runtime's lists of valid attachments.
+fn delegate_gc(ctx: &Context, conf: &Conf) -> Result<()> {
+    let env = load_subnet_env(conf.subnet_file()?)?;
+    let mut delegate = delegate_conf(conf, &env)?;
+    let request: Map<String, Value> = serde_json::from_slice(&ctx.stdin).unwrap_or_default();
+    for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+        if let Some(list) = request.get(key) {
+            delegate.insert(key.into(), list.clone());
+        }
+    }
+    let binary = delegate_binary(ctx, &delegate)?;
+    exec_plugin(&binary, Command::Gc, ctx, &to_bytes(&delegate)?).map_err(|e| e.within("failed to delegate gc"))?;
+    Ok(())
+}
+
+/// Removes the saved configs of the network `name` in `data_dir` whose containers have no valid attachment.
+fn forget_stale_configs(data_dir: &Path, name: &str, valid: &[(String, String)]) -> Result<()> {
+    for container_id in saved_container_ids(data_dir)? {
+        let path = data_dir.join(&container_id);
+        if !valid.iter().any(|(id, _)| *id == container_id) && saved_for_network(&path, name) {
+            remove_saved(&path);
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` holds a config this plugin saved for the network `name` (a `dataDir` may be shared, or
+/// hold what is not ours).
+fn saved_for_network(path: &Path, name: &str) -> bool {
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    let Ok(Value::Object(saved)) = serde_json::from_slice::<Value>(&bytes) else { return false };
+    saved.get("name").and_then(Value::as_str) == Some(name) && saved.get("type").is_some_and(Value::is_string)
+}
+
+/// Forgets a saved config; one that cannot be removed is only stale bookkeeping, so a warning.
+fn remove_saved(path: &Path) {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            cnicore::warn!("removing the saved config {}: {e}", path.display())
+        }
+        _ => {}
     }
 }
 
@@ -206,63 +243,42 @@ fn main() {
 mod tests {
     use super::*;
 
-    fn env() -> SubnetEnv {
-        SubnetEnv::parse(
-            "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
-        )
-        .unwrap()
-    }
-
-    fn conf(value: Value) -> Conf {
-        serde_json::from_value(value).unwrap()
-    }
-
-    #[test]
-    fn completes_the_delegate_as_flannel_does() {
-        let c = conf(json!({ "cniVersion": "0.3.1", "name": "cbr0", "type": "flannel",
-                             "delegate": { "hairpinMode": true, "isDefaultGateway": true } }));
-        let delegate = delegate_conf(&c, &env()).unwrap();
-        assert_eq!(
-            Value::Object(delegate),
-            json!({
-                "cniVersion": "0.3.1", "name": "cbr0", "type": "bridge", "hairpinMode": true, "isDefaultGateway": true,
-                "ipMasq": false, "mtu": 1450, "isGateway": true,
-                "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.244.3.0/24" }]], "routes": [{ "dst": "10.244.0.0/16" }] }
-            })
-        );
-    }
-
-    #[test]
-    fn explicit_values_win_and_bad_delegates_are_refused() {
-        let c = conf(json!({ "name": "n", "delegate": { "type": "ipvlan", "mtu": 1300, "ipMasq": true },
-                             "ipam": { "routes": [{ "dst": "0.0.0.0/0" }] }, "runtimeConfig": { "portMappings": [] } }));
-        let delegate = delegate_conf(&c, &env()).unwrap();
-        assert_eq!((delegate["mtu"].clone(), delegate["ipMasq"].clone()), (json!(1300), json!(true)));
-        assert!(!delegate.contains_key("isGateway") && !delegate.contains_key("cniVersion"));
-        assert_eq!(delegate["ipam"]["routes"], json!([{ "dst": "0.0.0.0/0" }, { "dst": "10.244.0.0/16" }]));
-        assert_eq!(delegate["runtimeConfig"], json!({ "portMappings": [] }));
-        for (bad, says) in [
-            (json!({ "name": "x" }), "must not have 'name'"),
-            (json!({ "ipam": {} }), "must not have 'ipam'"),
-            (json!({ "type": 3 }), "(string) 'type'"),
-        ] {
-            let c = conf(json!({ "name": "n", "delegate": bad }));
-            assert!(delegate_conf(&c, &env()).unwrap_err().msg.contains(says));
-        }
+    fn temp_file(name: &str, text: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("flannel-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("subnet.env");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
     }
 
     #[test]
     fn missing_variables_are_named() {
-        let dir = std::env::temp_dir().join(format!("flannel-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("subnet.env");
-        std::fs::write(&path, "FLANNEL_NETWORK=10.244.0.0/16\n").unwrap();
+        let (dir, path) = temp_file("missing", "FLANNEL_NETWORK=10.244.0.0/16\n");
         let e = load_subnet_env(&path).unwrap_err();
+        assert_eq!(e.code, cnicore::spec::codes::INVALID_CONFIG);
         assert!(
             e.msg.contains("is missing FLANNEL_SUBNET, FLANNEL_IPV6_SUBNET, FLANNEL_MTU, FLANNEL_IPMASQ"),
             "{}",
             e.msg
         );
+        assert!(e.msg.starts_with("failed to load flannel 'subnet.env' file: "), "{}", e.msg);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn subnet_env_errors_name_the_file_and_the_variable() {
+        let (dir, path) = temp_file(
+            "outside",
+            "FLANNEL_IPV6_NETWORK=fd66::/56\nFLANNEL_IPV6_SUBNET=fd67::1/64\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+        );
+        let e = load_subnet_env(&path).unwrap_err();
+        assert_eq!(e.code, cnicore::spec::codes::INVALID_CONFIG);
+        let says =
+            format!("{}: FLANNEL_IPV6_SUBNET=fd67::1/64 is not inside FLANNEL_IPV6_NETWORK=fd66::/56", path.display());
+        assert!(e.msg.ends_with(&says), "{}", e.msg);
+        let e = load_subnet_env(&dir.join("absent.env")).unwrap_err();
+        assert_eq!(e.code, cnicore::spec::codes::IO);
+        assert!(e.msg.contains("absent.env: No such file"), "{}", e.msg);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
