@@ -36,33 +36,42 @@ use netns_tests::TestNetns;
 type Steps = BTreeMap<&'static str, f64>;
 
 fn main() {
-    let runs: usize = std::env::args().nth(1).map(|r| r.parse().expect("RUNS is a number")).unwrap_or(30);
+    let mut args = std::env::args().skip(1);
+    let runs: usize = args.next().map(|r| r.parse().expect("RUNS is a number")).unwrap_or(30);
+    let tsv = args.next().as_deref() == Some("--tsv");
     let node = TestNetns::new("floor");
     let node_ns = node.netns();
     let mut nl = Netlink::in_netns(&node_ns).expect("netlink in the node");
     let bridge = nl.create_bridge("cbr0", None).expect("bridge");
     nl.add_address(bridge.index, "10.244.1.1/24".parse().expect("net")).expect("gateway address");
     nl.set_up(bridge.index).expect("bridge up");
-    let mut nft = node.run(nft::Socket::open).expect("nf_tables socket");
-    node.run(|| nft::setup_tables()).expect("nft base table");
+    node.run(nft::setup_tables).expect("nft base table");
 
     let mut add_runs = Vec::new();
     let mut del_runs = Vec::new();
     for run in 0..runs {
-        // Pods alternate between a sequential and a concurrent DEL so both see the same conditions.
-        let concurrent = run % 2 == 1;
         let pod = TestNetns::new("floorp");
-        let (add, pod_state) = add_pod(&mut nl, &mut nft, bridge.index, &pod, run);
-        let del = if concurrent {
-            del_pod_concurrently(&node_ns, &pod_state)
-        } else {
-            del_pod(&mut nl, &mut nft, &pod_state)
+        let (add, pod_state) = add_pod(&mut nl, &node_ns, bridge.index, &pod, run);
+        // Pods take turns at the three ways of deleting, so that all see the same conditions.
+        let del = match run % 3 {
+            0 => del_pod(&mut nl, &node_ns, &pod_state),
+            1 => del_pod_concurrently(&node_ns, &pod_state),
+            _ => del_pod_pooled(&mut nl, &node_ns, &pod_state),
         };
+        if tsv {
+            for (verb, steps) in [("ADD", &add), ("DEL", &del)] {
+                for (step, ms) in steps {
+                    println!("{verb}\t{step}\t{ms:.3}");
+                }
+            }
+        }
         add_runs.push(add);
         del_runs.push(del);
         drop(pod);
     }
-    print_table(runs, &add_runs, &del_runs);
+    if !tsv {
+        print_table(runs, &add_runs, &del_runs);
+    }
 }
 
 /// What DEL needs to know of one pod.
@@ -81,7 +90,7 @@ fn timed<T>(steps: &mut Steps, name: &'static str, f: impl FnOnce() -> T) -> T {
     value
 }
 
-fn add_pod(nl: &mut Netlink, nft: &mut nft::Socket, bridge: u32, pod: &TestNetns, n: usize) -> (Steps, PodState) {
+fn add_pod(nl: &mut Netlink, node_ns: &NetNs, bridge: u32, pod: &TestNetns, n: usize) -> (Steps, PodState) {
     let mut steps = Steps::new();
     let start = Instant::now();
     let host_name = format!("vfl{n}");
@@ -113,7 +122,9 @@ fn add_pod(nl: &mut Netlink, nft: &mut nft::Socket, bridge: u32, pod: &TestNetns
     });
     let masq_chain = format!("FLOOR-MASQ-{n}");
     let dnat_chain = format!("FLOOR-DN-{n}");
+    // A socket of its own, as each plugin process has: opened and closed within the step.
     let jump_handles = timed(&mut steps, "rules", || {
+        let mut nft = node_ns.run(nft::Socket::open).expect("enter the node").expect("nf_tables socket");
         nft.add_pod_rules(&masq_chain, &dnat_chain, pod_ip.parse().expect("ip")).expect("nf_tables rules")
     });
     timed(&mut steps, "tc", || {
@@ -129,16 +140,23 @@ fn add_pod(nl: &mut Netlink, nft: &mut nft::Socket, bridge: u32, pod: &TestNetns
     (steps, state)
 }
 
-fn del_pod(nl: &mut Netlink, nft: &mut nft::Socket, pod: &PodState) -> Steps {
+/// One deletion after the other, each on a socket opened and closed within its step: closing an nf_tables
+/// socket after a transaction that deleted something waits for the RCU grace period that frees it
+/// (`nft_rcv_nl_event` flushes the destroy work), as a plugin's exit does.
+fn del_pod(nl: &mut Netlink, node_ns: &NetNs, pod: &PodState) -> Steps {
     let mut steps = Steps::new();
     let start = Instant::now();
     timed(&mut steps, "veth", || nl.delete_link_by_name(&pod.host_veth).expect("delete veth"));
     timed(&mut steps, "ifb", || nl.delete_link_by_name(&pod.ifb).expect("delete ifb"));
-    timed(&mut steps, "rules", || {
-        nft.del_pod_rules(&pod.masq_chain, &pod.dnat_chain, pod.jump_handles).expect("delete nf_tables rules")
-    });
+    timed(&mut steps, "rules", || del_rules(node_ns, pod));
     steps.insert("sequential", start.elapsed().as_secs_f64() * 1000.0);
     steps
+}
+
+fn del_rules(node_ns: &NetNs, pod: &PodState) {
+    let mut nft = node_ns.run(nft::Socket::open).expect("enter the node").expect("nf_tables socket");
+    nft.del_pod_rules(&pod.masq_chain, &pod.dnat_chain, pod.jump_handles).expect("delete nf_tables rules");
+    drop(nft);
 }
 
 /// The three slow deletions at once, each on a thread with its own socket (opened before the clock starts,
@@ -146,16 +164,33 @@ fn del_pod(nl: &mut Netlink, nft: &mut nft::Socket, pod: &PodState) -> Steps {
 fn del_pod_concurrently(node_ns: &NetNs, pod: &PodState) -> Steps {
     let mut veth_nl = Netlink::in_netns(node_ns).expect("netlink");
     let mut ifb_nl = Netlink::in_netns(node_ns).expect("netlink");
-    let mut nft = node_ns.run(nft::Socket::open).expect("enter node").expect("nf_tables socket");
     let start = Instant::now();
     thread::scope(|scope| {
         let veth = scope.spawn(|| veth_nl.delete_link_by_name(&pod.host_veth).expect("delete veth"));
         let ifb = scope.spawn(|| ifb_nl.delete_link_by_name(&pod.ifb).expect("delete ifb"));
-        nft.del_pod_rules(&pod.masq_chain, &pod.dnat_chain, pod.jump_handles).expect("delete nf_tables rules");
+        del_rules(node_ns, pod);
         veth.join().expect("veth thread");
         ifb.join().expect("ifb thread");
     });
     Steps::from([("concurrent", start.elapsed().as_secs_f64() * 1000.0)])
+}
+
+/// DEL as it would be with a pool of idle ifb devices: the ifb is not deleted but emptied (its root qdisc
+/// removed) and set down, ready for the next pod; the veth and the rules as in [`del_pod`]. The ifb is
+/// deleted afterwards, outside the clock.
+fn del_pod_pooled(nl: &mut Netlink, node_ns: &NetNs, pod: &PodState) -> Steps {
+    let mut steps = Steps::new();
+    let start = Instant::now();
+    timed(&mut steps, "veth", || nl.delete_link_by_name(&pod.host_veth).expect("delete veth"));
+    timed(&mut steps, "ifb to pool", || {
+        let ifb = nl.require_link(&pod.ifb).expect("ifb");
+        nl.delete_qdisc(ifb.index, handle::make(1, 0), handle::ROOT).expect("delete the ifb's tbf");
+        nl.set_down(ifb.index).expect("ifb down");
+    });
+    timed(&mut steps, "rules", || del_rules(node_ns, pod));
+    steps.insert("pooled ifb", start.elapsed().as_secs_f64() * 1000.0);
+    nl.delete_link_by_name(&pod.ifb).expect("delete the pooled ifb");
+    steps
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -171,7 +206,7 @@ fn print_table(runs: usize, add: &[Steps], del: &[Steps]) {
     println!("|---|---|---|");
     for (verb, all, order) in [
         ("ADD", add, &["netns", "veth", "attach", "pod", "rules", "tc", "total"][..]),
-        ("DEL", del, &["veth", "ifb", "rules", "sequential", "concurrent"][..]),
+        ("DEL", del, &["veth", "ifb", "ifb to pool", "rules", "sequential", "concurrent", "pooled ifb"][..]),
     ] {
         for step in order {
             let values: Vec<f64> = all.iter().filter_map(|s| s.get(step).copied()).collect();
@@ -181,7 +216,7 @@ fn print_table(runs: usize, add: &[Steps], del: &[Steps]) {
         }
     }
     println!();
-    println!("({runs} pods; DEL sequential and concurrent on alternate pods)");
+    println!("({runs} pods; DEL sequential, concurrent and with a pooled ifb in turn)");
 }
 
 /// A small nf_tables netlink client: exactly the messages the floor needs, in one batch per transaction.
