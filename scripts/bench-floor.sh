@@ -142,7 +142,7 @@ print("The floor, step by step (medians; DEL's three ways take turns, one pod ea
 print()
 print("| verb | step | floor |")
 print("|---|---|---|")
-order = {"ADD": ["netns", "veth", "attach", "pod", "rules", "tc", "total"],
+order = {"ADD": ["netns", "veth", "attach", "pod", "rules", "tc", "total", "oper_up_wait"],
          "DEL": ["veth", "ifb", "ifb_to_pool", "rules", "sequential", "concurrent", "pooled_ifb"]}
 for verb, steps in order.items():
     for step in steps:
