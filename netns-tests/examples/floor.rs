@@ -376,10 +376,8 @@ mod nft {
             "table ip {TABLE} {{\n chain {POSTROUTING} {{ type nat hook postrouting priority 100; }}\n \
              chain {PREROUTING} {{ type nat hook prerouting priority -100; }}\n}}\n"
         );
-        let mut child = std::process::Command::new("nft")
-            .args(["-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()?;
+        let mut child =
+            std::process::Command::new("nft").args(["-f", "-"]).stdin(std::process::Stdio::piped()).spawn()?;
         use std::io::Write;
         child.stdin.take().expect("stdin").write_all(script.as_bytes())?;
         let status = child.wait()?;
