@@ -244,6 +244,50 @@ for side in ("ours", "ref"):
             print(f"| {'reference' if side == 'ref' else 'ours'} | {verb} | {plugin} | {statistics.median(d['wall']):.1f} ms "
                   f"| {', '.join(execs) or 'none'} | {statistics.median(d['fsync']):g} | {statistics.median(d['flock']):g} |")
 PY
+cat >>"$tmp/section.md" <<'NOTES'
+
+Reading the tables (the structure holds on any load; the figures above are what one run measured):
+
+- **ADD waits for nothing in the kernel.** The floor's ADD is 1–2 ms, and both veth ends are operationally up
+  when it is done (`oper up wait`, the floor's last line, is what waiting for it still costs): the bridge's two
+  link-state waits cost nothing measurable. No plugin fsyncs (host-local links leases into place without fsync,
+  ipam/host-local/src/store.rs says why); host-local takes one uncontended flock. What the chain adds is
+  processes: four plugin execs (bridge, host-local run by the bridge, portmap, bandwidth; each costs its
+  `VERSION` line above), two `iptables-restore` (the bridge's runs on a thread while the node side is finished;
+  portmap's is on the critical path) and the runtime's own work between plugins. Four execs alone are a few
+  times the floor: ADD cannot come within 1.2x of a one-process floor while the chain is separate processes.
+  The reachable bound for the chain is the floor plus its execs.
+- **DEL is three kernel waits.** Deleting the veth (a bridge port: more than one RCU grace period), deleting the
+  ifb, and deleting nf_tables rules or chains: the kernel frees those from a work item after a grace period,
+  and a process that closes its nf_tables socket while that work is pending waits for it (`nft_rcv_nl_event`
+  flushes it). So `iptables-restore` and `nft` pay the grace period at exit (`strace -T` shows their final
+  `close` of the netlink socket taking it), and the floor pays it in its `rules` step by closing its socket
+  there, as a plugin's exit does. Link deletions do not overlap: the kernel serialises them (the floor's
+  `concurrent` deletes the veth and the ifb on two threads and the rules on a third, and saves only about the
+  rules' wait). The chain deletes as three processes, one after the other (bandwidth, portmap, bridge), each
+  waiting out its own deletion: its floor is `sequential`, and `concurrent` would need the runtime to call the
+  plugins at the same time.
+- **Per plugin on DEL**: bandwidth is its ifb deletion plus a process start; portmap is its `iptables-restore`
+  (whose time is mostly the grace period) plus a start; the bridge deletes the veth, runs host-local, and
+  removes the masquerade rules (`iptables-save` + `iptables-restore`; two `nft` runs for our nftables backend's
+  rules and one for the reference's nftables ipMasq rule, which nodes moved between backends may have) all at
+  the same time; the longest of these is its wall time.
+- **A pool of idle ifb devices** would take the ifb's deletion out of DEL (`ifb to pool` against `ifb`, and the
+  `pooled ifb` DEL); what it changes for operators is judged in plugins/bandwidth/README.md.
+- **nf_tables over netlink instead of `nft -f`** (the next step, not done): one `nft` exec costs a process start
+  and libnftables' cache fetch, milliseconds (the `nft` column of the accounting), where the same transaction
+  as one netlink batch costs a tenth of a millisecond (the floor's `rules` ADD step). On DEL the grace period
+  stays, but a plugin holding its own socket can send its deletions first and close the socket last, after the
+  veth's deletion, by when the grace period has passed. The design: a `cnicore::firewall` transport that
+  encodes the plans our nftables backends already make (masq, portmap's nftables backend, the reference tables'
+  teardown) as one nfnetlink batch (`NFNL_MSG_BATCH_BEGIN`/`END`, `NEWTABLE`, `NEWCHAIN`, `NEWSET`,
+  `NEWSETELEM`/`DELSETELEM`, `NEWRULE`/`DELRULE` with the payload, cmp, meta, lookup, immediate, masq and nat
+  expressions they use, comments as libnftnl's userdata TLV), reads state back with dumps for CHECK and GC, maps
+  ENOENT/EEXIST to the messages the code already tests, and pins every message byte for byte against what
+  `nft --debug=netlink` emits, as `cnicore/src/netlink/` does for rtnetlink; `examples/floor.rs` has a minimal
+  client of the same wire format. The iptables backend cannot follow without writing xtables-compat
+  expressions exactly as iptables-nft does (so that `iptables-save` reads them back): out of scope.
+NOTES
 cat "$tmp/section.md"
 if [[ -n $OUT ]]; then
   {
@@ -254,6 +298,7 @@ if [[ -n $OUT ]]; then
     cat "$tmp/section.md"
     echo "<!-- floor:end -->"
   } >"$tmp/section"
+  # In place when there; else before the fabric section (where scripts/bench.sh keeps it), or at the end.
   if grep -q '<!-- floor:begin -->' "$root/$OUT"; then
     python3 - "$tmp/section" "$root/$OUT" <<'PY'
 import re, sys
@@ -261,6 +306,14 @@ section = open(sys.argv[1]).read().rstrip("\n")
 text = open(sys.argv[2]).read()
 text = re.sub(r"<!-- floor:begin -->.*?<!-- floor:end -->", lambda _: section, text, flags=re.S)
 open(sys.argv[2], "w").write(text)
+PY
+  elif grep -q '<!-- fabric:begin -->' "$root/$OUT"; then
+    python3 - "$tmp/section" "$root/$OUT" <<'PY'
+import sys
+section = open(sys.argv[1]).read().rstrip("\n")
+text = open(sys.argv[2]).read()
+at = text.index("<!-- fabric:begin -->")
+open(sys.argv[2], "w").write(text[:at] + section + "\n\n" + text[at:])
 PY
   else
     { echo; cat "$tmp/section"; } >>"$root/$OUT"

@@ -246,8 +246,10 @@ if [[ -n $cri_table ]]; then
   { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
 fi
 if [[ -n $OUT ]]; then
-  # scripts/bench-fabric.sh keeps its figures between markers in the same file: carried over as they are.
+  # scripts/bench-fabric.sh and scripts/bench-floor.sh keep their figures between markers in the same file:
+  # carried over as they are.
   fabric_section=$(sed -n '/<!-- fabric:begin -->/,/<!-- fabric:end -->/p' "$root/$OUT" 2>/dev/null || true)
+  floor_section=$(sed -n '/<!-- floor:begin -->/,/<!-- floor:end -->/p' "$root/$OUT" 2>/dev/null || true)
   {
     echo "# Benchmarks"
     echo
@@ -287,6 +289,10 @@ Per-plugin benchmarks, each a script of its own: `scripts/bench-host-local.sh` (
 `scripts/bench-bandwidth.sh` (ADD/DEL and the achieved rate), `scripts/bench-bridge.sh` (bridge + host-local),
 `scripts/bench-version.sh` (VERSION exec); their last figures are in `docs/plugin-benchmarks.md`.
 NOTES
+    if [[ -n $floor_section ]]; then
+      echo
+      echo "$floor_section"
+    fi
     if [[ -n $fabric_section ]]; then
       echo
       echo "$fabric_section"
