@@ -91,6 +91,35 @@ for p in bridge host-local portmap bandwidth loopback; do
   for ((i = 0; i < 20; i++)); do sample "ours-VERSION-$p" "$(CNI_COMMAND=VERSION elapsed "$ours/$p" </dev/null)"; done
 done
 
+# Each plugin's wall time without a tracer: a bash wrapper that times the real binary (its own start-up is
+# outside the interval). host-local is not wrapped: the bridge runs it, and a wrapper would add to the bridge.
+plugin_times=$tmp/plugin-times
+: >"$plugin_times"
+for side in ours ref; do
+  path=${!side}
+  wrap=$tmp/timed-$side
+  mkdir -p "$wrap"
+  ln -s "$path/host-local" "$wrap/host-local"
+  for p in bridge portmap bandwidth loopback; do
+    cat >"$wrap/$p" <<WRAP
+#!/bin/bash
+s=\$EPOCHREALTIME
+"$path/$p" "\$@"
+rc=\$?
+e=\$EPOCHREALTIME
+echo "$side \$CNI_COMMAND $p \$((10#\${e/./} - 10#\${s/./}))" >>"$plugin_times"
+exit \$rc
+WRAP
+    chmod +x "$wrap/$p"
+  done
+done
+for ((i = 0; i < RUNS; i++)); do
+  for side in ours ref; do
+    cni "$tmp/timed-$side" add >/dev/null
+    cni "$tmp/timed-$side" del >/dev/null
+  done
+done
+
 # The accounting pass: every process each plugin runs, with its duration, and the plugin's fsyncs and locks.
 acct=$tmp/acct
 mkdir -p "$acct"
@@ -112,10 +141,14 @@ else
   echo "bench-floor: strace is not installed: no accounting table" >&2
 fi
 
-python3 - "$samples" "$acct" "$RUNS" "$ACCT_RUNS" "$load_start" "$load_end" >"$tmp/section.md" <<'PY'
+python3 - "$samples" "$acct" "$RUNS" "$ACCT_RUNS" "$load_start" "$load_end" "$plugin_times" >"$tmp/section.md" <<'PY'
 import collections, os, re, statistics, sys
 
-samples_path, acct_dir, runs, acct_runs, load_start, load_end = sys.argv[1:]
+samples_path, acct_dir, runs, acct_runs, load_start, load_end, plugin_times_path = sys.argv[1:]
+plugin_times = collections.defaultdict(list)
+for line in open(plugin_times_path):
+    side, verb, plugin, us = line.split()
+    plugin_times[(side, verb, plugin)].append(int(us) / 1000)
 samples = collections.defaultdict(list)
 for line in open(samples_path):
     what, ms = line.rstrip("\n").split("\t")
@@ -220,15 +253,17 @@ for name in files:
             per[key][f"count {child}"].append(len(durations))
 
 print()
-print(f"Where the time goes, per plugin ({acct_runs} cycles per side under `strace -f --seccomp-bpf`, which stops "
-      "only on process and file-sync events; medians, so a plugin's parts need not add up to its wall time). "
+print(f"Where the time goes, per plugin: its wall time timed by a wrapper ({runs} cycles per side), then "
+      f"{acct_runs} cycles per side under `strace -f --seccomp-bpf`, which stops only on process and file-sync "
+      "events but slows process creation on a busy machine (medians, so a plugin's parts need not add up to its "
+      "wall time). "
       "Each plugin runs as its own process, one after the other (ADD: bridge, which runs host-local, then "
       "portmap, bandwidth; DEL: bandwidth, portmap, bridge). \"execs\" are the processes it runs, with how many "
       "per call and their time (exec to exit, which includes the wait for the RCU grace period of a deleting "
       "nf_tables transaction when its socket closes).")
 print()
-print("| side | verb | plugin | wall | execs (count per call, their total time) | fsync | flock |")
-print("|---|---|---|---|---|---|---|")
+print("| side | verb | plugin | wall, no tracer | wall under strace | execs (count per call, their total time) | fsync | flock |")
+print("|---|---|---|---|---|---|---|---|")
 order = ["bridge", "host-local", "portmap", "bandwidth"]
 for side in ("ours", "ref"):
     for verb in ("ADD", "DEL"):
@@ -241,8 +276,24 @@ for side in ("ours", "ref"):
                 if k.startswith("exec "):
                     child = k[5:]
                     execs.append(f"{child} ×{statistics.median(d['count ' + child]):g}: {statistics.median(d[k]):.1f} ms")
-            print(f"| {'reference' if side == 'ref' else 'ours'} | {verb} | {plugin} | {statistics.median(d['wall']):.1f} ms "
+            untraced = plugin_times.get((side, verb, plugin))
+            untraced = f"{statistics.median(untraced):.1f} ms" if untraced else "(run by the bridge)"
+            print(f"| {'reference' if side == 'ref' else 'ours'} | {verb} | {plugin} | {untraced} | {statistics.median(d['wall']):.1f} ms "
                   f"| {', '.join(execs) or 'none'} | {statistics.median(d['fsync']):g} | {statistics.median(d['flock']):g} |")
+print()
+print("The chain's time split between the plugins (the sum of their untraced walls) and the runner's work "
+      "between and around them (the chain's time net of the harness, minus that sum: Go's fork and exec of each "
+      "plugin, results, the cache file; medians of different rounds, so a rough split):")
+print()
+print("| side | verb | chain, net of harness | plugins | runner between plugins |")
+print("|---|---|---|---|---|")
+for side in ("ours", "ref"):
+    for verb in ("ADD", "DEL"):
+        walls = [statistics.median(v) for (s_, v_, _), v in plugin_times.items() if s_ == side and v_ == verb]
+        if not walls:
+            continue
+        chain = med(f"{side}-{verb}") - harness
+        print(f"| {'reference' if side == 'ref' else 'ours'} | {verb} | {chain:.1f} ms | {sum(walls):.1f} ms | {chain - sum(walls):.1f} ms |")
 PY
 cat >>"$tmp/section.md" <<'NOTES'
 
