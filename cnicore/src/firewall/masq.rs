@@ -527,8 +527,12 @@ fn nft_check(pod: &Attachment) -> Result<()> {
 
 /// With the IPs: one transaction deleting exactly the attachment's elements ("add" first makes it succeed
 /// when they are gone). Otherwise, or when the table is missing or an entry has another verdict: the
-/// elements tagged for the attachment.
+/// elements tagged for the attachment. Nothing runs when the table does not exist (a node that never used
+/// this backend); when that cannot be asked over netlink, `nft` finds out.
 fn nft_teardown(pod: &Attachment) -> Result<()> {
+    if let Ok(false) = super::nft_tables::exists("inet", NFT_TABLE) {
+        return Ok(());
+    }
     let t = format!("inet {NFT_TABLE}");
     if !pod.ips.is_empty() {
         let mut script = nftables::Script::new();
