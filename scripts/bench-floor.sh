@@ -301,7 +301,9 @@ Reading the tables (the structure holds on any load; the figures above are what 
 
 - **ADD waits for nothing in the kernel.** The floor's ADD is 1–2 ms, and both veth ends are operationally up
   when it is done (`oper up wait`, the floor's last line, is what waiting for it still costs): the bridge's two
-  link-state waits cost nothing measurable. No plugin fsyncs (host-local links leases into place without fsync,
+  link-state waits cost nothing measurable, and stay. The IPv6 waits (the pod's addresses with `enableDad`,
+  the gateway address leaving the tentative state, during which the bridge drops neighbour solicitations for
+  it) happen only for IPv6 attachments, not in this IPv4 chain. No plugin fsyncs (host-local links leases into place without fsync,
   ipam/host-local/src/store.rs says why); host-local takes one uncontended flock. What the chain adds is
   processes: four plugin execs (bridge, host-local run by the bridge, portmap, bandwidth; each costs its
   `VERSION` line above), two `iptables-restore` (the bridge's runs on a thread while the node side is finished;
