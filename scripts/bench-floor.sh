@@ -309,7 +309,11 @@ Reading the tables (the structure holds on any load; the figures above are what 
   `VERSION` line above), two `iptables-restore` (the bridge's runs on a thread while the node side is finished;
   portmap's is on the critical path) and the runtime's own work between plugins. Four execs alone are a few
   times the floor: ADD cannot come within 1.2x of a one-process floor while the chain is separate processes.
-  The reachable bound for the chain is the floor plus its execs.
+  The reachable bound for the chain is the floor plus its execs. Inside the bridge's ADD (seen with
+  `perf trace`), the critical path is two process spawns in series: host-local's (the links are made while it
+  runs), then, once the lease is known, `iptables-restore`'s for the masquerade (the node side is finished
+  while it runs). A next step: start `iptables-restore` while host-local runs and hand it its script on stdin
+  when the lease arrives (its start-up and library loading then overlap the IPAM exec).
 - **DEL is three kernel waits.** Deleting the veth (a bridge port: more than one RCU grace period), deleting the
   ifb, and deleting nf_tables rules or chains: the kernel frees those from a work item after a grace period,
   and a process that closes its nf_tables socket while that work is pending waits for it (`nft_rcv_nl_event`
