@@ -8,7 +8,7 @@
 //!   opens its own);
 //! - `veth`: a veth pair, the pod end created directly in the pod netns;
 //! - `attach`: the host end enslaved to the bridge, hairpin on, set up;
-//! - `pod`: the pod's address, `lo` and `eth0` up, its default route;
+//! - `pod`: the pod's address, `eth0` up, its default route (`lo` is the loopback plugin's, not timed here);
 //! - `rules`: one nf_tables transaction (netlink, no `nft`/`iptables-restore` process) with what the
 //!   reference iptables layout adds per pod: a masquerade chain with its two rules and the jump to it from
 //!   POSTROUTING, a DNAT chain with its rule and the jump to it from PREROUTING;
@@ -19,12 +19,14 @@
 //! operationally up (what a plugin that waits for it pays).
 //!
 //! DEL: the veth pair deleted (the host end's qdiscs and filter go with it), the ifb deleted, and one nf_tables
-//! transaction removing the two jumps and the two chains; each waits for an RCU grace period in the kernel.
-//! Timed one after the other (`sequential`) and on three threads at once (`concurrent`, the floor of a DEL that
-//! starts its slow deletions together).
+//! transaction removing the two jumps and the two chains; each waits for an RCU grace period in the kernel (the
+//! nf_tables one when its socket is closed, as a plugin's exit closes it). Pods take turns at three ways:
+//! one after the other (`sequential`), on three threads at once (`concurrent`, the floor of a DEL that starts
+//! its slow deletions together), and with the ifb returned to a pool instead of deleted (`pooled ifb`).
 //!
 //! Everything happens in namespaces made here (a node with a bridge `cbr0`, a pod per run), removed at the end.
-//! Usage (as root): `floor [RUNS]` (default 30); prints a Markdown table of medians in milliseconds.
+//! Usage (as root): `floor [RUNS] [--tsv]` (default 30); prints a Markdown table of medians in milliseconds, or
+//! with `--tsv` one line per run and step (`verb`, `step`, milliseconds) for `scripts/bench-floor.sh`.
 
 use std::collections::BTreeMap;
 use std::thread;
