@@ -91,6 +91,19 @@ for p in bridge host-local portmap bandwidth loopback; do
   for ((i = 0; i < 20; i++)); do sample "ours-VERSION-$p" "$(CNI_COMMAND=VERSION elapsed "$ours/$p" </dev/null)"; done
 done
 
+# One nf_tables transaction as an `nft -f` process, for the floor's netlink batch (its `rules` steps) to be
+# compared with: add a table with a chain and a rule, then delete the table; nsenter's own cost taken off.
+if command -v nft >/dev/null; then
+  nft_ns() { nsenter --net=/run/netns/$node nft -f - <<<"$1"; }
+  for ((i = 0; i < 20; i++)); do
+    sample nsenter "$(elapsed nsenter --net=/run/netns/$node true)"
+    sample nft-add "$(elapsed nft_ns "add table ip floor_nft
+add chain ip floor_nft c
+add rule ip floor_nft c ip saddr 10.0.0.1 accept")"
+    sample nft-del "$(elapsed nft_ns "delete table ip floor_nft")"
+  done
+fi
+
 # Each plugin's wall time without a tracer: a bash wrapper that times the real binary (its own start-up is
 # outside the interval). host-local is not wrapped: the bridge runs it, and a wrapper would add to the bridge.
 plugin_times=$tmp/plugin-times
@@ -182,6 +195,12 @@ for verb, steps in order.items():
         if samples.get(f"floor_{verb}_{step}"):
             print(f"| {verb} | {step.replace('_', ' ')} | {med(f'floor_{verb}_{step}'):.2f} ms |")
 print()
+if samples.get("nft-add"):
+    print(f"One nf_tables transaction as an `nft -f` process (a table, a chain and a rule; net of nsenter): adding "
+          f"{med('nft-add') - med('nsenter'):.1f} ms, deleting {med('nft-del') - med('nsenter'):.1f} ms; as one netlink "
+          f"batch (the floor's `rules` steps, seven messages): {med('floor_ADD_rules'):.2f} ms and "
+          f"{med('floor_DEL_rules'):.2f} ms.")
+    print()
 print("Process start and config parse alone (VERSION, one exec of our plugin): "
       + ", ".join(f"{p} {med(f'ours-VERSION-{p}'):.1f} ms" for p in ("bridge", "host-local", "portmap", "bandwidth", "loopback"))
       + ".")
@@ -332,8 +351,8 @@ Reading the tables (the structure holds on any load; the figures above are what 
 - **A pool of idle ifb devices** would take the ifb's deletion out of DEL (`ifb to pool` against `ifb`, and the
   `pooled ifb` DEL); what it changes for operators is judged in plugins/bandwidth/README.md.
 - **nf_tables over netlink instead of `nft -f`** (the next step, not done): one `nft` exec costs a process start
-  and libnftables' cache fetch, milliseconds (the `nft` column of the accounting), where the same transaction
-  as one netlink batch costs a tenth of a millisecond (the floor's `rules` ADD step). On DEL the grace period
+  and libnftables' cache fetch, milliseconds (the `nft -f` line above), where the same transaction as one
+  netlink batch costs a tenth of a millisecond (the floor's `rules` ADD step). On DEL the grace period
   stays, but a plugin holding its own socket can send its deletions first and close the socket last, after the
   veth's deletion, by when the grace period has passed. The design: a `cnicore::firewall` transport that
   encodes the plans our nftables backends already make (masq, portmap's nftables backend, the reference tables'
