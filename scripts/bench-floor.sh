@@ -352,7 +352,7 @@ Reading the tables (the structure holds on any load; the figures above are what 
   `pooled ifb` DEL); what it changes for operators is judged in plugins/bandwidth/README.md.
 - **nf_tables over netlink instead of `nft -f`** (the next step, not done): one `nft` exec costs a process start
   and libnftables' cache fetch, milliseconds (the `nft -f` line above), where the same transaction as one
-  netlink batch costs a tenth of a millisecond (the floor's `rules` ADD step). On DEL the grace period
+  netlink batch costs tenths of a millisecond (the floor's `rules` ADD step). On DEL the grace period
   stays, but a plugin holding its own socket can send its deletions first and close the socket last, after the
   veth's deletion, by when the grace period has passed. The design: a `cnicore::firewall` transport that
   encodes the plans our nftables backends already make (masq, portmap's nftables backend, the reference tables'

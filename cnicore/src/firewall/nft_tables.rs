@@ -1,7 +1,7 @@
 //! Which nf_tables tables exist, asked over netlink (NETLINK_NETFILTER, one `NFT_MSG_GETTABLE` dump) in the
 //! calling thread's namespace: what DEL needs to know before running `nft` at all. On a node that never had a
 //! table of ours or the reference's nftables backends, DEL then runs no `nft` process (an exec and
-//! libnftables' cache fetch each, milliseconds; a dump is a tenth of one).
+//! libnftables' cache fetch each, milliseconds; a dump is one netlink round trip).
 
 use std::io;
 
