@@ -264,8 +264,10 @@ if [[ -n $cri_table ]]; then
   { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
 fi
 if [[ -n $OUT ]]; then
-  # scripts/bench-fabric.sh keeps its figures between markers in the same file: carried over as they are.
+  # scripts/bench-fabric.sh and scripts/bench-floor.sh keep their figures between markers in the same file:
+  # carried over as they are.
   fabric_section=$(sed -n '/<!-- fabric:begin -->/,/<!-- fabric:end -->/p' "$root/$OUT" 2>/dev/null || true)
+  floor_section=$(sed -n '/<!-- floor:begin -->/,/<!-- floor:end -->/p' "$root/$OUT" 2>/dev/null || true)
   {
     echo "# Benchmarks"
     echo
@@ -290,7 +292,7 @@ rules or chains. Measured on this machine with `ip` and `iptables-restore` alone
 |---|---|
 | delete a veth pair (`ip link del`) | 16–19 ms |
 | delete an ifb device | 18–21 ms |
-| `iptables-restore` deleting one chain (nf_tables) | 10–13 ms |
+| `iptables-restore` deleting one chain (nf_tables; the wait is at the close of its netlink socket) | 10–13 ms |
 | `ip netns exec NS true` (process start, for scale) | 2–3 ms |
 
 A chain DEL must do all three, in sequence across plugins (portmap's rules, bandwidth's ifb, bridge's veth; the
@@ -298,13 +300,19 @@ bridge deletes its veth and its masquerade rules in parallel), so about 45 ms of
 ours is about 20 ms above that floor, the reference about 140 ms. Within that floor no plugin can be 20× faster
 on DEL without returning before the pod's devices are gone, which would break "DEL leaves nothing behind". ADD
 waits for no grace period, and there ours is about 4× faster end to end, with process start-up (1 ms per
-plugin), netlink round trips and one firewall transaction per plugin as the remaining costs.
+plugin), netlink round trips and one firewall transaction per plugin as the remaining costs. The floor of one
+pod, the same kernel operations done by one process, and where every millisecond above it goes per plugin: the
+floor section below (`scripts/bench-floor.sh`).
 
 Per-plugin benchmarks, each a script of its own: `scripts/bench-host-local.sh` (ADD/DEL at 0, 1,000 and
 60,000 leases), `scripts/bench-portmap.sh` (0, 100 and 1,000 installed mappings, both backends),
 `scripts/bench-bandwidth.sh` (ADD/DEL and the achieved rate), `scripts/bench-bridge.sh` (bridge + host-local),
 `scripts/bench-version.sh` (VERSION exec); their last figures are in `docs/plugin-benchmarks.md`.
 NOTES
+    if [[ -n $floor_section ]]; then
+      echo
+      echo "$floor_section"
+    fi
     if [[ -n $fabric_section ]]; then
       echo
       echo "$fabric_section"

@@ -215,3 +215,26 @@ fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
     assert_eq!(ask(&lab.wan, "192.168.50.1:9080").as_deref(), Some("b 192.168.50.2"), "our pod after GC");
     assert_eq!(ask(&b.ns, wan_service).as_deref(), Some("wan 192.168.50.1"), "our masquerade after GC");
 }
+
+/// DEL asks the kernel over netlink which tables exist before running `nft` at all
+/// (`cnicore::firewall::nft_tables`): the dump names every table with its family, as `nft list tables` does.
+#[test]
+fn nf_tables_tables_are_listed_over_netlink() {
+    let ns = TestNetns::new("nftls");
+    let listed = || {
+        let mut tables = ns.run(cnicore::firewall::nft_tables::tables).expect("table dump");
+        tables.sort();
+        tables
+    };
+    assert_eq!(listed(), Vec::<(String, String)>::new(), "a new namespace has no tables");
+    let script = "table inet cni_plugins_masquerade {}\ntable ip6 cni_hostport {}\ntable ip cni_hostport {}\n";
+    let out = ns.exec("nft", &["-f", "-"], &[], script.as_bytes());
+    assert!(out.status.success(), "nft -f: {}", String::from_utf8_lossy(&out.stderr));
+    let pair = |family: &str, name: &str| (family.to_string(), name.to_string());
+    assert_eq!(
+        listed(),
+        vec![pair("inet", "cni_plugins_masquerade"), pair("ip", "cni_hostport"), pair("ip6", "cni_hostport")]
+    );
+    assert!(ns.run(|| cnicore::firewall::nft_tables::exists("ip6", "cni_hostport")).expect("dump"));
+    assert!(!ns.run(|| cnicore::firewall::nft_tables::exists("inet", "cni_hostport")).expect("dump"));
+}

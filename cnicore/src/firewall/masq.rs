@@ -216,18 +216,30 @@ pub fn check(backend: Backend, pod: &Attachment) -> Result<()> {
 }
 
 /// Removes the masquerading of the attachment from both backends. Its `ips` (from prevResult) limit the
-/// iptables families looked at; when empty, both are.
+/// iptables families looked at; when empty, both are. Each family's iptables transaction and the nftables
+/// one run at the same time: they touch different tables, and each mostly waits (for its process, and for
+/// the RCU grace period that a deleting nf_tables transaction waits for when its socket closes).
 pub fn teardown(pod: &Attachment) -> Result<()> {
     validate_owner(pod.network, pod.container_id)?;
     let families = if pod.ips.is_empty() { vec![Family::V4, Family::V6] } else { families_of(pod.ips) };
-    let mut errors = Errors::new();
-    for family in families {
-        if iptables::available(family) {
-            errors.record(iptables_teardown(family, pod.network, pod.container_id));
+    let outcomes = std::thread::scope(|s| {
+        let mut workers = Vec::new();
+        for family in families {
+            if iptables::available(family) {
+                workers.push(s.spawn(move || iptables_teardown(family, pod.network, pod.container_id)));
+            }
         }
-    }
-    if Backend::Nftables.available() {
-        errors.record(nft_teardown(pod));
+        if Backend::Nftables.available() {
+            workers.push(s.spawn(|| nft_teardown(pod)));
+        }
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a worker thread panicked"))))
+            .collect::<Vec<_>>()
+    });
+    let mut errors = Errors::new();
+    for outcome in outcomes {
+        errors.record(outcome);
     }
     errors.into_result().map_err(|e| e.within("failed to remove ipMasq rules"))
 }
@@ -499,8 +511,12 @@ fn nft_check(pod: &Attachment) -> Result<()> {
 
 /// With the IPs: one transaction deleting exactly the attachment's elements ("add" first makes it succeed
 /// when they are gone). Otherwise, or when the table is missing or an entry has another verdict: the
-/// elements tagged for the attachment.
+/// elements tagged for the attachment. Nothing runs when the table does not exist (a node that never used
+/// this backend); when that cannot be asked over netlink, `nft` finds out.
 fn nft_teardown(pod: &Attachment) -> Result<()> {
+    if let Ok(false) = super::nft_tables::exists("inet", NFT_TABLE) {
+        return Ok(());
+    }
     let t = format!("inet {NFT_TABLE}");
     if !pod.ips.is_empty() {
         let mut script = nftables::Script::new();

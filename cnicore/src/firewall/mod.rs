@@ -23,6 +23,7 @@ pub mod conntrack;
 mod exec;
 pub mod iptables;
 pub mod masq;
+pub mod nft_tables;
 pub mod nftables;
 pub mod node_masq;
 pub mod reference_nft;

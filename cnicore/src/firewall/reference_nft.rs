@@ -26,8 +26,8 @@
 //! Their portmap comments carry the container ID only, not the network: a portmap GC of one network removes
 //! their rules of every container ID not in its valid list (their own code has no portmap GC at all).
 //!
-//! Cost: one `nft -j list tables` per DEL or GC when `nft` is installed; their tables are read, and their
-//! stale rules deleted in one transaction, only when they exist.
+//! Cost: one netlink dump of the tables per DEL or GC when `nft` is installed (`nft -j list tables` when the
+//! dump fails); their tables are read, and their stale rules deleted in one transaction, only when they exist.
 
 use std::collections::BTreeSet;
 
@@ -81,8 +81,11 @@ pub struct TheirRule {
     pub comment: Option<String>,
 }
 
-/// Which of (family, table) exist, from one `nft -j list tables`.
+/// Which of (family, table) exist: asked over netlink (no process), else from one `nft -j list tables`.
 fn present_tables(wanted: &[(&str, &str)]) -> Result<Vec<(String, String)>> {
+    if let Ok(tables) = super::nft_tables::tables() {
+        return Ok(tables.into_iter().filter(|(f, t)| wanted.iter().any(|(wf, wt)| wf == f && wt == t)).collect());
+    }
     let listing =
         nftables::list(&["tables"]).map_err(|f| f.to_error("listing nftables tables"))?.unwrap_or(Value::Null);
     let mut out = Vec::new();
