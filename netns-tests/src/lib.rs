@@ -280,6 +280,11 @@ pub fn veth_between(
         }
         netlink.set_up(index).unwrap_or_else(|e| panic!("set up link {index}: {e}"));
     }
+    // Carrier to operational state goes through the kernel's linkwatch, which a loaded machine delays: until
+    // then the pair drops what it is given, and a test's first packet is lost.
+    for (netlink, index) in [(&mut netlink_a, end_a.index), (&mut netlink_b, end_b.index)] {
+        netlink.wait_oper_up(index, Duration::from_secs(5)).unwrap_or_else(|e| panic!("link {index} up: {e}"));
+    }
     (end_a.index, end_b.index)
 }
 

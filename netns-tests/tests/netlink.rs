@@ -624,6 +624,7 @@ fn programmed_overlay_carries_packets() {
         nl.set_mac(index, vtep).expect("mac");
         nl.add_address(index, net(&format!("{tunnel}/32"))).expect("address");
         nl.set_up(index).expect("up");
+        nl.wait_oper_up(index, Duration::from_secs(5)).expect("vxlan operational");
         indexes.push((nl, index));
     }
     let (peer_of_a, peer_of_b) = (("10.244.2.0/24", mac_b, "192.0.2.2"), ("10.244.1.0/24", mac_a, "192.0.2.1"));
