@@ -85,7 +85,9 @@ nsrun "$pod1" ping -c1 -W2 10.244.1.1 >/dev/null && echo "pod1 -> gateway (10.24
 nsrun "$pod1" ping -c1 -W2 192.0.2.2 >/dev/null && echo "pod1 -> wan (192.0.2.2), masqueraded: ok"
 
 step "hostPort 8080 on the node -> pod1:80"
-nsrun "$pod1" socat TCP-LISTEN:80,fork,reuseaddr SYSTEM:'echo hello from pod1' &
+# Started directly (not through the nsrun function, whose `&` would make $! a subshell that cleanup kills while
+# socat lives on).
+ip netns exec "$pod1" socat TCP-LISTEN:80,fork,reuseaddr SYSTEM:'echo hello from pod1' &
 pids+=($!)
 sleep 0.3
 echo "from the wan:            $(nsrun "$wan" socat -T2 - TCP:192.0.2.1:8080 </dev/null)"
