@@ -270,9 +270,7 @@ fn move_out(ctx: &Context, conf: &Config, record: &std::path::Path) -> Result<()
 fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx, false)?;
     let pod_ns = ctx.open_netns()?;
-    if conf.ipam_type.is_some() {
-        ipam::exec(ctx, Command::Check)?;
-    }
+    ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Check)?;
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
     if conf.dpdk {
         return Ok(());
@@ -296,16 +294,11 @@ impl Plugin for HostDevice {
         let conf = Config::load(ctx, true)?;
         let mut errors = Errors::new();
         errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
-        if conf.ipam_type.is_some() {
-            errors.record(ipam::exec(ctx, Command::Gc));
-        }
+        errors.record(ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Gc));
         errors.into_result()
     }
     fn status(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx, true)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Status),
-            None => Ok(()),
-        }
+        ipam::exec_if(Config::load(ctx, true)?.ipam_type.is_some(), ctx, Command::Status)
     }
 }
 

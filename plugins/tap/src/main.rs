@@ -237,9 +237,7 @@ fn delete_tap(ctx: &Context) -> Result<()> {
 fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx)?;
     let pod_ns = ctx.open_netns()?;
-    if conf.ipam_type.is_some() {
-        ipam::exec(ctx, Command::Check)?;
-    }
+    ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Check)?;
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
     cnicore::check::pod_interface(ctx, &prev, &mut pod, Some("tun"))
@@ -257,16 +255,10 @@ impl Plugin for Tap {
     }
     /// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
     fn gc(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Gc),
-            None => Ok(()),
-        }
+        ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Gc)
     }
     fn status(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Status),
-            None => Ok(()),
-        }
+        ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Status)
     }
 }
 
