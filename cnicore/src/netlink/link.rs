@@ -36,7 +36,7 @@ const IFF_ALLMULTI: u32 = libc::IFF_ALLMULTI as u32;
 const IFINFOMSG_LEN: usize = 16;
 
 /// A network interface as the kernel reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Link {
     pub index: u32,
     pub name: String,

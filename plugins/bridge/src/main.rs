@@ -12,7 +12,6 @@ mod del;
 mod mtu;
 mod node;
 mod spoofchk;
-mod undo;
 
 use cnicore::firewall::masq;
 use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Errors, Plugin, Result};
