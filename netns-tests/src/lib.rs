@@ -229,6 +229,14 @@ impl Node {
         TestNetns::new("pod")
     }
 
+    /// A new pod whose `eth0` is a veth to the node (`host_veth` there), with `node_addr` and `pod_addr` on its
+    /// ends: the pod as an interface plugin leaves it for the plugins chained after it.
+    pub fn pod_with_eth0(&self, host_veth: &str, node_addr: &str, pod_addr: &str) -> TestNetns {
+        let pod = self.pod_netns();
+        veth_between(self, &pod, host_veth, "eth0", &[net(node_addr)], &[net(pod_addr)]);
+        pod
+    }
+
     /// Runs `plugin` inside the node namespace, see [`run_plugin`].
     pub fn run_plugin(&self, plugin: &str, cni_command: &str, env: &[(&str, &str)], stdin: &Value) -> PluginOutput {
         run_plugin(self, plugin, cni_command, env, stdin)

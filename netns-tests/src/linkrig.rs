@@ -134,6 +134,28 @@ impl LinkRig {
         self.run(which, "DEL", netns, id, &LinkRig::with_prev(conf, result), "").expect_ok();
     }
 
+    /// Takeover both ways: an attachment ADDed by one implementation is CHECKed and DELeted by the other, which
+    /// leaves neither the pod's `eth0` nor a lease. `after_add(adder, pod)` tests the pod before the other side
+    /// takes over (traffic); `after_del(adder, other)` asserts what else must be gone.
+    pub fn takeover_both_ways(
+        &self,
+        conf: &Value,
+        after_add: impl Fn(Impl, &TestNetns),
+        after_del: impl Fn(Impl, Impl),
+    ) {
+        for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
+            let pod = self.node.pod_netns();
+            let id = unique_name("t");
+            let result = self.add(adder, &pod, &id, conf);
+            after_add(adder, &pod);
+            self.check(other, &pod, &id, conf, &result).expect_ok();
+            self.del(other, Some(&pod.path), &id, conf, &result);
+            assert!(!pod.links().contains(&"eth0".to_string()), "{adder:?} then {other:?}");
+            assert!(self.leases().is_empty(), "{adder:?} then {other:?}: {:?}", self.leases());
+            after_del(adder, other);
+        }
+    }
+
     /// The lease files host-local keeps for the network (empty when none).
     pub fn leases(&self) -> Vec<String> {
         let dir = self.ipam_dir().join(&self.network);

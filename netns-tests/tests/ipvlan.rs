@@ -6,7 +6,7 @@
 
 use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, LAN_HOST, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{assert_ping, json, unique_name, Value};
+use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.30.0.0/24";
 
@@ -88,15 +88,7 @@ fn takeover_both_ways_with_the_reference() {
     }
     let rig = LinkRig::new("ipvlan");
     let conf = conf(&rig, "1.0.0", json!({}));
-    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
-        let pod = rig.node.pod_netns();
-        let id = unique_name("t");
-        let result = rig.add(adder, &pod, &id, &conf);
-        rig.check(other, &pod, &id, &conf, &result).expect_ok();
-        rig.del(other, Some(&pod.path), &id, &conf, &result);
-        assert!(!pod.links().contains(&"eth0".to_string()));
-    }
-    assert!(rig.leases().is_empty());
+    rig.takeover_both_ways(&conf, |_, _| (), |_, _| ());
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_binary, unique_name, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "sbr1";
 const POD_IP: &str = "10.46.0.5";
@@ -25,15 +25,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            &unique_name("sb"),
-            "eth0",
-            &[format!("{GATEWAY}/24").parse().unwrap()],
-            &[format!("{POD_IP}/24").parse().unwrap()],
-        );
+        let pod = node.pod_with_eth0(&unique_name("sb"), &format!("{GATEWAY}/24"), &format!("{POD_IP}/24"));
         Rig { node, pod }
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_binary, unique_name, Node, PluginOutput, TestNetns, Value};
 
 const POD_IP: &str = "10.47.0.5";
 
@@ -22,15 +22,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            &unique_name("vr"),
-            "eth0",
-            &["10.47.0.1/24".parse().unwrap()],
-            &[format!("{POD_IP}/24").parse().unwrap()],
-        );
+        let pod = node.pod_with_eth0(&unique_name("vr"), "10.47.0.1/24", &format!("{POD_IP}/24"));
         Rig { node, pod }
     }
 

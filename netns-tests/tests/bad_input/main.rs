@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use netns_tests::snapshot::NodeSnapshot;
 use netns_tests::upstream::run_raw;
-use netns_tests::{bin, bin_dir, json, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, bin_dir, json, Node, PluginOutput, TestNetns, Value};
 
 /// The entry point's cap on stdin (cnicore's `MAX_STDIN`).
 const MAX_STDIN: usize = 1 << 20;
@@ -173,15 +173,7 @@ const HOST_VETH: &str = "vbi0";
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            HOST_VETH,
-            "eth0",
-            &["10.77.0.1/24".parse().expect("net")],
-            &["10.77.0.2/24".parse().expect("net")],
-        );
+        let pod = node.pod_with_eth0(HOST_VETH, "10.77.0.1/24", "10.77.0.2/24");
         let mut pod_nl = pod.netlink();
         pod_nl.create_veth("eth1", "eth1p", &pod.netns(), None, None).expect("veth inside the pod");
         let state = node.dir().join("state");
