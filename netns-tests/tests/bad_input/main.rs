@@ -598,6 +598,47 @@ fn gc_cases(base: &Value) -> Vec<Case> {
     )]
 }
 
+/// GC's list of valid attachments that is not a list: invalid config.
+fn gc_attachments_not_a_list(base: &Value) -> Case {
+    Case::conf(
+        "GC with valid-attachments not a list",
+        "GC",
+        &with_top(&with(base, "cniVersion", json!("1.1.0")), "cni.dev/valid-attachments", json!({"containerID": "x"})),
+        INVALID_CONFIG,
+    )
+}
+
+/// STATUS (1.1.0) with an `ipam` section that has no type (plugins that pass STATUS on to IPAM).
+fn status_with_bad_ipam(base: &Value) -> Case {
+    Case::conf(
+        "STATUS with bad ipam",
+        "STATUS",
+        &with(&with(base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")),
+        INVALID_CONFIG,
+    )
+}
+
+/// The cases of a plugin that makes the pod interface itself and takes static IPAM after it (host-device,
+/// tap): IPAM missing, a route IPAM asks for that the pod cannot take (after the interface is there: undone),
+/// `CNI_IFNAME` already in the pod, CHECK without prevResult.
+fn pod_interface_cases(base: &Value) -> Vec<Case> {
+    vec![
+        Case::conf("ipam plugin missing", "ADD", &with(base, "ipam/type", json!("no-such-ipam")), INVALID_CONFIG)
+            .needle("no-such-ipam"),
+        Case::conf(
+            "route the pod cannot take",
+            "ADD",
+            &with(base, "ipam/routes", json!([{"dst": "10.99.0.0/16", "gw": "10.98.0.1"}])),
+            INTERNAL,
+        )
+        .needle("route"),
+        Case::conf("CNI_IFNAME taken in the pod", "ADD", base, INTERNAL)
+            .env("CNI_IFNAME", Some("eth0"))
+            .needle("exists"),
+        Case::conf("CHECK without prevResult", "CHECK", base, INVALID_CONFIG).needle("prevResult"),
+    ]
+}
+
 /// prevResult that cannot be read (chained plugins): decoding errors.
 fn prev_result_cases(base: &Value) -> Vec<Case> {
     vec![
