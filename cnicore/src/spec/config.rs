@@ -7,6 +7,27 @@ use super::result::Dns;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The conventions' `args` section as a plugin declares it: `args.cni`, of the plugin's own type `T`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ConventionArgs<T> {
+    #[serde(default = "Option::default")]
+    pub cni: Option<T>,
+}
+
+impl<T> ConventionArgs<T> {
+    /// `args.cni` of an optional `args` section.
+    pub fn cni(args: Option<Self>) -> Option<T> {
+        args.and_then(|a| a.cni)
+    }
+}
+
+/// Requested addresses as `args.cni` and `runtimeConfig` (capability `ips`) carry them: `ips`, as text.
+#[derive(Debug, Default, Deserialize)]
+pub struct IpsArg {
+    #[serde(default)]
+    pub ips: Option<Vec<String>>,
+}
+
 /// The fields of a network config every plugin reads. Plugin-specific fields are parsed by the plugin from the
 /// same bytes (see [`super::Context::parse_conf`]).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

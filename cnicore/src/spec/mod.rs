@@ -10,7 +10,7 @@ mod skel;
 mod version;
 
 pub use config::{json_error, validate_network_name, validate_plugin_type, NetConf, NetConfList, RuntimeConfig};
-pub use config::{json_error_in, shorten_json_error};
+pub use config::{json_error_in, shorten_json_error, ConventionArgs, IpsArg};
 pub use env::{
     parse_cni_args, truncate as truncate_for_msg, validate_container_id, validate_ifname, CniArgs, Command, Env,
 };
