@@ -219,7 +219,13 @@ fn delete_pod_link(ctx: &Context, kind: &str) -> Result<()> {
         crate::warn!("{ifname:?} in the pod is not a {kind} link; leaving it alone");
         return Ok(());
     }
-    match pod.delete_link(link.index) {
+    delete_link(&mut pod, link.index, ifname)
+}
+
+/// Deletes the pod's link `index` (`ifname`, for the error); a link already gone counts as deleted, as DEL
+/// wants.
+pub fn delete_link(pod: &mut Netlink, index: u32, ifname: &str) -> Result<()> {
+    match pod.delete_link(index) {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),

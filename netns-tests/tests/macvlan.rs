@@ -41,7 +41,8 @@ fn pods_reach_each_other_and_the_lan_then_del_leaves_nothing() {
     let rig = LinkRig::new("macvlan");
     let conf = conf(&rig, "1.1.0", json!({}));
     let (pod1, pod2) = (rig.node.pod_netns(), rig.node.pod_netns());
-    let before = NodeSnapshot::take(&rig.node, &[]);
+    // Settled: the uplink's IPv6 link-local address appears a moment after the rig brought it up.
+    let before = NodeSnapshot::settled(&rig.node, &[], std::time::Duration::from_secs(5));
     let r1 = rig.add(Impl::Ours, &pod1, "c1", &conf);
     let r2 = rig.add(Impl::Ours, &pod2, "c2", &conf);
 

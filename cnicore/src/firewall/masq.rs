@@ -232,6 +232,18 @@ pub fn teardown(pod: &Attachment) -> Result<()> {
     errors.into_result().map_err(|e| e.within("failed to remove ipMasq rules"))
 }
 
+/// GC of the masquerading of `network`: ours ([`gc`]) and the rules of the reference's nftables backend
+/// (bridge's and ptp's GC).
+pub fn gc_with_reference(network: &str, valid: &[(String, String)]) -> Result<()> {
+    let mut errors = Errors::new();
+    errors.record(gc(network, valid));
+    // Rules the reference bridge and ptp v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+    if Backend::Nftables.available() {
+        errors.record(super::reference_nft::ipmasq_gc(network, valid));
+    }
+    errors.into_result()
+}
+
 /// Removes the masquerading of every attachment of `network` whose container ID is not in `valid`
 /// (`(containerID, ifname)` pairs as `Context::valid_attachments` gives them; ifname is ignored), in both
 /// backends.

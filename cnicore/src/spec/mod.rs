@@ -16,7 +16,7 @@ pub use env::{
 };
 pub use error::{codes, program_name, report_rollback, warn, Error, ErrorContext, Errors, Result};
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
-pub use skel::{plugin_main, Context, Plugin};
+pub use skel::{plugin_main, Context, Plugin, Verbs};
 /// The entry point without the process around it (stdin already read, nothing printed): for fuzzing and tests.
 pub use skel::{run, MAX_STDIN};
 pub use version::{Version, SUPPORTED_VERSIONS};

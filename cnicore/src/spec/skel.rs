@@ -181,6 +181,52 @@ pub trait Plugin {
     }
 }
 
+/// A plugin whose verbs are plain functions, for plugins with no state to carry between them:
+/// `plugin_main(about, &Verbs::new(add, del, check).gc(gc))`. GC and STATUS default to nothing to do.
+pub struct Verbs {
+    add: fn(&Context) -> Result<CniResult>,
+    del: fn(&Context) -> Result<()>,
+    check: fn(&Context) -> Result<()>,
+    gc: fn(&Context) -> Result<()>,
+    status: fn(&Context) -> Result<()>,
+}
+
+impl Verbs {
+    pub fn new(
+        add: fn(&Context) -> Result<CniResult>,
+        del: fn(&Context) -> Result<()>,
+        check: fn(&Context) -> Result<()>,
+    ) -> Verbs {
+        Verbs { add, del, check, gc: |_| Ok(()), status: |_| Ok(()) }
+    }
+
+    pub fn gc(self, gc: fn(&Context) -> Result<()>) -> Verbs {
+        Verbs { gc, ..self }
+    }
+
+    pub fn status(self, status: fn(&Context) -> Result<()>) -> Verbs {
+        Verbs { status, ..self }
+    }
+}
+
+impl Plugin for Verbs {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        (self.add)(ctx)
+    }
+    fn del(&self, ctx: &Context) -> Result<()> {
+        (self.del)(ctx)
+    }
+    fn check(&self, ctx: &Context) -> Result<()> {
+        (self.check)(ctx)
+    }
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        (self.gc)(ctx)
+    }
+    fn status(&self, ctx: &Context) -> Result<()> {
+        (self.status)(ctx)
+    }
+}
+
 /// Runs the plugin for this process and exits: 0 with the result (or nothing) on stdout, 1 with the error object.
 pub fn plugin_main(about: &str, plugin: &dyn Plugin) -> ! {
     install_panic_hook();

@@ -5,7 +5,7 @@
 
 use std::io;
 
-use cnicore::netlink::{is_not_found, Netlink};
+use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, Command, Context, Error, ErrorContext, Errors, Result};
 use ipnet::IpNet;
@@ -106,11 +106,7 @@ struct PodLink {
 impl PodLink {
     /// Deletes the pod end, which deletes the host end too.
     fn delete(mut self, ifname: &str) -> Result<()> {
-        match self.netlink.delete_link(self.index) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
-        }
+        cnicore::podlink::delete_link(&mut self.netlink, self.index, ifname)
     }
 }
 

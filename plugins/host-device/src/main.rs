@@ -10,13 +10,11 @@ mod saved;
 use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, ErrorContext, Errors, Interface, Plugin};
+use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, ErrorContext, Errors, Interface, Verbs};
 use cnicore::spec::{IpConfig, Result};
 use cnicore::undo::Undo;
 use config::Config;
 use saved::Saved;
-
-struct HostDevice;
 
 /// The alias of link `name`, if it has one.
 fn alias_of(nl: &mut Netlink, name: &str) -> Result<Option<String>> {
@@ -279,29 +277,22 @@ fn check(ctx: &Context) -> Result<()> {
     cnicore::check::pod_interface(ctx, &prev, &mut pod, None)
 }
 
-impl Plugin for HostDevice {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-    /// The records of attachments not in the valid list go; GC is passed on to IPAM, as the spec asks.
-    fn gc(&self, ctx: &Context) -> Result<()> {
-        let conf = Config::load(ctx, true)?;
-        let mut errors = Errors::new();
-        errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
-        errors.record(ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Gc));
-        errors.into_result()
-    }
-    fn status(&self, ctx: &Context) -> Result<()> {
-        ipam::exec_if(Config::load(ctx, true)?.ipam_type.is_some(), ctx, Command::Status)
-    }
+/// The records of attachments not in the valid list go; GC is passed on to IPAM, as the spec asks.
+fn gc(ctx: &Context) -> Result<()> {
+    let conf = Config::load(ctx, true)?;
+    let mut errors = Errors::new();
+    errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
+    errors.record(ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Gc));
+    errors.into_result()
+}
+
+fn status(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx, true)?.ipam_type.is_some(), ctx, Command::Status)
 }
 
 fn main() {
-    plugin_main(concat!("CNI host-device plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &HostDevice)
+    plugin_main(
+        concat!("CNI host-device plugin (cnicore) v", env!("CARGO_PKG_VERSION")),
+        &Verbs::new(add, del, check).gc(gc).status(status),
+    )
 }

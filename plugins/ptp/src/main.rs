@@ -169,11 +169,7 @@ impl Plugin for Ptp {
         let mut errors = Errors::new();
         errors.record(ipam::exec(ctx, Command::Gc));
         if conf.ip_masq {
-            let valid = ctx.valid_attachments()?;
-            errors.record(masq::gc(&conf.network, &valid));
-            if Backend::Nftables.available() {
-                errors.record(reference_nft::ipmasq_gc(&conf.network, &valid));
-            }
+            errors.record(masq::gc_with_reference(&conf.network, &ctx.valid_attachments()?));
         }
         errors.into_result()
     }
@@ -388,11 +384,7 @@ struct PodVeth {
 impl PodVeth {
     /// Deletes the pod's veth, which takes the host end, its address and host routes with it.
     fn delete(mut self, ifname: &str) -> Result<()> {
-        match self.netlink.delete_link(self.index) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
-        }
+        podlink::delete_link(&mut self.netlink, self.index, ifname)
     }
 }
 

@@ -7,7 +7,7 @@ use cnicore::failpoint;
 use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface};
-use cnicore::spec::{truncate_for_msg as truncate, IpConfig, Plugin, Result};
+use cnicore::spec::{truncate_for_msg as truncate, IpConfig, Result, Verbs};
 use cnicore::tuntap::{self, TapOptions, IFF_MULTI_QUEUE, IFF_NO_PI, IFF_VNET_HDR};
 use cnicore::undo::Undo;
 use serde::Deserialize;
@@ -117,8 +117,6 @@ impl Config {
         })
     }
 }
-
-struct Tap;
 
 fn add(ctx: &Context) -> Result<CniResult> {
     let conf = Config::load(ctx)?;
@@ -243,27 +241,20 @@ fn check(ctx: &Context) -> Result<()> {
     cnicore::check::pod_interface(ctx, &prev, &mut pod, Some("tun"))
 }
 
-impl Plugin for Tap {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-    /// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
-    fn gc(&self, ctx: &Context) -> Result<()> {
-        ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Gc)
-    }
-    fn status(&self, ctx: &Context) -> Result<()> {
-        ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Status)
-    }
+/// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
+fn gc(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Gc)
+}
+
+fn status(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Status)
 }
 
 fn main() {
-    plugin_main(concat!("CNI tap plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Tap)
+    plugin_main(
+        concat!("CNI tap plugin (cnicore) v", env!("CARGO_PKG_VERSION")),
+        &Verbs::new(add, del, check).gc(gc).status(status),
+    )
 }
 
 #[cfg(test)]
