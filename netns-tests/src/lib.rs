@@ -390,6 +390,22 @@ pub fn run_binary(
     upstream::output(&mut command, stdin.to_string().as_bytes())
 }
 
+/// Runs `binary` in the node namespace as a runtime does for the attachment (`container`, `ifname`) of `pod`;
+/// `netns` replaces the pod's path in `CNI_NETNS` (a DEL with "" or with a netns that is gone).
+pub fn run_for_pod(
+    node: &TestNetns,
+    pod: &TestNetns,
+    binary: &Path,
+    verb: &str,
+    (container, ifname): (&str, &str),
+    netns: Option<&str>,
+    conf: &Value,
+) -> PluginOutput {
+    let netns = netns.map(str::to_string).unwrap_or_else(|| pod.path.display().to_string());
+    let env = [("CNI_CONTAINERID", container), ("CNI_NETNS", netns.as_str()), ("CNI_IFNAME", ifname)];
+    run_binary(node, binary, verb, &env, conf)
+}
+
 /// An address written in a test, e.g. `ip("10.88.0.2")`.
 pub fn ip(text: &str) -> IpAddr {
     text.parse().unwrap_or_else(|e| panic!("test address {text:?}: {e}"))
