@@ -152,13 +152,7 @@ impl Plugin for Ptp {
         if conf.ip_masq {
             let ips = pod_ips(&prev, &ctx.env.ifname);
             let backend = Backend::or_detect(conf.masq_backend)?;
-            if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
-                let theirs = backend == Backend::Nftables
-                    && reference_nft::ipmasq_has_rule(&conf.network, &ctx.env.ifname, &ctx.env.container_id)?;
-                if !theirs {
-                    return Err(ours);
-                }
-            }
+            masq::check_with_reference(backend, &conf.masq(&ctx.env.container_id, &ips), &ctx.env.ifname)?;
         }
         Ok(())
     }

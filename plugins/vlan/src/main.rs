@@ -96,7 +96,7 @@ impl Plugin for Vlan {
                 "Error: container interface {ifname} has vlan id {id}, expected {}",
                 conf.vlan_id
             ))),
-            _ => Err(Error::internal(format!("Error: Container interface {ifname} not of type vlan"))),
+            _ => Err(podlink::not_of_kind(ifname, "vlan")),
         })?;
         match conf.mtu {
             Some(mtu) if mtu != link.mtu => Err(Error::internal(format!(
