@@ -29,6 +29,19 @@ pub fn pod_ips<'a>(prev: &'a CniResult, ifname: &'a str) -> impl Iterator<Item =
         .map(|ip| ip.address)
 }
 
+/// For DEL: the addresses of the pod interface in the `prevResult` of `ctx`, if it has one; one that cannot be
+/// read is ignored with a warning (DEL must succeed).
+pub fn prev_pod_ips(ctx: &Context) -> Vec<IpNet> {
+    match ctx.prev_result() {
+        Ok(Some(prev)) => pod_ips(&prev, &ctx.env.ifname).collect(),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            crate::warn!("ignoring prevResult on DEL: {}", e.msg);
+            Vec::new()
+        }
+    }
+}
+
 /// Every address of the pod interface in `prev` is on link `index`, and every route of the main table is in
 /// the pod's.
 pub fn addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {

@@ -74,6 +74,17 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     CniResult::from_json(&out)
 }
 
+/// IPAM ADD within a plugin's ADD: the lease, released by `undo` when a later step fails. An answer without
+/// addresses is refused (after the release is registered), as the reference does.
+pub fn add_undoable<'a>(ctx: &'a Context, undo: &mut crate::undo::Undo<'a>) -> Result<CniResult> {
+    let lease = add(ctx)?;
+    undo.push("release the IPAM lease", move || exec(ctx, Command::Del));
+    if lease.ips.is_empty() {
+        return Err(Error::internal("IPAM plugin returned missing IP config"));
+    }
+    Ok(lease)
+}
+
 /// IPAM with a verb that returns nothing (DEL, CHECK, GC, STATUS).
 pub fn exec(ctx: &Context, command: Command) -> Result<()> {
     let bin = ipam_binary(ctx)?;

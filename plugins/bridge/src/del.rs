@@ -25,7 +25,7 @@ fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) ->
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
     let mut errors = Errors::new();
-    let mut ips = prev_result_ips(ctx);
+    let mut ips = cnicore::check::prev_pod_ips(ctx);
     let pod_link = errors.record(pod_link(ctx)).flatten();
     if let Some(link) = &pod_link {
         ips.extend(link.addresses.iter().copied());
@@ -81,19 +81,6 @@ fn remove_concurrently(ctx: &Context, conf: &Config, pod_link: Option<PodLink>, 
 /// namespace was unmounted), means the pod's network is gone.
 fn netns_gone(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput)
-}
-
-/// The pod's addresses recorded in `prevResult` (those of the pod interface, or with no interface given).
-fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
-    let prev = match ctx.prev_result() {
-        Ok(Some(prev)) => prev,
-        Ok(None) => return Vec::new(),
-        Err(e) => {
-            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
-            return Vec::new();
-        }
-    };
-    crate::check::pod_ips(&prev, &ctx.env.ifname).collect()
 }
 
 /// The pod end of one of our veth pairs, with the global addresses it has.

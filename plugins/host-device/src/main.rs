@@ -142,12 +142,8 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
     };
     // IPAM first, unlike the reference: a refusal then leaves the device where it was, with its addresses.
     if p.conf.ipam_type.is_some() {
-        let lease = ipam::add(ctx)?;
-        undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+        let lease = ipam::add_undoable(ctx, undo)?;
         failpoint::hit("host-device/after-ipam");
-        if lease.ips.is_empty() {
-            return Err(Error::internal("IPAM plugin returned missing IP config"));
-        }
         result.ips = lease.ips.into_iter().map(|ip| IpConfig { interface: Some(0), ..ip }).collect();
         result.routes = lease.routes;
         // As the reference: with IPAM, the result's DNS is the config's, not the IPAM plugin's.

@@ -105,7 +105,7 @@ impl Plugin for Ptp {
     fn del(&self, ctx: &Context) -> Result<()> {
         let conf = ctx.load_for_teardown(Config::load)?;
         let mut errors = Errors::new();
-        let mut ips = prev_result_ips(ctx);
+        let mut ips = cnicore::check::prev_pod_ips(ctx);
         let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
         if let Some(veth) = &pod_veth {
             ips.extend(veth.addresses.iter().copied());
@@ -150,7 +150,7 @@ impl Plugin for Ptp {
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("ptp: Required prevResult missing"))?;
         podlink::check_pod_side(ctx, &prev, "veth", |_| Ok(()))?;
         if conf.ip_masq {
-            let ips = pod_ips(&prev, &ctx.env.ifname);
+            let ips: Vec<IpNet> = cnicore::check::pod_ips(&prev, &ctx.env.ifname).collect();
             let backend = Backend::or_detect(conf.masq_backend)?;
             masq::check_with_reference(backend, &conf.masq(&ctx.env.container_id, &ips), &ctx.env.ifname)?;
         }
@@ -188,12 +188,8 @@ fn add<'a>(
     pod: &mut Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let lease = ipam::add(ctx)?;
-    undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+    let lease = ipam::add_undoable(ctx, undo)?;
     failpoint::hit("ptp/after-ipam");
-    if lease.ips.is_empty() {
-        return Err(Error::internal("IPAM plugin returned missing IP config"));
-    }
     let mut gateways = Vec::new();
     for ip in &lease.ips {
         let gw = ip.gateway.ok_or_else(|| {
@@ -346,26 +342,6 @@ fn host_side(node: &mut Netlink, host: &Link, result: &CniResult) -> Result<()> 
 
 fn host_net(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
-}
-
-/// The pod addresses of `prev` on `ifname` (or on no interface in particular).
-fn pod_ips(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
-    prev.ips
-        .iter()
-        .filter(|ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
-        .map(|ip| ip.address)
-        .collect()
-}
-
-fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
-    match ctx.prev_result() {
-        Ok(Some(prev)) => pod_ips(&prev, &ctx.env.ifname),
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
-            Vec::new()
-        }
-    }
 }
 
 /// The pod's veth and the global addresses it has.

@@ -160,12 +160,8 @@ fn apply<'a>(
     let sandbox = ctx.netns()?.display().to_string();
     let mut result = CniResult::default();
     if conf.ipam_type.is_some() {
-        let lease = ipam::add(ctx)?;
-        undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+        let lease = ipam::add_undoable(ctx, undo)?;
         failpoint::hit("tap/after-ipam");
-        if lease.ips.is_empty() {
-            return Err(Error::internal("IPAM plugin returned missing IP config"));
-        }
         result.ips = lease.ips.into_iter().map(|ip| IpConfig { interface: Some(0), ..ip }).collect();
         result.routes = lease.routes;
     }
