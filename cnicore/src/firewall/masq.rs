@@ -200,26 +200,22 @@ pub fn setup(backend: Backend, pod: &Attachment) -> Result<()> {
     }
 }
 
-/// CHECK: the attachment's masquerading is in place as `setup` makes it, with exactly the configured
-/// exceptions (a missing, extra or changed rule or element is an error naming it).
 /// CHECK of a pod's masquerading (bridge's and ptp's): ours ([`check`]), or else the rule the reference's
 /// nftables backend (v1.6+) wrote for the pod's interface `ifname`, for a pod set up before the node moved to
 /// ours.
 pub fn check_with_reference(backend: Backend, pod: &Attachment, ifname: &str) -> Result<()> {
-    match check(backend, pod) {
-        Err(ours) => {
-            let theirs = backend == Backend::Nftables
-                && super::reference_nft::ipmasq_has_rule(pod.network, ifname, pod.container_id)?;
-            if theirs {
-                Ok(())
-            } else {
-                Err(ours)
-            }
-        }
-        Ok(()) => Ok(()),
+    let Err(ours) = check(backend, pod) else { return Ok(()) };
+    let theirs =
+        backend == Backend::Nftables && super::reference_nft::ipmasq_has_rule(pod.network, ifname, pod.container_id)?;
+    if theirs {
+        Ok(())
+    } else {
+        Err(ours)
     }
 }
 
+/// CHECK: the attachment's masquerading is in place as `setup` makes it, with exactly the configured
+/// exceptions (a missing, extra or changed rule or element is an error naming it).
 pub fn check(backend: Backend, pod: &Attachment) -> Result<()> {
     validate_owner(pod.network, pod.container_id)?;
     match backend {
