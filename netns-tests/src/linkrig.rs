@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::snapshot::{assert_unchanged, NodeSnapshot};
 use crate::upstream::{clean_command, output, plugin_dir, reference};
 use crate::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
@@ -156,6 +157,26 @@ impl LinkRig {
         }
     }
 
+    /// On a kernel without the plugin's link kind: ADD answers `expected` (code 999) in every version, a DEL of
+    /// the failed attachment succeeds (a runtime's rollback), and node and pod are unchanged, no lease left.
+    /// `conf(version)` is the plugin's config.
+    pub fn assert_missing_support(&self, expected: &str, conf: impl Fn(&str) -> Value) {
+        let pod = self.node.pod_netns();
+        let settle = std::time::Duration::from_secs(5);
+        let before = (NodeSnapshot::settled(&self.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+        for version in ["0.3.1", "1.0.0", "1.1.0"] {
+            let conf = conf(version);
+            let out = self.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
+            let err = out.expect_err();
+            assert_eq!(err["msg"], expected, "{}", out.stdout_text);
+            assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
+            self.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
+        }
+        assert_unchanged(&before.0, &NodeSnapshot::take(&self.node, &[]));
+        assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+        assert!(self.leases().is_empty(), "{:?}", self.leases());
+    }
+
     /// The lease files host-local keeps for the network (empty when none).
     pub fn leases(&self) -> Vec<String> {
         let dir = self.ipam_dir().join(&self.network);
@@ -178,6 +199,11 @@ pub fn link_details(ns: &TestNetns, name: &str) -> Option<Value> {
     }
     let parsed: Value = serde_json::from_slice(&out.stdout).ok()?;
     parsed.as_array()?.first().cloned()
+}
+
+/// The running kernel's release, for the messages of skipped tests.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
 /// True when this kernel can create links of `kind` (checked in a namespace of its own, removed again).

@@ -4,7 +4,7 @@
 //! node's uplink reaches the lan's VLAN 100 interface, MTU, CHECK (and a wrong vlanId), DEL leaves nothing,
 //! every spec version, takeover both ways with the reference vlan 1.1.1.
 
-use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, UPLINK};
+use netns_tests::linkrig::{kernel_has_kind, kernel_release, link_details, Impl, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_ping, json, Value};
 
@@ -20,10 +20,6 @@ fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
         conf[key] = value.clone();
     }
     conf
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
 /// True (after saying so) when the kernel has no 802.1Q: the traffic tests are then skipped.
@@ -42,20 +38,8 @@ fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
         return;
     }
     let rig = LinkRig::new("vlan");
-    let pod = rig.node.pod_netns();
-    let settle = std::time::Duration::from_secs(5);
-    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
-    for version in ["0.3.1", "1.0.0", "1.1.0"] {
-        let conf = conf(&rig, version, json!({"mtu": 1400}));
-        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
-        let err = out.expect_err();
-        assert_eq!(err["msg"], "this kernel has no vlan support (CONFIG_VLAN_8021Q)", "{}", out.stdout_text);
-        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
-        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
-    }
-    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
-    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
-    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+    let conf = |version: &str| conf(&rig, version, json!({"mtu": 1400}));
+    rig.assert_missing_support("this kernel has no vlan support (CONFIG_VLAN_8021Q)", conf);
 }
 
 #[test]
