@@ -206,6 +206,26 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
+/// True, after saying the test is skipped, when this kernel has no links of `kind` (`config`: the kernel option
+/// that brings them): for the tests that need the kind.
+pub fn skip_without_kind(kind: &str, config: &str) -> bool {
+    if kernel_has_kind(kind) {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has no {kind} support ({config})", kernel_release());
+    true
+}
+
+/// True, after saying the test is skipped, when this kernel has links of `kind` (`has`: how to say so): for the
+/// tests of the missing-support path.
+pub fn skip_with_kind(kind: &str, has: &str) -> bool {
+    if !kernel_has_kind(kind) {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has {has}; the missing-support path is not reachable", kernel_release());
+    true
+}
+
 /// True when this kernel can create links of `kind` (checked in a namespace of its own, removed again).
 pub fn kernel_has_kind(kind: &str) -> bool {
     let ns = TestNetns::new("kind");

@@ -4,7 +4,7 @@
 //! on a dummy link, CHECK (and a link set down), DEL leaves nothing, every spec version. (The reference 1.1.1
 //! has no dummy plugin: no takeover test.)
 
-use netns_tests::linkrig::{kernel_has_kind, kernel_release, link_details, Impl, LinkRig};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig};
 use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.50.0.0/24";
@@ -20,11 +20,7 @@ fn rig() -> LinkRig {
 
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("dummy") {
-        eprintln!(
-            "skipped: this kernel ({}) has dummy links; the missing-support path is not reachable",
-            kernel_release()
-        );
+    if skip_with_kind("dummy", "dummy links") {
         return;
     }
     let rig = rig();
@@ -33,8 +29,7 @@ fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
 
 #[test]
 fn add_check_del_in_every_version() {
-    if !kernel_has_kind("dummy") {
-        eprintln!("skipped: this kernel ({}) has no dummy support (CONFIG_DUMMY)", kernel_release());
+    if skip_without_kind("dummy", "CONFIG_DUMMY") {
         return;
     }
     let rig = rig();

@@ -4,7 +4,7 @@
 //! l3 links of the node's uplink reach the lan, CHECK, DEL leaves nothing, every spec version, the chained
 //! form (master and addresses from prevResult), takeover both ways with the reference ipvlan 1.1.1.
 
-use netns_tests::linkrig::{kernel_has_kind, kernel_release, link_details, Impl, LinkRig, LAN_HOST, UPLINK};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, LAN_HOST, UPLINK};
 use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.30.0.0/24";
@@ -19,19 +19,9 @@ fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
     conf
 }
 
-/// True (after saying so) when the kernel has no ipvlan: the traffic tests are then skipped.
-fn skipped() -> bool {
-    if kernel_has_kind("ipvlan") {
-        return false;
-    }
-    eprintln!("skipped: this kernel ({}) has no ipvlan support (CONFIG_IPVLAN)", kernel_release());
-    true
-}
-
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("ipvlan") {
-        eprintln!("skipped: this kernel ({}) has ipvlan; the missing-support path is not reachable", kernel_release());
+    if skip_with_kind("ipvlan", "ipvlan") {
         return;
     }
     let rig = LinkRig::new("ipvlan");
@@ -41,7 +31,7 @@ fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
 
 #[test]
 fn pods_reach_the_lan_check_and_del_in_every_version() {
-    if skipped() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
         return;
     }
     let rig = LinkRig::new("ipvlan");
@@ -65,7 +55,7 @@ fn pods_reach_the_lan_check_and_del_in_every_version() {
 
 #[test]
 fn takeover_both_ways_with_the_reference() {
-    if skipped() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
         return;
     }
     let rig = LinkRig::new("ipvlan");

@@ -4,7 +4,7 @@
 //! node's uplink reaches the lan's VLAN 100 interface, MTU, CHECK (and a wrong vlanId), DEL leaves nothing,
 //! every spec version, takeover both ways with the reference vlan 1.1.1.
 
-use netns_tests::linkrig::{kernel_has_kind, kernel_release, link_details, Impl, LinkRig, UPLINK};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_ping, json, Value};
 
@@ -22,19 +22,9 @@ fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
     conf
 }
 
-/// True (after saying so) when the kernel has no 802.1Q: the traffic tests are then skipped.
-fn skipped() -> bool {
-    if kernel_has_kind("vlan") {
-        return false;
-    }
-    eprintln!("skipped: this kernel ({}) has no vlan support (CONFIG_VLAN_8021Q)", kernel_release());
-    true
-}
-
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("vlan") {
-        eprintln!("skipped: this kernel ({}) has 8021q; the missing-support path is not reachable", kernel_release());
+    if skip_with_kind("vlan", "8021q") {
         return;
     }
     let rig = LinkRig::new("vlan");
@@ -62,7 +52,7 @@ fn master_and_mtu_are_checked_before_anything_changes() {
 
 #[test]
 fn a_pod_on_vlan_100_reaches_the_lan_in_every_version() {
-    if skipped() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
         return;
     }
     let rig = LinkRig::new("vlan");
@@ -91,7 +81,7 @@ fn a_pod_on_vlan_100_reaches_the_lan_in_every_version() {
 
 #[test]
 fn takeover_both_ways_with_the_reference() {
-    if skipped() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
         return;
     }
     let rig = LinkRig::new("vlan");
