@@ -29,17 +29,21 @@ pub fn pod_ips<'a>(prev: &'a CniResult, ifname: &'a str) -> impl Iterator<Item =
         .map(|ip| ip.address)
 }
 
-/// For DEL: the addresses of the pod interface in the `prevResult` of `ctx`, if it has one; one that cannot be
-/// read is ignored with a warning (DEL must succeed).
-pub fn prev_pod_ips(ctx: &Context) -> Vec<IpNet> {
-    match ctx.prev_result() {
+/// For DEL: the pod's addresses, each once: those of the pod interface in the `prevResult` of `ctx` (one that
+/// cannot be read is ignored with a warning: DEL must succeed) and those `found` on the interface itself.
+pub fn teardown_pod_ips(ctx: &Context, found: &[IpNet]) -> Vec<IpNet> {
+    let mut ips: Vec<IpNet> = match ctx.prev_result() {
         Ok(Some(prev)) => pod_ips(&prev, &ctx.env.ifname).collect(),
         Ok(None) => Vec::new(),
         Err(e) => {
             crate::warn!("ignoring prevResult on DEL: {}", e.msg);
             Vec::new()
         }
-    }
+    };
+    ips.extend(found);
+    ips.sort();
+    ips.dedup();
+    ips
 }
 
 /// Every address of the pod interface in `prev` is on link `index`, and every route of the main table is in

@@ -406,6 +406,13 @@ pub fn run_for_pod(
     run_binary(node, binary, verb, &env, conf)
 }
 
+/// `conf` with `result` as its prevResult (as a runtime sends CHECK and DEL, or the next plugin of a chain).
+pub fn with_prev(conf: &Value, result: &Value) -> Value {
+    let mut conf = conf.clone();
+    conf["prevResult"] = result.clone();
+    conf
+}
+
 /// An address written in a test, e.g. `ip("10.88.0.2")`.
 pub fn ip(text: &str) -> IpAddr {
     text.parse().unwrap_or_else(|e| panic!("test address {text:?}: {e}"))

@@ -120,9 +120,7 @@ impl LinkRig {
 
     /// `conf` with `result` as its prevResult (as a runtime sends CHECK and DEL).
     pub fn with_prev(conf: &Value, result: &Value) -> Value {
-        let mut conf = conf.clone();
-        conf["prevResult"] = result.clone();
-        conf
+        crate::with_prev(conf, result)
     }
 
     /// CHECK of `pod` with `result` as prevResult.

@@ -13,7 +13,7 @@ use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
 use netns_tests::{
-    assert_ping, bin, json, run_for_pod, unique_name, veth_between, Node, PluginOutput, TestNetns, Value,
+    assert_ping, bin, json, run_for_pod, unique_name, veth_between, with_prev, Node, PluginOutput, TestNetns, Value,
 };
 
 const CONTAINER: &str = "hostdev1";
@@ -94,12 +94,6 @@ impl Rig {
         assert_eq!(link.up, up, "up state of the device back in the node");
         assert_eq!(Rig::alias(&self.node, &self.device), None, "alias cleared");
     }
-}
-
-fn with_prev(conf: &Value, result: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = result.clone();
-    conf
 }
 
 #[test]

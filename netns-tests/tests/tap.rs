@@ -5,7 +5,7 @@
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{bin, json, run_for_pod, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_for_pod, with_prev, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "tap1";
 const POD_ADDR: &str = "10.45.0.5/24";
@@ -40,12 +40,6 @@ impl Rig {
 fn conf(version: &str) -> Value {
     json!({"cniVersion": version, "name": "tap-net", "type": "tap",
         "ipam": {"type": "static", "addresses": [{"address": POD_ADDR}]}})
-}
-
-fn with_prev(conf: &Value, result: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = result.clone();
-    conf
 }
 
 #[test]

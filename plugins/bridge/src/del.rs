@@ -25,13 +25,8 @@ fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) ->
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
     let mut errors = Errors::new();
-    let mut ips = cnicore::check::prev_pod_ips(ctx);
     let pod_link = errors.record(pod_link(ctx)).flatten();
-    if let Some(link) = &pod_link {
-        ips.extend(link.addresses.iter().copied());
-    }
-    ips.sort();
-    ips.dedup();
+    let ips = cnicore::check::teardown_pod_ips(ctx, pod_link.as_ref().map_or(&[], |l| &l.addresses));
     errors.extend(remove_concurrently(ctx, &conf, pod_link, &ips).into_iter().filter_map(Result::err));
     errors.into_result()
 }

@@ -105,13 +105,8 @@ impl Plugin for Ptp {
     fn del(&self, ctx: &Context) -> Result<()> {
         let conf = ctx.load_for_teardown(Config::load)?;
         let mut errors = Errors::new();
-        let mut ips = cnicore::check::prev_pod_ips(ctx);
         let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
-        if let Some(veth) = &pod_veth {
-            ips.extend(veth.addresses.iter().copied());
-        }
-        ips.sort();
-        ips.dedup();
+        let ips = cnicore::check::teardown_pod_ips(ctx, pod_veth.as_ref().map_or(&[], |v| &v.addresses));
         // The steps are independent and mostly wait (the kernel tearing the veth down, firewall and IPAM
         // processes): they run at the same time.
         let conf = &conf;
