@@ -206,6 +206,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn convention_args_with_go_key_matching() {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Conf {
+            #[serde(default)]
+            args: Option<ConventionArgs<IpsArg>>,
+            #[serde(default)]
+            runtime_config: Option<IpsArg>,
+        }
+        let conf: Conf = gojson::from_slice(
+            br#"{"Args": {"CNI": {"IPS": ["10.0.0.5"]}}, "RuntimeConfig": {"ips": ["10.0.0.6/24"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(ConventionArgs::cni(conf.args).and_then(|c| c.ips), Some(vec!["10.0.0.5".to_string()]));
+        assert_eq!(conf.runtime_config.and_then(|r| r.ips), Some(vec!["10.0.0.6/24".to_string()]));
+        let empty: Conf = gojson::from_slice(br#"{"args": {"cni": null}}"#).unwrap();
+        assert!(ConventionArgs::cni(empty.args).is_none() && empty.runtime_config.is_none());
+    }
+
+    #[test]
     fn network_names() {
         for ok in ["cbr0", "kubenet", "my-net_1.0", "A"] {
             validate_network_name(ok).unwrap();

@@ -99,3 +99,16 @@ pub fn exec_if(configured: bool, ctx: &Context, command: Command) -> Result<()> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_if_runs_nothing_without_ipam() {
+        // No IPAM plugin anywhere on CNI_PATH: only a call that is made can fail.
+        let ctx = Context::for_test(Command::Gc, r#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"none"}}"#, "");
+        assert!(exec_if(false, &ctx, Command::Gc).is_ok());
+        assert!(exec_if(true, &ctx, Command::Gc).unwrap_err().msg.contains("none"));
+    }
+}

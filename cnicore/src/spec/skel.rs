@@ -370,6 +370,28 @@ mod tests {
     }
 
     #[test]
+    fn verbs_route_each_verb_to_its_function() {
+        fn del(_: &Context) -> Result<()> {
+            Err(Error::internal("del"))
+        }
+        fn gc(_: &Context) -> Result<()> {
+            Err(Error::internal("gc"))
+        }
+        let verbs = Verbs::new(|ctx| Fake.add(ctx), del, |_| Err(Error::internal("check")));
+        let conf = r#"{"cniVersion":"1.1.0","name":"n","type":"fake"}"#;
+        let run_verbs = |verbs: &Verbs, cmd| run(env(cmd), conf.as_bytes().to_vec(), verbs).1;
+        assert_eq!(run_verbs(&verbs, Command::Add).unwrap().unwrap()["ips"][0]["address"], "10.0.0.2/24");
+        assert_eq!(run_verbs(&verbs, Command::Del).unwrap_err().msg, "del");
+        assert_eq!(run_verbs(&verbs, Command::Check).unwrap_err().msg, "check");
+        // GC and STATUS: nothing to do unless given.
+        assert!(run_verbs(&verbs, Command::Gc).unwrap().is_none());
+        assert!(run_verbs(&verbs, Command::Status).unwrap().is_none());
+        let verbs = verbs.gc(gc).status(del);
+        assert_eq!(run_verbs(&verbs, Command::Gc).unwrap_err().msg, "gc");
+        assert_eq!(run_verbs(&verbs, Command::Status).unwrap_err().msg, "del");
+    }
+
+    #[test]
     fn answers_in_config_version() {
         for v in SUPPORTED_VERSIONS {
             let (_, out) = call(Command::Add, &format!(r#"{{"cniVersion":"{v}","name":"n","type":"fake"}}"#));
