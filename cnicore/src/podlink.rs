@@ -2,13 +2,14 @@
 //! link, or on none: macvlan, ipvlan, vlan and dummy. ADD looks up the master (on the node, or in the pod with
 //! `linkInContainer`), creates the link straight into the pod under `CNI_IFNAME`, then runs IPAM and configures
 //! the interface, deleting the link and releasing the lease on failure. DEL releases the lease and deletes the
-//! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`.
+//! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`
+//! ([`crate::check::pod_link_of_kind`]).
 
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, KindData, Link, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
-use crate::{check, failpoint, sysctl};
+use crate::{failpoint, sysctl};
 
 /// Where the pod's addresses come from.
 pub enum Addresses {
@@ -230,43 +231,6 @@ pub fn delete_link(pod: &mut Netlink, index: u32, ifname: &str) -> Result<()> {
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
     }
-}
-
-/// CHECK of the pod side: the interface `prevResult` names for `CNI_IFNAME` and this netns exists, is of the
-/// plugin's kind with the `expected` settings (compared by the caller) and MAC, and carries `prevResult`'s
-/// addresses and routes ([`crate::check`], as every interface plugin). Returns the link for the caller's own
-/// comparisons.
-pub fn check_pod_side(
-    ctx: &Context,
-    prev: &CniResult,
-    kind: &str,
-    expected: impl FnOnce(&KindData) -> Result<()>,
-) -> Result<Link> {
-    let ifname = ctx.env.ifname.as_str();
-    let entry = check::pod_entry(prev, ifname, &ctx.netns()?.display().to_string())?;
-    let pod_ns = ctx.open_netns()?;
-    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
-    let (link, data) = pod
-        .link_with_kind_data(ifname)
-        .context("netlink")?
-        .ok_or_else(|| Error::internal(format!("container Interface name in prevResult: {ifname} not found")))?;
-    if link.kind.as_deref() != Some(kind) {
-        return Err(not_of_kind(ifname, kind));
-    }
-    expected(&data)?;
-    check::mac(entry, &link)?;
-    check::addresses_and_routes(&mut pod, prev, link.index, ifname)?;
-    Ok(link)
-}
-
-/// CHECK's error for a pod interface that is not a link of the plugin's kind.
-pub fn not_of_kind(ifname: &str, kind: &str) -> Error {
-    Error::internal(format!("Error: Container interface {ifname} not of type {kind}"))
-}
-
-/// CHECK's error for a pod link of the plugin's kind in another mode than the config's.
-pub fn mode_mismatch(kind: &str, actual: &str, expected: &str) -> Error {
-    Error::internal(format!("container {kind} mode {actual} does not match expected value: {expected}"))
 }
 
 /// True when an IPAM plugin is configured. An absent or empty `ipam` section means a layer-2 attachment, as

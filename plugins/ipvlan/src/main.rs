@@ -122,12 +122,12 @@ impl Plugin for Ipvlan {
         if let Some(master) = &conf.master {
             podlink::lookup_master(sockets.master_side(conf.in_container), master)?;
         }
-        podlink::check_pod_side(ctx, &prev, "ipvlan", |data| match data {
+        cnicore::check::pod_link_of_kind(ctx, &prev, "ipvlan", |data| match data {
             KindData::Ipvlan { mode } if *mode == conf.mode => Ok(()),
             KindData::Ipvlan { mode } => {
-                Err(podlink::mode_mismatch("ipvlan", &mode_name(*mode), &mode_name(conf.mode)))
+                Err(cnicore::check::mode_mismatch("ipvlan", &mode_name(*mode), &mode_name(conf.mode)))
             }
-            _ => Err(podlink::not_of_kind(&ctx.env.ifname, "ipvlan")),
+            _ => Err(cnicore::check::not_of_kind(&ctx.env.ifname, "ipvlan")),
         })?;
         Ok(())
     }

@@ -143,12 +143,12 @@ impl Plugin for Macvlan {
         ipam::exec_if(conf.layer3, ctx, Command::Check)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
         podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
-        podlink::check_pod_side(ctx, &prev, "macvlan", |data| match data {
+        cnicore::check::pod_link_of_kind(ctx, &prev, "macvlan", |data| match data {
             KindData::Macvlan { mode } if *mode == conf.mode => Ok(()),
             KindData::Macvlan { mode } => {
-                Err(podlink::mode_mismatch("macvlan", &mode_name(*mode), &mode_name(conf.mode)))
+                Err(cnicore::check::mode_mismatch("macvlan", &mode_name(*mode), &mode_name(conf.mode)))
             }
-            _ => Err(podlink::not_of_kind(&ctx.env.ifname, "macvlan")),
+            _ => Err(cnicore::check::not_of_kind(&ctx.env.ifname, "macvlan")),
         })?;
         Ok(())
     }

@@ -143,7 +143,7 @@ impl Plugin for Ptp {
         ctx.open_netns()?;
         ipam::exec(ctx, Command::Check)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("ptp: Required prevResult missing"))?;
-        podlink::check_pod_side(ctx, &prev, "veth", |_| Ok(()))?;
+        cnicore::check::pod_link_of_kind(ctx, &prev, "veth", |_| Ok(()))?;
         if conf.ip_masq {
             let ips: Vec<IpNet> = cnicore::check::pod_ips(&prev, &ctx.env.ifname).collect();
             let backend = Backend::or_detect(conf.masq_backend)?;
