@@ -2,12 +2,11 @@
 //! link, or on none: macvlan, ipvlan, vlan and dummy. ADD looks up the master (on the node, or in the pod with
 //! `linkInContainer`), creates the link straight into the pod under `CNI_IFNAME`, then runs IPAM and configures
 //! the interface, deleting the link and releasing the lease on failure. DEL releases the lease and deletes the
-//! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`.
-
-use std::net::IpAddr;
+//! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`
+//! ([`crate::check::pod_link_of_kind`]).
 
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, KindData, Link, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
 use crate::{failpoint, sysctl};
@@ -217,73 +216,17 @@ fn delete_pod_link(ctx: &Context, kind: &str) -> Result<()> {
         crate::warn!("{ifname:?} in the pod is not a {kind} link; leaving it alone");
         return Ok(());
     }
-    match pod.delete_link(link.index) {
+    delete_link(&mut pod, link.index, ifname)
+}
+
+/// Deletes the pod's link `index` (`ifname`, for the error); a link already gone counts as deleted, as DEL
+/// wants.
+pub fn delete_link(pod: &mut Netlink, index: u32, ifname: &str) -> Result<()> {
+    match pod.delete_link(index) {
         Ok(()) => Ok(()),
         Err(e) if is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
     }
-}
-
-/// CHECK of the pod side: the interface `prevResult` names for `CNI_IFNAME` and this netns exists, is of the
-/// plugin's kind with the `expected` settings (compared by the caller) and MAC, and carries `prevResult`'s
-/// addresses and routes. Returns the link and its settings for the caller's own comparisons.
-pub fn check_pod_side(
-    ctx: &Context,
-    prev: &CniResult,
-    kind: &str,
-    expected: impl FnOnce(&KindData) -> Result<()>,
-) -> Result<Link> {
-    let ifname = ctx.env.ifname.as_str();
-    let sandbox = ctx.netns()?.display().to_string();
-    let entry =
-        prev.interfaces.iter().find(|i| i.name == ifname && i.sandbox == sandbox).ok_or_else(|| {
-            Error::internal(format!("sandbox in prevResult doesn't match configured netns: {sandbox}"))
-        })?;
-    let pod_ns = ctx.open_netns()?;
-    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
-    let (link, data) = pod
-        .link_with_kind_data(ifname)
-        .context("netlink")?
-        .ok_or_else(|| Error::internal(format!("container Interface name in prevResult: {ifname} not found")))?;
-    if link.kind.as_deref() != Some(kind) {
-        return Err(Error::internal(format!("Error: Container interface {ifname} not of type {kind}")));
-    }
-    expected(&data)?;
-    let actual = link.mac.map(|m| crate::mac::format(&m)).unwrap_or_default();
-    if !entry.mac.is_empty() && entry.mac.to_lowercase() != actual {
-        return Err(Error::internal(format!(
-            "interface {ifname} Mac {} doesn't match container Mac: {actual}",
-            entry.mac
-        )));
-    }
-    check_addresses_and_routes(&mut pod, prev, link.index, ifname)?;
-    Ok(link)
-}
-
-/// Every address of `prev` on the interface is on the link, every route of the main table is there.
-fn check_addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifname: &str) -> Result<()> {
-    let addresses = nl.addresses(Some(index)).context("netlink")?;
-    let ours = |i: Option<usize>| i.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname);
-    for ip in prev.ips.iter().filter(|ip| ours(ip.interface)) {
-        if !addresses.iter().any(|a| a.addr == ip.address) {
-            return Err(Error::internal(format!("Failed to match addr {} on interface {ifname}", ip.address)));
-        }
-    }
-    let mut routes = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        if prev.routes.iter().any(|r| r.dst.addr().is_ipv4() == (family == IpFamily::V4)) {
-            routes.extend(nl.routes(family, RT_TABLE_MAIN).context("netlink")?);
-        }
-    }
-    for expected in prev.routes.iter().filter(|r| r.table.is_none_or(|t| t == RT_TABLE_MAIN)) {
-        let gw: Option<IpAddr> = expected.gw;
-        let present = routes.iter().any(|r| r.dst == expected.dst && gw.is_none_or(|gw| r.gateway == Some(gw)));
-        if !present {
-            let via = gw.map(|g| format!(" via {g}")).unwrap_or_default();
-            return Err(Error::internal(format!("Failed to match route {}{via} in the container", expected.dst)));
-        }
-    }
-    Ok(())
 }
 
 /// True when an IPAM plugin is configured. An absent or empty `ipam` section means a layer-2 attachment, as
@@ -336,24 +279,7 @@ mod tests {
 
     #[test]
     fn mtu_at_most_the_masters() {
-        let master = Link {
-            index: 2,
-            name: "eth0".into(),
-            mtu: 1500,
-            mac: None,
-            up: true,
-            oper_up: true,
-            carrier: true,
-            loopback: false,
-            pointopoint: false,
-            promisc: false,
-            allmulti: false,
-            txqlen: 1000,
-            kind: None,
-            master: None,
-            peer_index: None,
-            bridge_port: None,
-        };
+        let master = Link { index: 2, name: "eth0".into(), mtu: 1500, up: true, ..Link::default() };
         assert!(check_mtu(None, &master).is_ok() && check_mtu(Some(1500), &master).is_ok());
         let e = check_mtu(Some(9000), &master).unwrap_err();
         assert_eq!(

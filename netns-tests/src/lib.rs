@@ -229,6 +229,14 @@ impl Node {
         TestNetns::new("pod")
     }
 
+    /// A new pod whose `eth0` is a veth to the node (`host_veth` there), with `node_addr` and `pod_addr` on its
+    /// ends: the pod as an interface plugin leaves it for the plugins chained after it.
+    pub fn pod_with_eth0(&self, host_veth: &str, node_addr: &str, pod_addr: &str) -> TestNetns {
+        let pod = self.pod_netns();
+        veth_between(self, &pod, host_veth, "eth0", &[net(node_addr)], &[net(pod_addr)]);
+        pod
+    }
+
     /// Runs `plugin` inside the node namespace, see [`run_plugin`].
     pub fn run_plugin(&self, plugin: &str, cni_command: &str, env: &[(&str, &str)], stdin: &Value) -> PluginOutput {
         run_plugin(self, plugin, cni_command, env, stdin)
@@ -385,6 +393,29 @@ pub fn run_binary(
     let mut command = upstream::clean_command(ns, binary);
     command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
     upstream::output(&mut command, stdin.to_string().as_bytes())
+}
+
+/// Runs `binary` in the node namespace as a runtime does for the attachment (`container`, `ifname`) of `pod`;
+/// `netns` replaces the pod's path in `CNI_NETNS` (a DEL with "" or with a netns that is gone).
+pub fn run_for_pod(
+    node: &TestNetns,
+    pod: &TestNetns,
+    binary: &Path,
+    verb: &str,
+    (container, ifname): (&str, &str),
+    netns: Option<&str>,
+    conf: &Value,
+) -> PluginOutput {
+    let netns = netns.map(str::to_string).unwrap_or_else(|| pod.path.display().to_string());
+    let env = [("CNI_CONTAINERID", container), ("CNI_NETNS", netns.as_str()), ("CNI_IFNAME", ifname)];
+    run_binary(node, binary, verb, &env, conf)
+}
+
+/// `conf` with `result` as its prevResult (as a runtime sends CHECK and DEL, or the next plugin of a chain).
+pub fn with_prev(conf: &Value, result: &Value) -> Value {
+    let mut conf = conf.clone();
+    conf["prevResult"] = result.clone();
+    conf
 }
 
 /// An address written in a test, e.g. `ip("10.88.0.2")`.

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::snapshot::{assert_unchanged, NodeSnapshot};
 use crate::upstream::{clean_command, output, plugin_dir, reference};
 use crate::{bin, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
@@ -119,9 +120,7 @@ impl LinkRig {
 
     /// `conf` with `result` as its prevResult (as a runtime sends CHECK and DEL).
     pub fn with_prev(conf: &Value, result: &Value) -> Value {
-        let mut conf = conf.clone();
-        conf["prevResult"] = result.clone();
-        conf
+        crate::with_prev(conf, result)
     }
 
     /// CHECK of `pod` with `result` as prevResult.
@@ -132,6 +131,48 @@ impl LinkRig {
     /// DEL of `pod`'s attachment; panics on failure.
     pub fn del(&self, which: Impl, netns: Option<&Path>, id: &str, conf: &Value, result: &Value) {
         self.run(which, "DEL", netns, id, &LinkRig::with_prev(conf, result), "").expect_ok();
+    }
+
+    /// Takeover both ways: an attachment ADDed by one implementation is CHECKed and DELeted by the other, which
+    /// leaves neither the pod's `eth0` nor a lease. `after_add(adder, pod)` tests the pod before the other side
+    /// takes over (traffic); `after_del(adder, other)` asserts what else must be gone.
+    pub fn takeover_both_ways(
+        &self,
+        conf: &Value,
+        after_add: impl Fn(Impl, &TestNetns),
+        after_del: impl Fn(Impl, Impl),
+    ) {
+        for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
+            let pod = self.node.pod_netns();
+            let id = unique_name("t");
+            let result = self.add(adder, &pod, &id, conf);
+            after_add(adder, &pod);
+            self.check(other, &pod, &id, conf, &result).expect_ok();
+            self.del(other, Some(&pod.path), &id, conf, &result);
+            assert!(!pod.links().contains(&"eth0".to_string()), "{adder:?} then {other:?}");
+            assert!(self.leases().is_empty(), "{adder:?} then {other:?}: {:?}", self.leases());
+            after_del(adder, other);
+        }
+    }
+
+    /// On a kernel without the plugin's link kind: ADD answers `expected` (code 999) in every version, a DEL of
+    /// the failed attachment succeeds (a runtime's rollback), and node and pod are unchanged, no lease left.
+    /// `conf(version)` is the plugin's config.
+    pub fn assert_missing_support(&self, expected: &str, conf: impl Fn(&str) -> Value) {
+        let pod = self.node.pod_netns();
+        let settle = std::time::Duration::from_secs(5);
+        let before = (NodeSnapshot::settled(&self.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+        for version in ["0.3.1", "1.0.0", "1.1.0"] {
+            let conf = conf(version);
+            let out = self.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
+            let err = out.expect_err();
+            assert_eq!(err["msg"], expected, "{}", out.stdout_text);
+            assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
+            self.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
+        }
+        assert_unchanged(&before.0, &NodeSnapshot::take(&self.node, &[]));
+        assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+        assert!(self.leases().is_empty(), "{:?}", self.leases());
     }
 
     /// The lease files host-local keeps for the network (empty when none).
@@ -156,6 +197,31 @@ pub fn link_details(ns: &TestNetns, name: &str) -> Option<Value> {
     }
     let parsed: Value = serde_json::from_slice(&out.stdout).ok()?;
     parsed.as_array()?.first().cloned()
+}
+
+/// The running kernel's release, for the messages of skipped tests.
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
+}
+
+/// True, after saying the test is skipped, when this kernel has no links of `kind` (`config`: the kernel option
+/// that brings them): for the tests that need the kind.
+pub fn skip_without_kind(kind: &str, config: &str) -> bool {
+    if kernel_has_kind(kind) {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has no {kind} support ({config})", kernel_release());
+    true
+}
+
+/// True, after saying the test is skipped, when this kernel has links of `kind` (`has`: how to say so): for the
+/// tests of the missing-support path.
+pub fn skip_with_kind(kind: &str, has: &str) -> bool {
+    if !kernel_has_kind(kind) {
+        return false;
+    }
+    eprintln!("skipped: this kernel ({}) has {has}; the missing-support path is not reachable", kernel_release());
+    true
 }
 
 /// True when this kernel can create links of `kind` (checked in a namespace of its own, removed again).

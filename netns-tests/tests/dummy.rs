@@ -4,18 +4,13 @@
 //! on a dummy link, CHECK (and a link set down), DEL leaves nothing, every spec version. (The reference 1.1.1
 //! has no dummy plugin: no takeover test.)
 
-use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig};
-use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig};
 use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.50.0.0/24";
 
 fn conf(rig: &LinkRig, version: &str) -> Value {
     json!({"cniVersion": version, "name": rig.network, "type": "dummy", "ipam": rig.ipam(SUBNET)})
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
 /// Our dummy with our host-local (the reference 1.1.1 has no dummy plugin).
@@ -25,33 +20,16 @@ fn rig() -> LinkRig {
 
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("dummy") {
-        eprintln!(
-            "skipped: this kernel ({}) has dummy links; the missing-support path is not reachable",
-            kernel_release()
-        );
+    if skip_with_kind("dummy", "dummy links") {
         return;
     }
     let rig = rig();
-    let pod = rig.node.pod_netns();
-    let settle = std::time::Duration::from_secs(5);
-    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
-    for version in ["0.3.1", "1.0.0", "1.1.0"] {
-        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf(&rig, version), "");
-        let err = out.expect_err();
-        assert_eq!(err["msg"], "this kernel has no dummy support (CONFIG_DUMMY)", "{}", out.stdout_text);
-        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
-        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf(&rig, version), "").expect_ok();
-    }
-    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
-    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
-    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+    rig.assert_missing_support("this kernel has no dummy support (CONFIG_DUMMY)", |version| conf(&rig, version));
 }
 
 #[test]
 fn add_check_del_in_every_version() {
-    if !kernel_has_kind("dummy") {
-        eprintln!("skipped: this kernel ({}) has no dummy support (CONFIG_DUMMY)", kernel_release());
+    if skip_without_kind("dummy", "CONFIG_DUMMY") {
         return;
     }
     let rig = rig();

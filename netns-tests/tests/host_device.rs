@@ -13,7 +13,7 @@ use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
 use netns_tests::{
-    assert_ping, bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value,
+    assert_ping, bin, json, run_for_pod, unique_name, veth_between, with_prev, Node, PluginOutput, TestNetns, Value,
 };
 
 const CONTAINER: &str = "hostdev1";
@@ -55,9 +55,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, netns: Option<&str>) -> PluginOutput {
-        let netns = netns.map(str::to_string).unwrap_or_else(|| self.pod.path.display().to_string());
-        let env = [("CNI_CONTAINERID", CONTAINER), ("CNI_NETNS", &netns), ("CNI_IFNAME", "eth0")];
-        run_binary(&self.node, &binary, verb, &env, conf)
+        run_for_pod(&self.node, &self.pod, &binary, verb, (CONTAINER, "eth0"), netns, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {
@@ -96,12 +94,6 @@ impl Rig {
         assert_eq!(link.up, up, "up state of the device back in the node");
         assert_eq!(Rig::alias(&self.node, &self.device), None, "alias cleared");
     }
-}
-
-fn with_prev(conf: &Value, result: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = result.clone();
-    conf
 }
 
 #[test]

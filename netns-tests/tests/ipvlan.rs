@@ -4,9 +4,8 @@
 //! l3 links of the node's uplink reach the lan, CHECK, DEL leaves nothing, every spec version, the chained
 //! form (master and addresses from prevResult), takeover both ways with the reference ipvlan 1.1.1.
 
-use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, LAN_HOST, UPLINK};
-use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{assert_ping, json, unique_name, Value};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, LAN_HOST, UPLINK};
+use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.30.0.0/24";
 
@@ -20,46 +19,19 @@ fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
     conf
 }
 
-/// True (after saying so) when the kernel has no ipvlan: the traffic tests are then skipped.
-fn skipped() -> bool {
-    if kernel_has_kind("ipvlan") {
-        return false;
-    }
-    eprintln!("skipped: this kernel ({}) has no ipvlan support (CONFIG_IPVLAN)", kernel_release());
-    true
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
-}
-
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("ipvlan") {
-        eprintln!("skipped: this kernel ({}) has ipvlan; the missing-support path is not reachable", kernel_release());
+    if skip_with_kind("ipvlan", "ipvlan") {
         return;
     }
     let rig = LinkRig::new("ipvlan");
-    let pod = rig.node.pod_netns();
-    let settle = std::time::Duration::from_secs(5);
-    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
-    for version in ["0.3.1", "1.0.0", "1.1.0"] {
-        let conf = conf(&rig, version, json!({"mode": "l3"}));
-        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
-        let err = out.expect_err();
-        assert_eq!(err["msg"], "this kernel has no ipvlan support (CONFIG_IPVLAN)", "{}", out.stdout_text);
-        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
-        // DEL of the failed attachment succeeds (a runtime's rollback).
-        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
-    }
-    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
-    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
-    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+    let conf = |version: &str| conf(&rig, version, json!({"mode": "l3"}));
+    rig.assert_missing_support("this kernel has no ipvlan support (CONFIG_IPVLAN)", conf);
 }
 
 #[test]
 fn pods_reach_the_lan_check_and_del_in_every_version() {
-    if skipped() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
         return;
     }
     let rig = LinkRig::new("ipvlan");
@@ -83,20 +55,12 @@ fn pods_reach_the_lan_check_and_del_in_every_version() {
 
 #[test]
 fn takeover_both_ways_with_the_reference() {
-    if skipped() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
         return;
     }
     let rig = LinkRig::new("ipvlan");
     let conf = conf(&rig, "1.0.0", json!({}));
-    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
-        let pod = rig.node.pod_netns();
-        let id = unique_name("t");
-        let result = rig.add(adder, &pod, &id, &conf);
-        rig.check(other, &pod, &id, &conf, &result).expect_ok();
-        rig.del(other, Some(&pod.path), &id, &conf, &result);
-        assert!(!pod.links().contains(&"eth0".to_string()));
-    }
-    assert!(rig.leases().is_empty());
+    rig.takeover_both_ways(&conf, |_, _| (), |_, _| ());
 }
 
 #[test]

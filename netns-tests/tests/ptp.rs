@@ -287,18 +287,14 @@ fn takeover_both_ways_with_the_reference() {
     let rig = rig();
     let conf = conf(&rig, "1.0.0", json!({"ipMasq": true}));
     let _server = TcpServer::echo_source(&rig.lan, 8080);
-    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
-        let pod: TestNetns = rig.node.pod_netns();
-        let id = unique_name("t");
-        let result = rig.add(adder, &pod, &id, &conf);
-        let seen = tcp_ask(&pod, SocketAddr::new(LAN_HOST.parse().unwrap(), 8080));
-        assert_eq!(seen.as_deref(), Some(NODE_UPLINK), "{adder:?}");
-        rig.check(other, &pod, &id, &conf, &result).expect_ok();
-        rig.del(other, Some(&pod.path), &id, &conf, &result);
-        assert!(!pod.links().contains(&"eth0".to_string()), "{adder:?} then {other:?}");
-        assert!(rig.leases().is_empty(), "{adder:?} then {other:?}: {:?}", rig.leases());
-        assert!(!nat_rules(&rig).contains("CNI-"), "{adder:?} then {other:?}: {}", nat_rules(&rig));
-    }
+    rig.takeover_both_ways(
+        &conf,
+        |adder, pod| {
+            let seen = tcp_ask(pod, SocketAddr::new(LAN_HOST.parse().unwrap(), 8080));
+            assert_eq!(seen.as_deref(), Some(NODE_UPLINK), "{adder:?}");
+        },
+        |adder, other| assert!(!nat_rules(&rig).contains("CNI-"), "{adder:?} then {other:?}: {}", nat_rules(&rig)),
+    );
 }
 
 /// A ptp pod of the reference v1.6-v1.9 with `ipMasqBackend: nftables` (their v1.9 binary cannot be installed

@@ -11,7 +11,7 @@ use std::time::Duration;
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_for_pod, unique_name, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "sbr1";
 const POD_IP: &str = "10.46.0.5";
@@ -25,15 +25,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            &unique_name("sb"),
-            "eth0",
-            &[format!("{GATEWAY}/24").parse().unwrap()],
-            &[format!("{POD_IP}/24").parse().unwrap()],
-        );
+        let pod = node.pod_with_eth0(&unique_name("sb"), &format!("{GATEWAY}/24"), &format!("{POD_IP}/24"));
         Rig { node, pod }
     }
 
@@ -54,9 +46,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, netns: Option<&str>) -> PluginOutput {
-        let netns = netns.map(str::to_string).unwrap_or_else(|| self.pod.path.display().to_string());
-        let env = [("CNI_CONTAINERID", CONTAINER), ("CNI_NETNS", &netns), ("CNI_IFNAME", "eth0")];
-        run_binary(&self.node, &binary, verb, &env, conf)
+        run_for_pod(&self.node, &self.pod, &binary, verb, (CONTAINER, "eth0"), netns, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {

@@ -5,7 +5,7 @@
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{bin, json, run_binary, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_for_pod, with_prev, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "tap1";
 const POD_ADDR: &str = "10.45.0.5/24";
@@ -25,9 +25,7 @@ impl Rig {
     }
 
     fn call(&self, verb: &str, conf: &Value, netns: Option<&str>, ifname: &str) -> PluginOutput {
-        let netns = netns.map(str::to_string).unwrap_or_else(|| self.pod.path.display().to_string());
-        let env = [("CNI_CONTAINERID", CONTAINER), ("CNI_NETNS", &netns), ("CNI_IFNAME", ifname)];
-        run_binary(&self.node, &bin("tap"), verb, &env, conf)
+        run_for_pod(&self.node, &self.pod, &bin("tap"), verb, (CONTAINER, ifname), netns, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {
@@ -42,12 +40,6 @@ impl Rig {
 fn conf(version: &str) -> Value {
     json!({"cniVersion": version, "name": "tap-net", "type": "tap",
         "ipam": {"type": "static", "addresses": [{"address": POD_ADDR}]}})
-}
-
-fn with_prev(conf: &Value, result: &Value) -> Value {
-    let mut conf = conf.clone();
-    conf["prevResult"] = result.clone();
-    conf
 }
 
 #[test]

@@ -16,7 +16,7 @@ use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::{
     clean_command, output, plugin_dir, reference, upstream_cnitool, with_bind_mount, with_var_lib_cni, VarLibCni,
 };
-use netns_tests::{bin, bin_dir, json, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, bin_dir, json, unique_name, Node, PluginOutput, TestNetns, Value};
 
 const CONTAINER: &str = "tuned1";
 const POD_MAC: &str = "02:00:00:00:00:02";
@@ -47,15 +47,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            &unique_name("hv"),
-            "eth0",
-            &["10.1.0.1/24".parse().unwrap()],
-            &["10.1.0.2/24".parse().unwrap()],
-        );
+        let pod = node.pod_with_eth0(&unique_name("hv"), "10.1.0.1/24", "10.1.0.2/24");
         let data_dir = node.dir().join("tuning");
         fs::create_dir_all(&data_dir).expect("data dir");
         let rig = Rig { node, pod, data_dir };

@@ -4,9 +4,9 @@
 //! node's uplink reaches the lan's VLAN 100 interface, MTU, CHECK (and a wrong vlanId), DEL leaves nothing,
 //! every spec version, takeover both ways with the reference vlan 1.1.1.
 
-use netns_tests::linkrig::{kernel_has_kind, link_details, Impl, LinkRig, UPLINK};
+use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{assert_ping, json, unique_name, Value};
+use netns_tests::{assert_ping, json, Value};
 
 const SUBNET: &str = "10.30.100.0/24";
 const LAN_VLAN_HOST: &str = "10.30.100.254";
@@ -22,40 +22,14 @@ fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
     conf
 }
 
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
-}
-
-/// True (after saying so) when the kernel has no 802.1Q: the traffic tests are then skipped.
-fn skipped() -> bool {
-    if kernel_has_kind("vlan") {
-        return false;
-    }
-    eprintln!("skipped: this kernel ({}) has no vlan support (CONFIG_VLAN_8021Q)", kernel_release());
-    true
-}
-
 #[test]
 fn without_kernel_support_add_is_a_clear_error_and_changes_nothing() {
-    if kernel_has_kind("vlan") {
-        eprintln!("skipped: this kernel ({}) has 8021q; the missing-support path is not reachable", kernel_release());
+    if skip_with_kind("vlan", "8021q") {
         return;
     }
     let rig = LinkRig::new("vlan");
-    let pod = rig.node.pod_netns();
-    let settle = std::time::Duration::from_secs(5);
-    let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
-    for version in ["0.3.1", "1.0.0", "1.1.0"] {
-        let conf = conf(&rig, version, json!({"mtu": 1400}));
-        let out = rig.run(Impl::Ours, "ADD", Some(&pod.path), "k", &conf, "");
-        let err = out.expect_err();
-        assert_eq!(err["msg"], "this kernel has no vlan support (CONFIG_VLAN_8021Q)", "{}", out.stdout_text);
-        assert_eq!((err["code"].as_u64(), err["cniVersion"].as_str()), (Some(999), Some(version)));
-        rig.run(Impl::Ours, "DEL", Some(&pod.path), "k", &conf, "").expect_ok();
-    }
-    assert_unchanged(&before.0, &NodeSnapshot::take(&rig.node, &[]));
-    assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
-    assert!(rig.leases().is_empty(), "{:?}", rig.leases());
+    let conf = |version: &str| conf(&rig, version, json!({"mtu": 1400}));
+    rig.assert_missing_support("this kernel has no vlan support (CONFIG_VLAN_8021Q)", conf);
 }
 
 #[test]
@@ -78,7 +52,7 @@ fn master_and_mtu_are_checked_before_anything_changes() {
 
 #[test]
 fn a_pod_on_vlan_100_reaches_the_lan_in_every_version() {
-    if skipped() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
         return;
     }
     let rig = LinkRig::new("vlan");
@@ -107,18 +81,10 @@ fn a_pod_on_vlan_100_reaches_the_lan_in_every_version() {
 
 #[test]
 fn takeover_both_ways_with_the_reference() {
-    if skipped() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
         return;
     }
     let rig = LinkRig::new("vlan");
     let conf = conf(&rig, "1.0.0", json!({}));
-    for (adder, other) in [(Impl::Reference, Impl::Ours), (Impl::Ours, Impl::Reference)] {
-        let pod = rig.node.pod_netns();
-        let id = unique_name("t");
-        let result = rig.add(adder, &pod, &id, &conf);
-        rig.check(other, &pod, &id, &conf, &result).expect_ok();
-        rig.del(other, Some(&pod.path), &id, &conf, &result);
-        assert!(!pod.links().contains(&"eth0".to_string()));
-    }
-    assert!(rig.leases().is_empty());
+    rig.takeover_both_ways(&conf, |_, _| (), |_, _| ());
 }

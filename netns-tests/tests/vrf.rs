@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, json, run_binary, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, run_for_pod, unique_name, Node, PluginOutput, TestNetns, Value};
 
 const POD_IP: &str = "10.47.0.5";
 
@@ -22,15 +22,7 @@ struct Rig {
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            &unique_name("vr"),
-            "eth0",
-            &["10.47.0.1/24".parse().unwrap()],
-            &[format!("{POD_IP}/24").parse().unwrap()],
-        );
+        let pod = node.pod_with_eth0(&unique_name("vr"), "10.47.0.1/24", &format!("{POD_IP}/24"));
         Rig { node, pod }
     }
 
@@ -44,9 +36,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, ifname: &str) -> PluginOutput {
-        let netns = self.pod.path.display().to_string();
-        let env = [("CNI_CONTAINERID", "vrf1"), ("CNI_NETNS", &netns), ("CNI_IFNAME", ifname)];
-        run_binary(&self.node, &binary, verb, &env, conf)
+        run_for_pod(&self.node, &self.pod, &binary, verb, ("vrf1", ifname), None, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {

@@ -200,6 +200,20 @@ pub fn setup(backend: Backend, pod: &Attachment) -> Result<()> {
     }
 }
 
+/// CHECK of a pod's masquerading (bridge's and ptp's): ours ([`check`]), or else the rule the reference's
+/// nftables backend (v1.6+) wrote for the pod's interface `ifname`, for a pod set up before the node moved to
+/// ours.
+pub fn check_with_reference(backend: Backend, pod: &Attachment, ifname: &str) -> Result<()> {
+    let Err(ours) = check(backend, pod) else { return Ok(()) };
+    let theirs =
+        backend == Backend::Nftables && super::reference_nft::ipmasq_has_rule(pod.network, ifname, pod.container_id)?;
+    if theirs {
+        Ok(())
+    } else {
+        Err(ours)
+    }
+}
+
 /// CHECK: the attachment's masquerading is in place as `setup` makes it, with exactly the configured
 /// exceptions (a missing, extra or changed rule or element is an error naming it).
 pub fn check(backend: Backend, pod: &Attachment) -> Result<()> {
@@ -242,6 +256,18 @@ pub fn teardown(pod: &Attachment) -> Result<()> {
         errors.record(outcome);
     }
     errors.into_result().map_err(|e| e.within("failed to remove ipMasq rules"))
+}
+
+/// GC of the masquerading of `network`: ours ([`gc`]) and the rules of the reference's nftables backend
+/// (bridge's and ptp's GC).
+pub fn gc_with_reference(network: &str, valid: &[(String, String)]) -> Result<()> {
+    let mut errors = Errors::new();
+    errors.record(gc(network, valid));
+    // Rules the reference bridge and ptp v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
+    if Backend::Nftables.available() {
+        errors.record(super::reference_nft::ipmasq_gc(network, valid));
+    }
+    errors.into_result()
 }
 
 /// Removes the masquerading of every attachment of `network` whose container ID is not in `valid`

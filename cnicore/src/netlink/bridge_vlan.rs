@@ -3,8 +3,6 @@
 
 use std::io;
 
-use netlink_packet_core::NLM_F_DUMP;
-
 use super::link::{link_request, split_link_message, AF_BRIDGE};
 use super::wire::{self, attributes, Request};
 use super::Netlink;
@@ -60,27 +58,29 @@ impl Netlink {
     pub fn bridge_vlans(&mut self, index: u32) -> io::Result<Vec<PortVlan>> {
         let mut request = link_request(libc::RTM_GETLINK, AF_BRIDGE, 0);
         request.attr_u32(libc::IFLA_EXT_MASK, libc::RTEXT_FILTER_BRVLAN as u32);
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        let mut vlans = Vec::new();
-        for reply in replies.iter().filter(|reply| reply.message_type == libc::RTM_NEWLINK) {
-            let Some((link_index, _, attrs)) = split_link_message(&reply.data) else { continue };
-            if link_index != index {
-                continue;
-            }
-            for (_, specs) in attributes(attrs).filter(|(kind, _)| *kind == libc::IFLA_AF_SPEC) {
-                for (_, info) in attributes(specs).filter(|(kind, _)| *kind == IFLA_BRIDGE_VLAN_INFO) {
-                    let (Some(flags), Some(vid)) = (info.get(..2), info.get(2..4)) else { continue };
-                    let (flags, vid) = (wire::as_u16(flags).unwrap_or(0), wire::as_u16(vid).unwrap_or(0));
-                    vlans.push(PortVlan {
-                        vid,
-                        pvid: flags & BRIDGE_VLAN_INFO_PVID != 0,
-                        untagged: flags & BRIDGE_VLAN_INFO_UNTAGGED != 0,
-                    });
-                }
-            }
-        }
-        Ok(vlans)
+        let ports = self.dump(&mut request, libc::RTM_NEWLINK, |data| {
+            let (link_index, _, attrs) = split_link_message(data)?;
+            (link_index == index).then(|| port_vlans(attrs))
+        })?;
+        Ok(ports.into_iter().flatten().collect())
     }
+}
+
+/// The VLANs in the `IFLA_AF_SPEC` attributes of a bridge port's link message.
+fn port_vlans(attrs: &[u8]) -> Vec<PortVlan> {
+    let mut vlans = Vec::new();
+    for (_, specs) in attributes(attrs).filter(|(kind, _)| *kind == libc::IFLA_AF_SPEC) {
+        for (_, info) in attributes(specs).filter(|(kind, _)| *kind == IFLA_BRIDGE_VLAN_INFO) {
+            let (Some(flags), Some(vid)) = (info.get(..2), info.get(2..4)) else { continue };
+            let (flags, vid) = (wire::as_u16(flags).unwrap_or(0), wire::as_u16(vid).unwrap_or(0));
+            vlans.push(PortVlan {
+                vid,
+                pvid: flags & BRIDGE_VLAN_INFO_PVID != 0,
+                untagged: flags & BRIDGE_VLAN_INFO_UNTAGGED != 0,
+            });
+        }
+    }
+    vlans
 }
 
 #[cfg(test)]

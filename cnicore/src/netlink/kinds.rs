@@ -7,7 +7,7 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 
-use super::link::{ifinfomsg, link_request, split_link_message, Link};
+use super::link::{ifinfomsg, split_link_message, Link};
 use super::wire::{self, attributes, Request};
 use super::Netlink;
 use crate::netns::NetNs;
@@ -243,16 +243,7 @@ impl Netlink {
 
     /// The link called `name` and its kind settings, if there is such a link.
     pub fn link_with_kind_data(&mut self, name: &str) -> io::Result<Option<(Link, KindData)>> {
-        let mut request = link_request(libc::RTM_GETLINK, 0, 0);
-        request.attr_str(libc::IFLA_IFNAME, name);
-        match self.request_raw(&mut request, 0) {
-            Ok(replies) => Ok(replies
-                .iter()
-                .filter(|reply| reply.message_type == libc::RTM_NEWLINK)
-                .find_map(|reply| Some((Link::parse(&reply.data)?.0, kind_data_of(&reply.data)?)))),
-            Err(e) if super::is_not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.link_message_by_name(name, |data| Some((Link::parse(data)?.0, kind_data_of(data)?)))
     }
 }
 

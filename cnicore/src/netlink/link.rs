@@ -36,7 +36,7 @@ const IFF_ALLMULTI: u32 = libc::IFF_ALLMULTI as u32;
 const IFINFOMSG_LEN: usize = 16;
 
 /// A network interface as the kernel reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Link {
     pub index: u32,
     pub name: String,
@@ -250,9 +250,18 @@ impl Netlink {
 
     /// The link called `name`, if any.
     pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
+        self.link_message_by_name(name, |data| Link::parse(data).map(|(link, _)| link))
+    }
+
+    /// The link called `name` as `parse` reads its `RTM_NEWLINK` message, if there is such a link.
+    pub(crate) fn link_message_by_name<T>(
+        &mut self,
+        name: &str,
+        parse: impl FnMut(&[u8]) -> Option<T>,
+    ) -> io::Result<Option<T>> {
         let mut request = link_request(libc::RTM_GETLINK, 0, 0);
         request.attr_str(libc::IFLA_IFNAME, name);
-        self.get_link(request)
+        self.get_link_message(request, parse)
     }
 
     /// The link with index `index`, if any.
@@ -260,13 +269,21 @@ impl Netlink {
         self.get_link(link_request(libc::RTM_GETLINK, 0, index))
     }
 
-    pub(crate) fn get_link(&mut self, mut request: Request) -> io::Result<Option<Link>> {
+    pub(crate) fn get_link(&mut self, request: Request) -> io::Result<Option<Link>> {
+        self.get_link_message(request, |data| Link::parse(data).map(|(link, _)| link))
+    }
+
+    /// The answer to a `RTM_GETLINK` request as `parse` reads it; None when there is no such link.
+    fn get_link_message<T>(
+        &mut self,
+        mut request: Request,
+        mut parse: impl FnMut(&[u8]) -> Option<T>,
+    ) -> io::Result<Option<T>> {
         match self.request_raw(&mut request, 0) {
             Ok(replies) => Ok(replies
                 .iter()
                 .filter(|reply| reply.message_type == libc::RTM_NEWLINK)
-                .find_map(|reply| Link::parse(&reply.data))
-                .map(|(link, _)| link)),
+                .find_map(|reply| parse(&reply.data))),
             Err(e) if super::is_not_found(&e) => Ok(None),
             Err(e) => Err(e),
         }

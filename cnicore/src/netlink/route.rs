@@ -4,7 +4,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 
 use super::wire::{self, attributes, Request};
 use super::{IpFamily, Netlink, Scope};
@@ -166,13 +166,7 @@ impl Netlink {
             IpFamily::V6 => libc::AF_INET6,
         };
         let mut request = Request::new(libc::RTM_GETROUTE, &rtmsg(family, 0, 0, 0, 0, 0));
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWROUTE)
-            .filter_map(|reply| Route::parse(&reply.data))
-            .filter(|route| route.table == Some(table))
-            .collect())
+        self.dump(&mut request, libc::RTM_NEWROUTE, |data| Route::parse(data).filter(|r| r.table == Some(table)))
     }
 
     /// The interface the namespace routes packets to `dst` through (`ip route get <dst>`), if it has a route.

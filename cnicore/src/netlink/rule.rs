@@ -3,7 +3,7 @@
 use std::io;
 
 use ipnet::IpNet;
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 
 use super::wire::{self, attributes, Request};
 use super::{IpFamily, Netlink};
@@ -114,12 +114,7 @@ impl Netlink {
             IpFamily::V6 => libc::AF_INET6,
         } as u8;
         let mut request = Request::new(libc::RTM_GETRULE, &[family, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWRULE)
-            .filter_map(|reply| Rule::parse(&reply.data))
-            .collect())
+        self.dump(&mut request, libc::RTM_NEWRULE, Rule::parse)
     }
 
     /// Adds a rule; EEXIST if an identical one exists.

@@ -3,8 +3,6 @@
 
 use std::io;
 
-use netlink_packet_core::NLM_F_DUMP;
-
 use super::link::{link_request, new_link_request, split_link_message, Link};
 use super::wire::{self, attributes, Request};
 use super::Netlink;
@@ -50,12 +48,7 @@ impl Netlink {
     /// Every VRF of the namespace with its routing table.
     pub fn vrfs(&mut self) -> io::Result<Vec<(Link, u32)>> {
         let mut request = link_request(libc::RTM_GETLINK, 0, 0);
-        let replies = self.request_raw(&mut request, NLM_F_DUMP)?;
-        Ok(replies
-            .iter()
-            .filter(|reply| reply.message_type == libc::RTM_NEWLINK)
-            .filter_map(|reply| Some((Link::parse(&reply.data)?.0, table_of_link_message(&reply.data)?)))
-            .collect())
+        self.dump(&mut request, libc::RTM_NEWLINK, |data| Some((Link::parse(data)?.0, table_of_link_message(data)?)))
     }
 }
 

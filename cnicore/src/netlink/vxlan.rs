@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::link::{link_request, new_link_request, split_link_message, Link};
+use super::link::{new_link_request, split_link_message, Link};
 use super::wire::{self, attributes, Request};
 use super::Netlink;
 
@@ -95,16 +95,7 @@ impl Netlink {
 
     /// The link called `name` and its vxlan settings (None for the settings when it is not a vxlan device).
     pub fn vxlan_by_name(&mut self, name: &str) -> io::Result<Option<(Link, Option<Vxlan>)>> {
-        let mut request = link_request(libc::RTM_GETLINK, 0, 0);
-        request.attr_str(libc::IFLA_IFNAME, name);
-        match self.request_raw(&mut request, 0) {
-            Ok(replies) => Ok(replies
-                .iter()
-                .filter(|reply| reply.message_type == libc::RTM_NEWLINK)
-                .find_map(|reply| Some((Link::parse(&reply.data)?.0, Vxlan::of_link_message(&reply.data))))),
-            Err(e) if super::is_not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.link_message_by_name(name, |data| Some((Link::parse(data)?.0, Vxlan::of_link_message(data))))
     }
 }
 

@@ -7,6 +7,27 @@ use super::result::Dns;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// The conventions' `args` section as a plugin declares it: `args.cni`, of the plugin's own type `T`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ConventionArgs<T> {
+    #[serde(default = "Option::default")]
+    pub cni: Option<T>,
+}
+
+impl<T> ConventionArgs<T> {
+    /// `args.cni` of an optional `args` section.
+    pub fn cni(args: Option<Self>) -> Option<T> {
+        args.and_then(|a| a.cni)
+    }
+}
+
+/// Requested addresses as `args.cni` and `runtimeConfig` (capability `ips`) carry them: `ips`, as text.
+#[derive(Debug, Default, Deserialize)]
+pub struct IpsArg {
+    #[serde(default)]
+    pub ips: Option<Vec<String>>,
+}
+
 /// The fields of a network config every plugin reads. Plugin-specific fields are parsed by the plugin from the
 /// same bytes (see [`super::Context::parse_conf`]).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -183,6 +204,26 @@ fn json_error_excerpt(e: &serde_json::Error, input: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn convention_args_with_go_key_matching() {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Conf {
+            #[serde(default)]
+            args: Option<ConventionArgs<IpsArg>>,
+            #[serde(default)]
+            runtime_config: Option<IpsArg>,
+        }
+        let conf: Conf = gojson::from_slice(
+            br#"{"Args": {"CNI": {"IPS": ["10.0.0.5"]}}, "RuntimeConfig": {"ips": ["10.0.0.6/24"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(ConventionArgs::cni(conf.args).and_then(|c| c.ips), Some(vec!["10.0.0.5".to_string()]));
+        assert_eq!(conf.runtime_config.and_then(|r| r.ips), Some(vec!["10.0.0.6/24".to_string()]));
+        let empty: Conf = gojson::from_slice(br#"{"args": {"cni": null}}"#).unwrap();
+        assert!(ConventionArgs::cni(empty.args).is_none() && empty.runtime_config.is_none());
+    }
 
     #[test]
     fn network_names() {

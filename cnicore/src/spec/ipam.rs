@@ -74,6 +74,17 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     CniResult::from_json(&out)
 }
 
+/// IPAM ADD within a plugin's ADD: the lease, released by `undo` when a later step fails. An answer without
+/// addresses is refused (after the release is registered), as the reference does.
+pub fn add_undoable<'a>(ctx: &'a Context, undo: &mut crate::undo::Undo<'a>) -> Result<CniResult> {
+    let lease = add(ctx)?;
+    undo.push("release the IPAM lease", move || exec(ctx, Command::Del));
+    if lease.ips.is_empty() {
+        return Err(Error::internal("IPAM plugin returned missing IP config"));
+    }
+    Ok(lease)
+}
+
 /// IPAM with a verb that returns nothing (DEL, CHECK, GC, STATUS).
 pub fn exec(ctx: &Context, command: Command) -> Result<()> {
     let bin = ipam_binary(ctx)?;
@@ -115,4 +126,26 @@ pub fn teardown<'a>(
         outcomes.extend(joined);
         outcomes
     })
+}
+
+/// [`exec`] when the plugin's config has an IPAM section (`configured`), nothing otherwise: how the interface
+/// plugins with optional IPAM pass CHECK, GC and STATUS on.
+pub fn exec_if(configured: bool, ctx: &Context, command: Command) -> Result<()> {
+    if configured {
+        exec(ctx, command)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_if_runs_nothing_without_ipam() {
+        // No IPAM plugin anywhere on CNI_PATH: only a call that is made can fail.
+        let ctx = Context::for_test(Command::Gc, r#"{"cniVersion":"1.1.0","name":"n","ipam":{"type":"none"}}"#, "");
+        assert!(exec_if(false, &ctx, Command::Gc).is_ok());
+        assert!(exec_if(true, &ctx, Command::Gc).unwrap_err().msg.contains("none"));
+    }
 }

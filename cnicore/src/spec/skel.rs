@@ -181,6 +181,52 @@ pub trait Plugin {
     }
 }
 
+/// A plugin whose verbs are plain functions, for plugins with no state to carry between them:
+/// `plugin_main(about, &Verbs::new(add, del, check).gc(gc))`. GC and STATUS default to nothing to do.
+pub struct Verbs {
+    add: fn(&Context) -> Result<CniResult>,
+    del: fn(&Context) -> Result<()>,
+    check: fn(&Context) -> Result<()>,
+    gc: fn(&Context) -> Result<()>,
+    status: fn(&Context) -> Result<()>,
+}
+
+impl Verbs {
+    pub fn new(
+        add: fn(&Context) -> Result<CniResult>,
+        del: fn(&Context) -> Result<()>,
+        check: fn(&Context) -> Result<()>,
+    ) -> Verbs {
+        Verbs { add, del, check, gc: |_| Ok(()), status: |_| Ok(()) }
+    }
+
+    pub fn gc(self, gc: fn(&Context) -> Result<()>) -> Verbs {
+        Verbs { gc, ..self }
+    }
+
+    pub fn status(self, status: fn(&Context) -> Result<()>) -> Verbs {
+        Verbs { status, ..self }
+    }
+}
+
+impl Plugin for Verbs {
+    fn add(&self, ctx: &Context) -> Result<CniResult> {
+        (self.add)(ctx)
+    }
+    fn del(&self, ctx: &Context) -> Result<()> {
+        (self.del)(ctx)
+    }
+    fn check(&self, ctx: &Context) -> Result<()> {
+        (self.check)(ctx)
+    }
+    fn gc(&self, ctx: &Context) -> Result<()> {
+        (self.gc)(ctx)
+    }
+    fn status(&self, ctx: &Context) -> Result<()> {
+        (self.status)(ctx)
+    }
+}
+
 /// Runs the plugin for this process and exits: 0 with the result (or nothing) on stdout, 1 with the error object.
 pub fn plugin_main(about: &str, plugin: &dyn Plugin) -> ! {
     install_panic_hook();
@@ -321,6 +367,28 @@ mod tests {
 
     fn call(cmd: Command, stdin: &str) -> (Version, Result<Option<Value>>) {
         run(env(cmd), stdin.as_bytes().to_vec(), &Fake)
+    }
+
+    #[test]
+    fn verbs_route_each_verb_to_its_function() {
+        fn del(_: &Context) -> Result<()> {
+            Err(Error::internal("del"))
+        }
+        fn gc(_: &Context) -> Result<()> {
+            Err(Error::internal("gc"))
+        }
+        let verbs = Verbs::new(|ctx| Fake.add(ctx), del, |_| Err(Error::internal("check")));
+        let conf = r#"{"cniVersion":"1.1.0","name":"n","type":"fake"}"#;
+        let run_verbs = |verbs: &Verbs, cmd| run(env(cmd), conf.as_bytes().to_vec(), verbs).1;
+        assert_eq!(run_verbs(&verbs, Command::Add).unwrap().unwrap()["ips"][0]["address"], "10.0.0.2/24");
+        assert_eq!(run_verbs(&verbs, Command::Del).unwrap_err().msg, "del");
+        assert_eq!(run_verbs(&verbs, Command::Check).unwrap_err().msg, "check");
+        // GC and STATUS: nothing to do unless given.
+        assert!(run_verbs(&verbs, Command::Gc).unwrap().is_none());
+        assert!(run_verbs(&verbs, Command::Status).unwrap().is_none());
+        let verbs = verbs.gc(gc).status(del);
+        assert_eq!(run_verbs(&verbs, Command::Gc).unwrap_err().msg, "gc");
+        assert_eq!(run_verbs(&verbs, Command::Status).unwrap_err().msg, "del");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! reference does (gateway = first address, allocation from the first usable to the last usable address).
 
 use crate::range::{from_u128, to_u128, Range, RangeSet};
-use cnicore::spec::{codes, Context, Error, Result, Route, Version};
+use cnicore::spec::{codes, Context, ConventionArgs, Error, IpsArg, Result, Route, Version};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -38,7 +38,7 @@ struct NetConfIn {
     #[serde(default)]
     runtime_config: Option<RuntimeIn>,
     #[serde(default)]
-    args: Option<ArgsIn>,
+    args: Option<ConventionArgs<IpsArg>>,
 }
 
 #[derive(Deserialize)]
@@ -102,18 +102,6 @@ struct RuntimeIn {
     ip_ranges: Option<Vec<Vec<RangeIn>>>,
 }
 
-#[derive(Deserialize)]
-struct ArgsIn {
-    #[serde(default)]
-    cni: Option<ArgsCniIn>,
-}
-
-#[derive(Deserialize)]
-struct ArgsCniIn {
-    #[serde(default)]
-    ips: Option<Vec<String>>,
-}
-
 /// Parses and validates the whole configuration of this invocation (nothing is touched on disk).
 pub fn load(ctx: &Context) -> Result<Config> {
     let conf: NetConfIn = ctx.parse_conf()?;
@@ -161,7 +149,7 @@ pub fn load(ctx: &Context) -> Result<Config> {
         .map(|(i, r)| parse_route(i, r))
         .collect::<Result<Vec<_>>>()?;
     let resolv_conf = ipam.resolv_conf.filter(|p| !p.is_empty()).map(PathBuf::from);
-    let requested = requested_ips(ctx, runtime.ips, conf.args.and_then(|a| a.cni).and_then(|c| c.ips))?;
+    let requested = requested_ips(ctx, runtime.ips, ConventionArgs::cni(conf.args).and_then(|c| c.ips))?;
 
     Ok(Config { name: ctx.conf.name.clone(), data_dir, range_sets, routes, resolv_conf, requested })
 }

@@ -9,28 +9,11 @@ mod ops;
 mod range;
 mod store;
 
-use cnicore::spec::{plugin_main, CniResult, Context, Plugin, Result};
-
-struct HostLocal;
-
-impl Plugin for HostLocal {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        ops::add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        ops::del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        ops::check(ctx)
-    }
-    fn gc(&self, ctx: &Context) -> Result<()> {
-        ops::gc(ctx)
-    }
-    fn status(&self, ctx: &Context) -> Result<()> {
-        ops::status(ctx)
-    }
-}
+use cnicore::spec::{plugin_main, Verbs};
 
 fn main() {
-    plugin_main("CNI host-local plugin (Rust)", &HostLocal)
+    plugin_main(
+        "CNI host-local plugin (Rust)",
+        &Verbs::new(ops::add, ops::del, ops::check).gc(ops::gc).status(ops::status),
+    )
 }

@@ -8,7 +8,9 @@
 //!
 //! Results of 0.1.0/0.2.0 hold one address per family, so more is refused for those versions.
 
-use cnicore::spec::{codes, truncate_for_msg as truncate, Context, Dns, Error, Result, Route, Version};
+use cnicore::spec::{
+    codes, truncate_for_msg as truncate, Context, ConventionArgs, Dns, Error, IpsArg, Result, Route, Version,
+};
 use ipnet::IpNet;
 use serde::Deserialize;
 use std::net::IpAddr;
@@ -34,9 +36,9 @@ struct NetConfIn {
     #[serde(default)]
     ipam: Option<IpamIn>,
     #[serde(default)]
-    runtime_config: Option<IpsIn>,
+    runtime_config: Option<IpsArg>,
     #[serde(default)]
-    args: Option<ArgsIn>,
+    args: Option<ConventionArgs<IpsArg>>,
 }
 
 #[derive(Deserialize)]
@@ -55,18 +57,6 @@ struct AddressIn {
     address: String,
     #[serde(default)]
     gateway: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct IpsIn {
-    #[serde(default)]
-    ips: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-struct ArgsIn {
-    #[serde(default)]
-    cni: Option<IpsIn>,
 }
 
 /// Go's `net.ParseCIDR`: an address with its prefix length; the host bits are the address.
@@ -133,7 +123,7 @@ pub fn load(ctx: &Context) -> Result<Config> {
             })
             .collect()
     };
-    if let Some(ips) = conf.args.and_then(|a| a.cni).and_then(|c| c.ips).filter(|l| !l.is_empty()) {
+    if let Some(ips) = ConventionArgs::cni(conf.args).and_then(|c| c.ips).filter(|l| !l.is_empty()) {
         addresses = from_list("args.cni.ips", &ips)?;
     }
     if let Some(ips) = conf.runtime_config.and_then(|r| r.ips).filter(|l| !l.is_empty()) {

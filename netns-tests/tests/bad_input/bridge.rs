@@ -133,12 +133,7 @@ pub(crate) fn bridge_cases(rig: &Rig) -> Vec<Case> {
             &with(&with(&base, "mtu", json!(1)), "prevResult", rig.prev_result("1.0.0")),
             INVALID_CONFIG,
         ),
-        Case::conf(
-            "STATUS with bad ipam",
-            "STATUS",
-            &with(&with(&base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")),
-            INVALID_CONFIG,
-        ),
+        status_with_bad_ipam(&base),
     ]);
     cases
 }

@@ -176,16 +176,7 @@ pub(crate) fn flannel_cases(rig: &Rig) -> Vec<Case> {
             INVALID_CONFIG,
         )
         .needle("is not inside"),
-        Case::conf(
-            "GC with valid-attachments not a list",
-            "GC",
-            &with_top(
-                &with(&base, "cniVersion", json!("1.1.0")),
-                "cni.dev/valid-attachments",
-                json!({"containerID": "x"}),
-            ),
-            INVALID_CONFIG,
-        ),
+        gc_attachments_not_a_list(&base),
         // dataDir: where the delegate's config is saved for DEL, one file per container.
         add("dataDir relative", "dataDir", json!("var/lib/cni/flannel"), "dataDir"),
         add("dataDir with ..", "dataDir", json!(format!("{}/../escaped", data_dir.display())), "dataDir"),

@@ -110,16 +110,7 @@ pub(crate) fn host_local_cases(rig: &Rig) -> Vec<Case> {
             &with(&ranges(json!([[{"subnet": "banana"}]])), "cniVersion", json!("1.1.0")),
             INVALID_CONFIG,
         ),
-        Case::conf(
-            "GC with valid-attachments not a list",
-            "GC",
-            &with_top(
-                &with(&base, "cniVersion", json!("1.1.0")),
-                "cni.dev/valid-attachments",
-                json!({"containerID": "x"}),
-            ),
-            INVALID_CONFIG,
-        ),
+        gc_attachments_not_a_list(&base),
         Case::conf(
             "STATUS with a relative dataDir",
             "STATUS",

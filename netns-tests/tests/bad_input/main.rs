@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use netns_tests::snapshot::NodeSnapshot;
 use netns_tests::upstream::run_raw;
-use netns_tests::{bin, bin_dir, json, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, bin_dir, json, Node, PluginOutput, TestNetns, Value};
 
 /// The entry point's cap on stdin (cnicore's `MAX_STDIN`).
 const MAX_STDIN: usize = 1 << 20;
@@ -174,15 +174,7 @@ const HOST_VETH: &str = "vbi0";
 impl Rig {
     fn new() -> Rig {
         let node = Node::new();
-        let pod = node.pod_netns();
-        veth_between(
-            &node,
-            &pod,
-            HOST_VETH,
-            "eth0",
-            &["10.77.0.1/24".parse().expect("net")],
-            &["10.77.0.2/24".parse().expect("net")],
-        );
+        let pod = node.pod_with_eth0(HOST_VETH, "10.77.0.1/24", "10.77.0.2/24");
         let mut pod_nl = pod.netlink();
         pod_nl.create_veth("eth1", "eth1p", &pod.netns(), None, None).expect("veth inside the pod");
         let state = node.dir().join("state");
@@ -605,6 +597,47 @@ fn gc_cases(base: &Value) -> Vec<Case> {
         ),
         INVALID_CONFIG,
     )]
+}
+
+/// GC's list of valid attachments that is not a list: invalid config.
+fn gc_attachments_not_a_list(base: &Value) -> Case {
+    Case::conf(
+        "GC with valid-attachments not a list",
+        "GC",
+        &with_top(&with(base, "cniVersion", json!("1.1.0")), "cni.dev/valid-attachments", json!({"containerID": "x"})),
+        INVALID_CONFIG,
+    )
+}
+
+/// STATUS (1.1.0) with an `ipam` section that has no type (plugins that pass STATUS on to IPAM).
+fn status_with_bad_ipam(base: &Value) -> Case {
+    Case::conf(
+        "STATUS with bad ipam",
+        "STATUS",
+        &with(&with(base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")),
+        INVALID_CONFIG,
+    )
+}
+
+/// The cases of a plugin that makes the pod interface itself and takes static IPAM after it (host-device,
+/// tap): IPAM missing, a route IPAM asks for that the pod cannot take (after the interface is there: undone),
+/// `CNI_IFNAME` already in the pod, CHECK without prevResult.
+fn pod_interface_cases(base: &Value) -> Vec<Case> {
+    vec![
+        Case::conf("ipam plugin missing", "ADD", &with(base, "ipam/type", json!("no-such-ipam")), INVALID_CONFIG)
+            .needle("no-such-ipam"),
+        Case::conf(
+            "route the pod cannot take",
+            "ADD",
+            &with(base, "ipam/routes", json!([{"dst": "10.99.0.0/16", "gw": "10.98.0.1"}])),
+            INTERNAL,
+        )
+        .needle("route"),
+        Case::conf("CNI_IFNAME taken in the pod", "ADD", base, INTERNAL)
+            .env("CNI_IFNAME", Some("eth0"))
+            .needle("exists"),
+        Case::conf("CHECK without prevResult", "CHECK", base, INVALID_CONFIG).needle("prevResult"),
+    ]
 }
 
 /// prevResult that cannot be read (chained plugins): decoding errors.

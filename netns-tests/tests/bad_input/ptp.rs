@@ -40,12 +40,7 @@ pub(crate) fn ptp_cases(rig: &Rig) -> Vec<Case> {
         Case::conf("CNI_IFNAME already in the pod", "ADD", &base, INTERNAL)
             .env("CNI_IFNAME", Some("eth0"))
             .needle("already exists"),
-        Case::conf(
-            "STATUS with bad ipam",
-            "STATUS",
-            &with(&with(&base, "ipam", json!({"subnet": "x"})), "cniVersion", json!("1.1.0")),
-            INVALID_CONFIG,
-        ),
+        status_with_bad_ipam(&base),
     ]);
     cases
 }

@@ -13,6 +13,8 @@ pub(crate) fn tap_cases() -> Vec<Case> {
         Case::conf(name, "ADD", &with(&base, key, value), INVALID_CONFIG).needle(needle)
     };
     let mut cases = common_cases(&base, true);
+    // Its route case fails after the interface is made: the tap is deleted again.
+    cases.extend(pod_interface_cases(&base));
     cases.extend([
         add("mtu below 68", "mtu", json!(20), "mtu"),
         add("mtu above the tap's maximum", "mtu", json!(70000), "mtu"),
@@ -31,20 +33,6 @@ pub(crate) fn tap_cases() -> Vec<Case> {
             .env("CNI_ARGS", Some("IgnoreUnknown=1;MAC=zz"))
             .needle("MAC"),
         Case::conf("CNI_ARGS unknown key", "ADD", &base, INVALID_ENV).env("CNI_ARGS", Some("FOO=1")).needle("FOO"),
-        Case::conf("ipam plugin missing", "ADD", &with(&base, "ipam/type", json!("no-such-ipam")), INVALID_CONFIG)
-            .needle("no-such-ipam"),
-        // After the tap is made: it is deleted again.
-        Case::conf(
-            "route the pod cannot take",
-            "ADD",
-            &with(&base, "ipam/routes", json!([{"dst": "10.99.0.0/16", "gw": "10.98.0.1"}])),
-            INTERNAL,
-        )
-        .needle("route"),
-        Case::conf("CNI_IFNAME taken in the pod", "ADD", &base, INTERNAL)
-            .env("CNI_IFNAME", Some("eth0"))
-            .needle("exists"),
-        Case::conf("CHECK without prevResult", "CHECK", &base, INVALID_CONFIG).needle("prevResult"),
     ]);
     cases
 }

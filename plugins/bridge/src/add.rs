@@ -5,20 +5,20 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route};
 use cnicore::sysctl;
+use cnicore::{failpoint, podlink};
 use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
 use crate::mtu;
 use crate::node;
 use crate::spoofchk::SpoofCheck;
-use crate::undo::Undo;
 use cnicore::firewall::masq::{self, Attachment as Masq};
 use cnicore::firewall::Backend;
+use cnicore::undo::Undo;
 
 /// Bound on the host veth becoming operationally up (the reference polls for up to 2.55 s).
 const PORT_UP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -297,7 +297,7 @@ fn create_veth(
 ) -> Result<Link> {
     let ifname = ctx.env.ifname.as_str();
     for _ in 0..VETH_NAME_ATTEMPTS {
-        let name = node::random_veth_name()?;
+        let name = podlink::random_veth_name()?;
         match node.create_veth(&name, ifname, pod_ns, Some(mtu), mac) {
             Ok(host) => return Ok(host),
             Err(e) if is_exists(&e) => {

@@ -8,8 +8,8 @@ use ipnet::IpNet;
 
 use crate::config::{format_mac, Config};
 use crate::node::is_bridge;
+use cnicore::firewall::masq;
 use cnicore::firewall::Backend;
-use cnicore::firewall::{masq, reference_nft};
 
 pub fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx)?;
@@ -28,11 +28,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     let bridge_entry = prev.interfaces.iter().find(|i| i.name == conf.bridge);
     let bridge = check_bridge(&mut node_nl, bridge_entry, &conf)?;
 
-    let pod_entry = prev.interfaces.iter().find(|i| i.name == ifname && i.sandbox == sandbox).ok_or_else(|| {
-        Error::internal(format!(
-            "Sandbox in prevResult doesn't match configured netns {sandbox:?} for interface {ifname:?}"
-        ))
-    })?;
+    let pod_entry = cnicore::check::pod_entry(&prev, ifname, &sandbox)?;
     let pod_link = pod_nl
         .link_by_name(ifname)
         .context("netlink")?
@@ -72,14 +68,7 @@ pub fn check(ctx: &Context) -> Result<()> {
     if conf.layer3 && conf.ip_masq {
         let ips: Vec<IpNet> = pod_ips(&prev, ifname).collect();
         let backend = Backend::or_detect(conf.masq_backend)?;
-        if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
-            // A pod set up by the reference bridge v1.6+ (ipMasqBackend nftables) before the node moved to ours.
-            let theirs = backend == Backend::Nftables
-                && reference_nft::ipmasq_has_rule(&conf.network, ifname, &ctx.env.container_id)?;
-            if !theirs {
-                return Err(ours);
-            }
-        }
+        masq::check_with_reference(backend, &conf.masq(&ctx.env.container_id, &ips), ifname)?;
     }
     Ok(())
 }

@@ -134,7 +134,7 @@ impl Config {
 
         let non_masquerade = parse_non_masquerade(raw.non_masquerade_cidrs.as_deref().unwrap_or_default())?;
 
-        let layer3 = ipam_configured(ctx)?;
+        let layer3 = cnicore::podlink::ipam_configured(ctx)?;
         let is_gateway = raw.is_gateway || raw.is_default_gateway;
         if !layer3 {
             let needs_ipam = [
@@ -217,17 +217,6 @@ fn parse_non_masquerade(entries: &[String]) -> Result<Vec<IpNet>> {
 
 fn digits(n: u16) -> usize {
     n.to_string().len()
-}
-
-/// True when an IPAM plugin is configured. As the reference does, an absent or empty `ipam` section means a
-/// layer-2 only attachment; a section with settings but no (valid) `type` is a mistake and an error.
-fn ipam_configured(ctx: &Context) -> Result<bool> {
-    match &ctx.conf.ipam {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Object(o)) if o.is_empty() => Ok(false),
-        Some(Value::Object(_)) => ctx.conf.ipam_type().map(|_| true),
-        Some(_) => Err(Error::config("ipam must be an object")),
-    }
 }
 
 /// The VLAN IDs of `vlanTrunk`, sorted and unique, validated as the reference does.

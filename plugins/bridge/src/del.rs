@@ -5,7 +5,7 @@
 
 use std::io;
 
-use cnicore::netlink::{is_not_found, Netlink};
+use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, Context, Error, ErrorContext, Errors, Result};
 use ipnet::IpNet;
@@ -25,13 +25,8 @@ fn reference_ipmasq_teardown(network: &str, ifname: &str, container_id: &str) ->
 pub fn del(ctx: &Context) -> Result<()> {
     let conf = ctx.load_for_teardown(Config::load)?;
     let mut errors = Errors::new();
-    let mut ips = prev_result_ips(ctx);
     let pod_link = errors.record(pod_link(ctx)).flatten();
-    if let Some(link) = &pod_link {
-        ips.extend(link.addresses.iter().copied());
-    }
-    ips.sort();
-    ips.dedup();
+    let ips = cnicore::check::teardown_pod_ips(ctx, pod_link.as_ref().map_or(&[], |l| &l.addresses));
     errors.extend(remove_concurrently(ctx, &conf, pod_link, &ips).into_iter().filter_map(Result::err));
     errors.into_result()
 }
@@ -72,19 +67,6 @@ fn netns_gone(e: &io::Error) -> bool {
     matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput)
 }
 
-/// The pod's addresses recorded in `prevResult` (those of the pod interface, or with no interface given).
-fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
-    let prev = match ctx.prev_result() {
-        Ok(Some(prev)) => prev,
-        Ok(None) => return Vec::new(),
-        Err(e) => {
-            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
-            return Vec::new();
-        }
-    };
-    crate::check::pod_ips(&prev, &ctx.env.ifname).collect()
-}
-
 /// The pod end of one of our veth pairs, with the global addresses it has.
 struct PodLink {
     netlink: Netlink,
@@ -95,11 +77,7 @@ struct PodLink {
 impl PodLink {
     /// Deletes the pod end, which deletes the host end too.
     fn delete(mut self, ifname: &str) -> Result<()> {
-        match self.netlink.delete_link(self.index) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
-        }
+        cnicore::podlink::delete_link(&mut self.netlink, self.index, ifname)
     }
 }
 

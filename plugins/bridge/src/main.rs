@@ -12,7 +12,6 @@ mod del;
 mod mtu;
 mod node;
 mod spoofchk;
-mod undo;
 
 use cnicore::firewall::masq;
 use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Errors, Plugin, Result};
@@ -36,26 +35,15 @@ impl Plugin for Bridge {
     fn gc(&self, ctx: &Context) -> Result<()> {
         let conf = config::Config::load(ctx)?;
         let mut errors = Errors::new();
-        if conf.layer3 {
-            errors.record(ipam::exec(ctx, Command::Gc));
-        }
+        errors.record(ipam::exec_if(conf.layer3, ctx, Command::Gc));
         if conf.ip_masq {
-            let valid = ctx.valid_attachments()?;
-            errors.record(masq::gc(&conf.network, &valid));
-            // Rules the reference bridge v1.6+ wrote with ipMasqBackend nftables (a node moved to ours).
-            if cnicore::firewall::Backend::Nftables.available() {
-                errors.record(cnicore::firewall::reference_nft::ipmasq_gc(&conf.network, &valid));
-            }
+            errors.record(masq::gc_with_reference(&conf.network, &ctx.valid_attachments()?));
         }
         errors.into_result()
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
-        let conf = config::Config::load(ctx)?;
-        if conf.layer3 {
-            ipam::exec(ctx, Command::Status)?;
-        }
-        Ok(())
+        ipam::exec_if(config::Config::load(ctx)?.layer3, ctx, Command::Status)
     }
 }
 

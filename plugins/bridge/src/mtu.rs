@@ -35,24 +35,7 @@ mod tests {
     use super::*;
 
     fn link(index: u32, mtu: u32, kind: Option<&str>) -> Link {
-        Link {
-            index,
-            name: format!("l{index}"),
-            mtu,
-            mac: None,
-            up: true,
-            oper_up: true,
-            carrier: true,
-            loopback: false,
-            pointopoint: false,
-            promisc: false,
-            allmulti: false,
-            txqlen: 1000,
-            kind: kind.map(str::to_string),
-            master: None,
-            peer_index: None,
-            bridge_port: None,
-        }
+        Link { index, name: format!("l{index}"), mtu, up: true, kind: kind.map(str::to_string), ..Link::default() }
     }
 
     #[test]

@@ -12,17 +12,6 @@ use crate::config::Config;
 /// Bound on a new IPv6 gateway address leaving the tentative state.
 const GATEWAY_SETTLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Host veth names: `veth` + 8 random hex digits (NetworkManager ignores `veth*` links).
-pub fn random_veth_name() -> Result<String> {
-    let mut bytes = [0u8; 4];
-    // SAFETY: the buffer is valid for its length; getrandom(2) writes at most that many bytes.
-    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
-        return Err(Error::os("failed to generate a random veth name", io::Error::last_os_error()));
-    }
-    Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
-}
-
 pub fn is_bridge(link: &Link) -> bool {
     link.kind.as_deref() == Some("bridge")
 }
@@ -171,7 +160,7 @@ pub fn ensure_vlan_interface(nl: &mut Netlink, bridge: &Link, conf: &Config, vid
         return Ok(link);
     }
     let node_ns = nl.netns().try_clone().context("failed to open the node namespace")?;
-    let peer_name = random_veth_name()?;
+    let peer_name = cnicore::podlink::random_veth_name()?;
     let link = match nl.create_veth(&name, &peer_name, &node_ns, Some(mtu), None) {
         Ok(link) => link,
         Err(e) if is_exists(&e) => return nl.require_link(&name).with_context(|| format!("failed to find {name:?}")),

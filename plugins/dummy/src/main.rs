@@ -42,7 +42,7 @@ impl Plugin for Dummy {
         // Before asking IPAM: a missing prevResult is the config's fault, whatever IPAM would say.
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("dummy: Required prevResult missing"))?;
         ipam::exec(ctx, Command::Check)?;
-        let link = podlink::check_pod_side(ctx, &prev, "dummy", |_| Ok(()))?;
+        let link = cnicore::check::pod_link_of_kind(ctx, &prev, "dummy", |_| Ok(()))?;
         if !link.up {
             return Err(Error::internal(format!("Interface {} is down", ctx.env.ifname)));
         }

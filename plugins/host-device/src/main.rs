@@ -10,13 +10,11 @@ mod saved;
 use cnicore::failpoint;
 use cnicore::netlink::{is_exists, Link, Netlink};
 use cnicore::netns::NetNs;
-use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, ErrorContext, Errors, Interface, Plugin};
+use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Error, ErrorContext, Errors, Interface, Verbs};
 use cnicore::spec::{IpConfig, Result};
 use cnicore::undo::Undo;
 use config::Config;
 use saved::Saved;
-
-struct HostDevice;
 
 /// The alias of link `name`, if it has one.
 fn alias_of(nl: &mut Netlink, name: &str) -> Result<Option<String>> {
@@ -144,12 +142,8 @@ fn apply<'a>(ctx: &'a Context, p: &'a mut Preflight, undo: &mut Undo<'a>) -> Res
     };
     // IPAM first, unlike the reference: a refusal then leaves the device where it was, with its addresses.
     if p.conf.ipam_type.is_some() {
-        let lease = ipam::add(ctx)?;
-        undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+        let lease = ipam::add_undoable(ctx, undo)?;
         failpoint::hit("host-device/after-ipam");
-        if lease.ips.is_empty() {
-            return Err(Error::internal("IPAM plugin returned missing IP config"));
-        }
         result.ips = lease.ips.into_iter().map(|ip| IpConfig { interface: Some(0), ..ip }).collect();
         result.routes = lease.routes;
         // As the reference: with IPAM, the result's DNS is the config's, not the IPAM plugin's.
@@ -270,9 +264,7 @@ fn move_out(ctx: &Context, conf: &Config, record: &std::path::Path) -> Result<()
 fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx, false)?;
     let pod_ns = ctx.open_netns()?;
-    if conf.ipam_type.is_some() {
-        ipam::exec(ctx, Command::Check)?;
-    }
+    ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Check)?;
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
     if conf.dpdk {
         return Ok(());
@@ -281,34 +273,22 @@ fn check(ctx: &Context) -> Result<()> {
     cnicore::check::pod_interface(ctx, &prev, &mut pod, None)
 }
 
-impl Plugin for HostDevice {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-    /// The records of attachments not in the valid list go; GC is passed on to IPAM, as the spec asks.
-    fn gc(&self, ctx: &Context) -> Result<()> {
-        let conf = Config::load(ctx, true)?;
-        let mut errors = Errors::new();
-        errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
-        if conf.ipam_type.is_some() {
-            errors.record(ipam::exec(ctx, Command::Gc));
-        }
-        errors.into_result()
-    }
-    fn status(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx, true)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Status),
-            None => Ok(()),
-        }
-    }
+/// The records of attachments not in the valid list go; GC is passed on to IPAM, as the spec asks.
+fn gc(ctx: &Context) -> Result<()> {
+    let conf = Config::load(ctx, true)?;
+    let mut errors = Errors::new();
+    errors.record(saved::gc(&conf.data_dir, &ctx.valid_attachments()?));
+    errors.record(ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Gc));
+    errors.into_result()
+}
+
+fn status(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx, true)?.ipam_type.is_some(), ctx, Command::Status)
 }
 
 fn main() {
-    plugin_main(concat!("CNI host-device plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &HostDevice)
+    plugin_main(
+        concat!("CNI host-device plugin (cnicore) v", env!("CARGO_PKG_VERSION")),
+        &Verbs::new(add, del, check).gc(gc).status(status),
+    )
 }

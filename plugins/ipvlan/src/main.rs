@@ -117,38 +117,28 @@ impl Plugin for Ipvlan {
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = Config::load(ctx)?;
         let mut sockets = Sockets::open(ctx)?;
-        if conf.layer3 {
-            ipam::exec(ctx, Command::Check)?;
-        }
+        ipam::exec_if(conf.layer3, ctx, Command::Check)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
         if let Some(master) = &conf.master {
             podlink::lookup_master(sockets.master_side(conf.in_container), master)?;
         }
-        podlink::check_pod_side(ctx, &prev, "ipvlan", |data| match data {
+        cnicore::check::pod_link_of_kind(ctx, &prev, "ipvlan", |data| match data {
             KindData::Ipvlan { mode } if *mode == conf.mode => Ok(()),
-            KindData::Ipvlan { mode } => Err(Error::internal(format!(
-                "container ipvlan mode {} does not match expected value: {}",
-                mode_name(*mode),
-                mode_name(conf.mode)
-            ))),
-            _ => Err(Error::internal(format!("Error: Container interface {} not of type ipvlan", ctx.env.ifname))),
+            KindData::Ipvlan { mode } => {
+                Err(cnicore::check::mode_mismatch("ipvlan", &mode_name(*mode), &mode_name(conf.mode)))
+            }
+            _ => Err(cnicore::check::not_of_kind(&ctx.env.ifname, "ipvlan")),
         })?;
         Ok(())
     }
 
     /// The reference has no GC; ours hands it to IPAM.
     fn gc(&self, ctx: &Context) -> Result<()> {
-        if Config::load(ctx)?.layer3 {
-            ipam::exec(ctx, Command::Gc)?;
-        }
-        Ok(())
+        ipam::exec_if(Config::load(ctx)?.layer3, ctx, Command::Gc)
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
-        if Config::load(ctx)?.layer3 {
-            ipam::exec(ctx, Command::Status)?;
-        }
-        Ok(())
+        ipam::exec_if(Config::load(ctx)?.layer3, ctx, Command::Status)
     }
 }
 

@@ -140,36 +140,26 @@ impl Plugin for Macvlan {
         let conf = Config::load(ctx)?;
         let mut sockets = Sockets::open(ctx)?;
         let master_name = conf.master(&mut sockets)?;
-        if conf.layer3 {
-            ipam::exec(ctx, Command::Check)?;
-        }
+        ipam::exec_if(conf.layer3, ctx, Command::Check)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
         podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
-        podlink::check_pod_side(ctx, &prev, "macvlan", |data| match data {
+        cnicore::check::pod_link_of_kind(ctx, &prev, "macvlan", |data| match data {
             KindData::Macvlan { mode } if *mode == conf.mode => Ok(()),
-            KindData::Macvlan { mode } => Err(Error::internal(format!(
-                "container macvlan mode {} does not match expected value: {}",
-                mode_name(*mode),
-                mode_name(conf.mode)
-            ))),
-            _ => Err(Error::internal(format!("Error: Container interface {} not of type macvlan", ctx.env.ifname))),
+            KindData::Macvlan { mode } => {
+                Err(cnicore::check::mode_mismatch("macvlan", &mode_name(*mode), &mode_name(conf.mode)))
+            }
+            _ => Err(cnicore::check::not_of_kind(&ctx.env.ifname, "macvlan")),
         })?;
         Ok(())
     }
 
     /// The reference has no GC; ours hands it to IPAM so that leases of vanished attachments are freed.
     fn gc(&self, ctx: &Context) -> Result<()> {
-        if Config::load(ctx)?.layer3 {
-            ipam::exec(ctx, Command::Gc)?;
-        }
-        Ok(())
+        ipam::exec_if(Config::load(ctx)?.layer3, ctx, Command::Gc)
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
-        if Config::load(ctx)?.layer3 {
-            ipam::exec(ctx, Command::Status)?;
-        }
-        Ok(())
+        ipam::exec_if(Config::load(ctx)?.layer3, ctx, Command::Status)
     }
 }
 

@@ -105,13 +105,8 @@ impl Plugin for Ptp {
     fn del(&self, ctx: &Context) -> Result<()> {
         let conf = ctx.load_for_teardown(Config::load)?;
         let mut errors = Errors::new();
-        let mut ips = prev_result_ips(ctx);
         let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
-        if let Some(veth) = &pod_veth {
-            ips.extend(veth.addresses.iter().copied());
-        }
-        ips.sort();
-        ips.dedup();
+        let ips = cnicore::check::teardown_pod_ips(ctx, pod_veth.as_ref().map_or(&[], |v| &v.addresses));
         // The steps mostly wait (the kernel tearing the veth down, firewall and IPAM processes): they run at the
         // same time, the veth's deletion after IPAM's DEL where the IPAM plugin needs it (`ipam::teardown`).
         let conf = &conf;
@@ -138,17 +133,11 @@ impl Plugin for Ptp {
         ctx.open_netns()?;
         ipam::exec(ctx, Command::Check)?;
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("ptp: Required prevResult missing"))?;
-        podlink::check_pod_side(ctx, &prev, "veth", |_| Ok(()))?;
+        cnicore::check::pod_link_of_kind(ctx, &prev, "veth", |_| Ok(()))?;
         if conf.ip_masq {
-            let ips = pod_ips(&prev, &ctx.env.ifname);
+            let ips: Vec<IpNet> = cnicore::check::pod_ips(&prev, &ctx.env.ifname).collect();
             let backend = Backend::or_detect(conf.masq_backend)?;
-            if let Err(ours) = masq::check(backend, &conf.masq(&ctx.env.container_id, &ips)) {
-                let theirs = backend == Backend::Nftables
-                    && reference_nft::ipmasq_has_rule(&conf.network, &ctx.env.ifname, &ctx.env.container_id)?;
-                if !theirs {
-                    return Err(ours);
-                }
-            }
+            masq::check_with_reference(backend, &conf.masq(&ctx.env.container_id, &ips), &ctx.env.ifname)?;
         }
         Ok(())
     }
@@ -159,11 +148,7 @@ impl Plugin for Ptp {
         let mut errors = Errors::new();
         errors.record(ipam::exec(ctx, Command::Gc));
         if conf.ip_masq {
-            let valid = ctx.valid_attachments()?;
-            errors.record(masq::gc(&conf.network, &valid));
-            if Backend::Nftables.available() {
-                errors.record(reference_nft::ipmasq_gc(&conf.network, &valid));
-            }
+            errors.record(masq::gc_with_reference(&conf.network, &ctx.valid_attachments()?));
         }
         errors.into_result()
     }
@@ -188,12 +173,8 @@ fn add<'a>(
     pod: &mut Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
-    let lease = ipam::add(ctx)?;
-    undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+    let lease = ipam::add_undoable(ctx, undo)?;
     failpoint::hit("ptp/after-ipam");
-    if lease.ips.is_empty() {
-        return Err(Error::internal("IPAM plugin returned missing IP config"));
-    }
     let mut gateways = Vec::new();
     for ip in &lease.ips {
         let gw = ip.gateway.ok_or_else(|| {
@@ -348,26 +329,6 @@ fn host_net(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
 }
 
-/// The pod addresses of `prev` on `ifname` (or on no interface in particular).
-fn pod_ips(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
-    prev.ips
-        .iter()
-        .filter(|ip| ip.interface.and_then(|i| prev.interfaces.get(i)).is_none_or(|i| i.name == ifname))
-        .map(|ip| ip.address)
-        .collect()
-}
-
-fn prev_result_ips(ctx: &Context) -> Vec<IpNet> {
-    match ctx.prev_result() {
-        Ok(Some(prev)) => pod_ips(&prev, &ctx.env.ifname),
-        Ok(None) => Vec::new(),
-        Err(e) => {
-            cnicore::warn!("ignoring prevResult on DEL: {}", e.msg);
-            Vec::new()
-        }
-    }
-}
-
 /// The pod's veth and the global addresses it has.
 struct PodVeth {
     netlink: Netlink,
@@ -378,11 +339,7 @@ struct PodVeth {
 impl PodVeth {
     /// Deletes the pod's veth, which takes the host end, its address and host routes with it.
     fn delete(mut self, ifname: &str) -> Result<()> {
-        match self.netlink.delete_link(self.index) {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(Error::os(format!("failed to delete {ifname:?}"), e)),
-        }
+        podlink::delete_link(&mut self.netlink, self.index, ifname)
     }
 }
 

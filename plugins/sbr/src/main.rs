@@ -11,7 +11,7 @@ use std::fs::File;
 use cnicore::failpoint;
 use cnicore::netlink::{IpFamily, Netlink, Route, Rule, RT_TABLE_MAIN};
 use cnicore::netns::NetNs;
-use cnicore::spec::{plugin_main, CniResult, Context, Error, ErrorContext, Errors, IpConfig, Plugin, Result};
+use cnicore::spec::{plugin_main, CniResult, Context, Error, ErrorContext, Errors, IpConfig, Result, Verbs};
 use cnicore::undo::Undo;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -121,8 +121,6 @@ fn plan(ips: &[&IpConfig], link_index: u32, link_routes: &[Route], in_use: &[u32
     plan
 }
 
-struct Sbr;
-
 fn add(ctx: &Context) -> Result<CniResult> {
     let table = load_table(ctx)?;
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("This plugin must be called as chained plugin"))?;
@@ -230,20 +228,8 @@ fn check(ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-impl Plugin for Sbr {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-}
-
 fn main() {
-    plugin_main(concat!("CNI sbr plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Sbr)
+    plugin_main(concat!("CNI sbr plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Verbs::new(add, del, check))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use cnicore::failpoint;
 use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, plugin_main, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface};
-use cnicore::spec::{truncate_for_msg as truncate, IpConfig, Plugin, Result};
+use cnicore::spec::{truncate_for_msg as truncate, IpConfig, Result, Verbs};
 use cnicore::tuntap::{self, TapOptions, IFF_MULTI_QUEUE, IFF_NO_PI, IFF_VNET_HDR};
 use cnicore::undo::Undo;
 use serde::Deserialize;
@@ -118,8 +118,6 @@ impl Config {
     }
 }
 
-struct Tap;
-
 fn add(ctx: &Context) -> Result<CniResult> {
     let conf = Config::load(ctx)?;
     let pod_ns = ctx.open_netns()?;
@@ -162,12 +160,8 @@ fn apply<'a>(
     let sandbox = ctx.netns()?.display().to_string();
     let mut result = CniResult::default();
     if conf.ipam_type.is_some() {
-        let lease = ipam::add(ctx)?;
-        undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
+        let lease = ipam::add_undoable(ctx, undo)?;
         failpoint::hit("tap/after-ipam");
-        if lease.ips.is_empty() {
-            return Err(Error::internal("IPAM plugin returned missing IP config"));
-        }
         result.ips = lease.ips.into_iter().map(|ip| IpConfig { interface: Some(0), ..ip }).collect();
         result.routes = lease.routes;
     }
@@ -237,41 +231,26 @@ fn delete_tap(ctx: &Context) -> Result<()> {
 fn check(ctx: &Context) -> Result<()> {
     let conf = Config::load(ctx)?;
     let pod_ns = ctx.open_netns()?;
-    if conf.ipam_type.is_some() {
-        ipam::exec(ctx, Command::Check)?;
-    }
+    ipam::exec_if(conf.ipam_type.is_some(), ctx, Command::Check)?;
     let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
     let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod's netns")?;
     cnicore::check::pod_interface(ctx, &prev, &mut pod, Some("tun"))
 }
 
-impl Plugin for Tap {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-    /// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
-    fn gc(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Gc),
-            None => Ok(()),
-        }
-    }
-    fn status(&self, ctx: &Context) -> Result<()> {
-        match Config::load(ctx)?.ipam_type {
-            Some(_) => ipam::exec(ctx, Command::Status),
-            None => Ok(()),
-        }
-    }
+/// Nothing of its own to collect; GC is passed on to IPAM, as the spec asks.
+fn gc(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Gc)
+}
+
+fn status(ctx: &Context) -> Result<()> {
+    ipam::exec_if(Config::load(ctx)?.ipam_type.is_some(), ctx, Command::Status)
 }
 
 fn main() {
-    plugin_main(concat!("CNI tap plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Tap)
+    plugin_main(
+        concat!("CNI tap plugin (cnicore) v", env!("CARGO_PKG_VERSION")),
+        &Verbs::new(add, del, check).gc(gc).status(status),
+    )
 }
 
 #[cfg(test)]

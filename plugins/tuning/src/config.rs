@@ -7,7 +7,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use cnicore::spec::{gojson, truncate_for_msg, Context, Error, Result};
+use cnicore::spec::{gojson, truncate_for_msg, Context, ConventionArgs, Error, Result};
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 
@@ -44,19 +44,13 @@ struct RawConf {
     #[serde(default)]
     runtime_config: Option<RawRuntimeConfig>,
     #[serde(default)]
-    args: Option<RawArgs>,
+    args: Option<ConventionArgs<RawSettings>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 struct RawRuntimeConfig {
     #[serde(default)]
     mac: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawArgs {
-    #[serde(default)]
-    cni: Option<RawSettings>,
 }
 
 /// One sysctl to set in the pod's netns.
@@ -92,7 +86,7 @@ impl Tuning {
         let settings: RawSettings = ctx.parse_conf()?;
         let raw: RawConf = ctx.parse_conf()?;
         refuse_duplicate_sysctl_keys(&ctx.stdin)?;
-        let args = raw.args.and_then(|a| a.cni).unwrap_or_default();
+        let args = ConventionArgs::cni(raw.args).unwrap_or_default();
 
         let mut mac = settings.mac.filter(|m| !m.is_empty());
         if !ctx.env.args_raw.is_empty() {

@@ -90,13 +90,13 @@ impl Plugin for Vlan {
         let prev = ctx.prev_result()?.ok_or_else(|| Error::config("vlan: Required prevResult missing"))?;
         podlink::lookup_master(sockets.master_side(conf.in_container), &conf.master)?;
         let ifname = ctx.env.ifname.as_str();
-        let link = podlink::check_pod_side(ctx, &prev, "vlan", |data| match data {
+        let link = cnicore::check::pod_link_of_kind(ctx, &prev, "vlan", |data| match data {
             KindData::Vlan { id } if *id == conf.vlan_id => Ok(()),
             KindData::Vlan { id } => Err(Error::internal(format!(
                 "Error: container interface {ifname} has vlan id {id}, expected {}",
                 conf.vlan_id
             ))),
-            _ => Err(Error::internal(format!("Error: Container interface {ifname} not of type vlan"))),
+            _ => Err(cnicore::check::not_of_kind(ifname, "vlan")),
         })?;
         match conf.mtu {
             Some(mtu) if mtu != link.mtu => Err(Error::internal(format!(

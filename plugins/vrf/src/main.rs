@@ -7,7 +7,7 @@
 use cnicore::failpoint;
 use cnicore::netlink::{AddressOptions, IpFamily, Link, Netlink, Route, Scope, RT_TABLE_MAIN};
 use cnicore::netns::NetNs;
-use cnicore::spec::{plugin_main, CniResult, Context, Error, ErrorContext, Plugin, Result};
+use cnicore::spec::{plugin_main, CniResult, Context, Error, ErrorContext, Result, Verbs};
 use cnicore::undo::Undo;
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -54,8 +54,6 @@ fn free_table(used: &[u32]) -> u32 {
 fn no_vrf_support(e: &std::io::Error) -> bool {
     e.kind() == std::io::ErrorKind::Unsupported
 }
-
-struct Vrf;
 
 fn add(ctx: &Context) -> Result<CniResult> {
     let conf = load(ctx)?;
@@ -204,20 +202,8 @@ fn check(ctx: &Context) -> Result<()> {
     }
 }
 
-impl Plugin for Vrf {
-    fn add(&self, ctx: &Context) -> Result<CniResult> {
-        add(ctx)
-    }
-    fn del(&self, ctx: &Context) -> Result<()> {
-        del(ctx)
-    }
-    fn check(&self, ctx: &Context) -> Result<()> {
-        check(ctx)
-    }
-}
-
 fn main() {
-    plugin_main(concat!("CNI vrf plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Vrf)
+    plugin_main(concat!("CNI vrf plugin (cnicore) v", env!("CARGO_PKG_VERSION")), &Verbs::new(add, del, check))
 }
 
 #[cfg(test)]
