@@ -201,8 +201,11 @@ fn cold_start(peers: u32, dual: bool) -> ColdStart {
     let index = cluster.add_node(0, &[]);
     let node = &mut cluster.nodes[index];
     let mut nl = node.node.netlink();
-    let links: &[(&str, IpFamily)] =
-        if dual { &[("flannel.1", IpFamily::V4), ("flannel-v6.1", IpFamily::V6)] } else { &[("flannel.1", IpFamily::V4)] };
+    let links: &[(&str, IpFamily)] = if dual {
+        &[("flannel.1", IpFamily::V4), ("flannel-v6.1", IpFamily::V6)]
+    } else {
+        &[("flannel.1", IpFamily::V4)]
+    };
     let start = Instant::now();
     node.start();
     let programmed = wait_for(Duration::from_secs(120), || {
