@@ -176,7 +176,7 @@ impl FamilyNetwork {
             let next = match ranges.peek() {
                 Some(&(start, taken_end)) if start <= end => {
                     // Leased: on to the first candidate past that block.
-                    address.checked_add(((taken_end - address) / step + 1).checked_mul(step).unwrap_or(u128::MAX))
+                    address.checked_add(((taken_end - address) / step + 1).saturating_mul(step))
                 }
                 _ => {
                     free.push(IpNet::new(family.address(address), self.subnet_len).expect("valid length"));
