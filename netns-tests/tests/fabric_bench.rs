@@ -268,6 +268,11 @@ fn cold_start(peers: u32, dual: bool) -> ColdStart {
     ColdStart { elapsed, cpu, rss_after, join, idle_rss, idle_cpu_percent, requests_per_minute, etcd_rss }
 }
 
+/// A row of the table: the figure, its values at 1,000 and at 5,000 peers, the goal.
+fn push_row(rows: &mut Vec<[String; 4]>, figure: &str, [at_1000, at_5000]: [String; 2], goal: &str) {
+    rows.push([figure.to_string(), at_1000, at_5000, goal.to_string()]);
+}
+
 #[test]
 #[ignore = "benchmark: scripts/bench-fabric.sh"]
 fn figures() {
@@ -296,10 +301,7 @@ fn figures() {
     // One agent's cold start, then a join it sees, then the agent idle: at 1,000 and at 5,000 peers.
     let v4 = [cold_start(1000, false), cold_start(5000, false)];
     let both = |f: &dyn Fn(&ColdStart) -> String| [f(&v4[0]), f(&v4[1])];
-    let mut row = |figure: &str, values: [String; 2], goal: &str| {
-        let [a, b] = values;
-        rows.push([figure.to_string(), a, b, goal.to_string()]);
-    };
+    let mut row = |figure: &str, values: [String; 2], goal: &str| push_row(&mut rows, figure, values, goal);
     row(
         "cold start: N peers in etcd -> N routes + neighbours + FDB entries (agent start to done)",
         both(&|c| ms(c.elapsed)),
@@ -329,10 +331,7 @@ fn figures() {
     // Dual stack: N peers with both families, 2N routes, neighbours and FDB entries.
     let dual = [cold_start(1000, true), cold_start(5000, true)];
     let both = |f: &dyn Fn(&ColdStart) -> String| [f(&dual[0]), f(&dual[1])];
-    let mut row = |figure: &str, values: [String; 2], goal: &str| {
-        let [a, b] = values;
-        rows.push([figure.to_string(), a, b, goal.to_string()]);
-    };
+    let mut row = |figure: &str, values: [String; 2], goal: &str| push_row(&mut rows, figure, values, goal);
     row(
         "dual stack: cold start, N peers -> 2N routes + neighbours + FDB entries (both families)",
         both(&|c| ms(c.elapsed)),
