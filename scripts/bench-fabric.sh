@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The figures of fabricd (issue 16): join convergence p50/p99 over 20 joins, cold start with 1,000 peers'
-# leases in etcd, the agent's RSS and idle CPU with 1,000 peers, etcd requests per node per minute. Runs the
-# ignored test netns-tests/tests/fabric_bench.rs against the release binaries, in namespaces it makes and
-# removes (etcd in an infra namespace, agents in node namespaces), and writes the table into
-# docs/benchmarks.md between the fabric markers. About two minutes. Needs root and scripts/setup.sh's packages.
+# The figures of fabricd (issues 16 and 22): join convergence p50/p99 over 20 joins; one agent's cold start
+# with 1,000 and with 5,000 peers' leases in etcd (IPv4 and dual stack), its CPU time and RSS, a join it sees,
+# its idle CPU, etcd requests per node per minute, etcd's RSS. Runs the ignored test
+# netns-tests/tests/fabric_bench.rs against the release binaries, in namespaces it makes and removes (etcd in
+# an infra namespace, agents in node namespaces), and writes the table, with the load average at the start and
+# end of the run, into docs/benchmarks.md between the fabric markers. About two minutes after the build.
+# Needs root and scripts/setup.sh's packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo build --release --quiet -p fabricd -p cnitool -p bridge -p host-local -p portmap -p bandwidth -p loopback
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+load_start=$(cut -d' ' -f1 /proc/loadavg)
 CNI_BIN_DIR=$PWD/target/release FABRIC_BENCH_OUT=$out \
   cargo test --quiet -p netns-tests --test fabric_bench -- --ignored --nocapture --test-threads=1 >&2
 {
@@ -19,6 +22,8 @@ CNI_BIN_DIR=$PWD/target/release FABRIC_BENCH_OUT=$out \
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores (kernel $(uname -r)), release build, etcd $(etcd --version | head -1 | awk '{print $3}') in an infra namespace, agents in node namespaces on one bridge (vxlan backend)."
   echo
   cat "$out"
+  echo
+  echo "Load average (1 min) $load_start when the run started, $(cut -d' ' -f1 /proc/loadavg) when it ended."
   echo "<!-- fabric:end -->"
 } > "$out.section"
 if grep -q '<!-- fabric:begin -->' docs/benchmarks.md; then

@@ -218,6 +218,11 @@ impl Etcd {
         self.ip
     }
 
+    /// The etcd process's PID (0 once killed): for its RSS in the benchmark.
+    pub fn pid(&self) -> u32 {
+        self.daemon.id()
+    }
+
     pub fn kill(&mut self) {
         self.daemon.stop(nix::sys::signal::Signal::SIGKILL);
     }
