@@ -93,6 +93,11 @@ printf 'Source: cni-rs\n\nPackage: cni-rs\nArchitecture: any\n' >"$work/debian/c
 # The plugins, where Debian's containernetworking-plugins puts them (Debian's containerd and podman look there).
 tree=$work/debian/cni-rs-plugins
 for b in "${plugins[@]}"; do stage_binary "$prebuilt/$b" "$tree/usr/lib/cni/$b"; done
+# The dhcp daemon's units under the reference package's names and paths: not enabled by this package, and an
+# enablement made under the reference's package stays in effect across the swap.
+for unit in cni-dhcp.service cni-dhcp.socket; do
+  install -D -m 0644 "packaging/$unit" "$tree/lib/systemd/system/$unit"
+done
 stage_docs "$tree" cni-rs-plugins
 build_deb "$tree" cni-rs-plugins \
   "Depends: $(shlib_depends "$tree"), iptables" \

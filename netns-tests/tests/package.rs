@@ -364,6 +364,10 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
         assert!(fabric_files.contains_key(path), "{FABRIC_PACKAGE} has {path}: {:?}", fabric_files.keys());
     }
     assert!(plugin_files.contains_key("/usr/share/doc/cni-rs-plugins/copyright"));
+    // The dhcp daemon's units, where the reference package has them (a swap keeps dhcp networks working).
+    for unit in ["/lib/systemd/system/cni-dhcp.service", "/lib/systemd/system/cni-dhcp.socket"] {
+        assert_eq!(plugin_files.get(unit).map(|(mode, _)| mode.as_str()), Some("-rw-r--r--"), "{unit}");
+    }
 
     // The relations that make the swap work, on the plugins package only.
     for field in ["Provides", "Conflicts", "Replaces"] {
