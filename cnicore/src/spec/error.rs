@@ -95,6 +95,13 @@ impl std::error::Error for Error {}
 
 /// Adds what was being done to a failed OS or netlink call, making it a CNI error (code 999, "internal", as
 /// the reference plugins report such failures): `"<what>: <error>"`.
+/// A failed file or process I/O as an IO error (code 5, what the reference plugins return for a file they cannot
+/// read or write), with what was being done: for `map_err`, e.g. `.map_err(io_error("reading the lease index"))`.
+/// [`ErrorContext::context`] is for OS and netlink calls (code 999).
+pub fn io_error(what: impl fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(format!("{what}: {e}"))
+}
+
 pub trait ErrorContext<T> {
     fn context(self, what: impl fmt::Display) -> Result<T>;
     /// [`ErrorContext::context`] with a message built only on failure.

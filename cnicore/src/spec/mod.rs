@@ -14,7 +14,7 @@ pub use config::{json_error_in, shorten_json_error, ConventionArgs, IpsArg};
 pub use env::{
     parse_cni_args, truncate as truncate_for_msg, validate_container_id, validate_ifname, CniArgs, Command, Env,
 };
-pub use error::{codes, program_name, report_rollback, warn, Error, ErrorContext, Errors, Result};
+pub use error::{codes, io_error, program_name, report_rollback, warn, Error, ErrorContext, Errors, Result};
 pub use result::{CniResult, Dns, Interface, IpConfig, Route};
 pub use skel::{plugin_main, Context, Plugin, Verbs};
 /// The entry point without the process around it (stdin already read, nothing printed): for fuzzing and tests.

@@ -12,7 +12,7 @@
 
 use crate::index::{overwrite_file, Index, INDEX_DIR};
 use crate::lease::{Content, Owner};
-use cnicore::spec::{Error, Result};
+use cnicore::spec::{io_error, Error, Result};
 use cnicore::state::FileLock;
 use std::fs;
 use std::io::{self, ErrorKind, Write};
@@ -32,10 +32,6 @@ pub const TEMP_LEASE: &str = ".tmp-lease";
 /// writer fills its files while holding the lock, so it can only be garbage; the age is a margin for
 /// writers that do not lock.
 pub const GARBAGE_AGE: Duration = Duration::from_secs(5);
-
-pub fn io_err(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> Error {
-    move |e| Error::io(format!("{what}: {e}"))
-}
 
 /// When this boot began (`btime` of /proc/stat), if the kernel says.
 pub fn boot_time() -> Option<SystemTime> {
@@ -93,12 +89,12 @@ impl Store {
     pub fn open(dir: &Path, create: bool) -> Result<Option<Store>> {
         if create {
             cnicore::state::ensure_dir(dir, 0o755)
-                .map_err(io_err(format!("creating data directory {}", dir.display())))?;
+                .map_err(io_error(format!("creating data directory {}", dir.display())))?;
         } else if !dir.is_dir() {
             return Ok(None);
         }
         let lock_path = dir.join(LOCK_FILE);
-        let lock = FileLock::exclusive(&lock_path).map_err(io_err(format!("locking {}", lock_path.display())))?;
+        let lock = FileLock::exclusive(&lock_path).map_err(io_error(format!("locking {}", lock_path.display())))?;
         Ok(Some(Store { dir: dir.to_path_buf(), _lock: lock, index: Index::new(dir), changed: false }))
     }
 
@@ -147,8 +143,8 @@ impl Store {
     pub fn scan(&self) -> Result<Vec<Scanned>> {
         let what = format!("reading {}", self.dir.display());
         let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(io_err(&what))? {
-            let entry = entry.map_err(io_err(&what))?;
+        for entry in fs::read_dir(&self.dir).map_err(io_error(&what))? {
+            let entry = entry.map_err(io_error(&what))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             let mut scanned = Scanned { name, lease: None, meta: None };
             if let Some(ip) = lease_name(&scanned.name) {
@@ -174,7 +170,7 @@ impl Store {
     /// The leases of exactly `owner`, checked against the lease files. When the index disagrees with them
     /// (it should not), it is rebuilt from a scan and asked again.
     pub fn leases_of(&mut self, owner: &Owner) -> Result<Vec<IpAddr>> {
-        let index_err = io_err("reading the lease index");
+        let index_err = io_error("reading the lease index");
         let ips = match self.index.lookup(owner) {
             Ok(ips) => ips,
             Err(_) => {
@@ -211,7 +207,7 @@ impl Store {
             _ => {}
         }
         self.changed = true;
-        self.index.remove(ip, owner).map_err(io_err("updating the lease index"))
+        self.index.remove(ip, owner).map_err(io_error("updating the lease index"))
     }
 
     /// Removes the leases among `ips` whose file was written before `boot`: their containers died with the
@@ -295,7 +291,7 @@ impl Store {
     pub fn set_last_reserved(&mut self, idx: usize, ip: IpAddr) -> Result<()> {
         self.changed = true;
         let path = self.dir.join(format!("{LAST_RESERVED_PREFIX}{idx}"));
-        overwrite_file(&path, ip.to_string().as_bytes(), 0o644).map_err(io_err(format!("writing {}", path.display())))
+        overwrite_file(&path, ip.to_string().as_bytes(), 0o644).map_err(io_error(format!("writing {}", path.display())))
     }
 
     /// Whether `ip` could be reserved now (no lease, or only a stale empty file), without taking it.
@@ -311,7 +307,7 @@ impl Store {
         if self.changed {
             self.index
                 .commit()
-                .map_err(io_err(format!("writing the lease index in {}", self.dir.join(INDEX_DIR).display())))?;
+                .map_err(io_error(format!("writing the lease index in {}", self.dir.join(INDEX_DIR).display())))?;
             self.changed = false;
         }
         Ok(())
@@ -349,7 +345,7 @@ impl Reserver<'_> {
             match fs::hard_link(&self.tmp, &path) {
                 Ok(()) => {
                     cnicore::failpoint::hit("host-local/after-lease");
-                    self.store.index.insert(ip, &self.owner).map_err(io_err("updating the lease index"))?;
+                    self.store.index.insert(ip, &self.owner).map_err(io_error("updating the lease index"))?;
                     return Ok(true);
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {

@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use cnicore::spec::ipam::{exec_plugin, find_plugin};
-use cnicore::spec::{plugin_main, truncate_for_msg, CniResult, Command, Context, Error, Plugin, Result};
+use cnicore::spec::{io_error, plugin_main, truncate_for_msg, CniResult, Command, Context, Error, Plugin, Result};
 use cnicore::subnet_env::SubnetEnv;
 use delegate::delegate_conf;
 use serde::Deserialize;
@@ -71,11 +71,6 @@ fn configured_path<'a>(what: &str, path: Option<&'a Path>, default: &'static str
     Ok(path)
 }
 
-/// A file error with what was being done: code IO, as every plugin reports a file it cannot read or write.
-fn file_error(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
-    move |e| Error::io(format!("{what}: {e}"))
-}
-
 /// The node agent's `subnet.env`, complete and coherent (flannel's message prefix on every failure).
 fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {
     read_subnet_env(path).map_err(|e| e.within("failed to load flannel 'subnet.env' file"))
@@ -84,12 +79,12 @@ fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {
 fn read_subnet_env(path: &Path) -> Result<SubnetEnv> {
     let shown = path.display();
     // A regular file only: a FIFO would block the plugin forever, a device such as /dev/zero never end.
-    if !std::fs::metadata(path).map_err(file_error(format_args!("open {shown}")))?.is_file() {
+    if !std::fs::metadata(path).map_err(io_error(format_args!("open {shown}")))?.is_file() {
         return Err(Error::io(format!("{shown} is not a regular file")));
     }
     let mut bytes = Vec::new();
-    let file = std::fs::File::open(path).map_err(file_error(format_args!("open {shown}")))?;
-    file.take(MAX_SUBNET_FILE + 1).read_to_end(&mut bytes).map_err(file_error(format_args!("read {shown}")))?;
+    let file = std::fs::File::open(path).map_err(io_error(format_args!("open {shown}")))?;
+    file.take(MAX_SUBNET_FILE + 1).read_to_end(&mut bytes).map_err(io_error(format_args!("read {shown}")))?;
     if bytes.len() as u64 > MAX_SUBNET_FILE {
         return Err(Error::io(format!("{shown} is larger than {MAX_SUBNET_FILE} bytes")));
     }
@@ -122,7 +117,7 @@ fn saved_container_ids(data_dir: &Path) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(data_dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(file_error(format_args!("listing {}", data_dir.display()))(e)),
+        Err(e) => return Err(io_error(format_args!("listing {}", data_dir.display()))(e)),
     };
     let names = entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_file()));
     Ok(names.filter_map(|e| e.file_name().into_string().ok()).collect())
@@ -145,8 +140,8 @@ impl Plugin for Flannel {
         ctx.open_netns()?;
         // Saved first, so that DEL can undo even an ADD that failed half-way.
         let data_dir = conf.data_dir()?;
-        cnicore::state::ensure_dir(data_dir, 0o700).map_err(file_error(data_dir.display()))?;
-        cnicore::state::write_atomic(&path, &bytes, 0o600).map_err(file_error(path.display()))?;
+        cnicore::state::ensure_dir(data_dir, 0o700).map_err(io_error(data_dir.display()))?;
+        cnicore::state::write_atomic(&path, &bytes, 0o600).map_err(io_error(path.display()))?;
         let answer = exec_plugin(&binary, Command::Add, ctx, &bytes)
             .map_err(|e| e.within("failed to delegate add"))?
             .ok_or_else(|| Error::decode(format!("delegate {} returned no result", binary.display())))?;
@@ -160,7 +155,7 @@ impl Plugin for Flannel {
             Ok(bytes) => bytes,
             // Nothing saved: nothing to undo (the spec's DEL of what is already gone).
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(file_error(format_args!("reading {}", path.display()))(e)),
+            Err(e) => return Err(io_error(format_args!("reading {}", path.display()))(e)),
         };
         let Ok(Value::Object(saved)) = serde_json::from_slice::<Value>(&bytes) else {
             // As flannel: an unreadable saved config leaves the interface to be removed with the pod.
