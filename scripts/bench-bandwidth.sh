@@ -12,16 +12,17 @@
 #   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 50)
 #   BENCH_RATES="…"   rates in Mbit/s for the accuracy part (default "1 10 50")
 #   BENCH_SECONDS=N   iperf3 duration per measurement (default 4, of which the first is omitted)
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/bandwidth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 RATES=${BENCH_RATES:-"1 10 50"}
 SECONDS_PER_RUN=${BENCH_SECONDS:-4}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE=${REFERENCE:-/usr/lib/cni/bandwidth}
 
 die() { echo "bench-bandwidth: $*" >&2; exit 1; }
@@ -29,7 +30,7 @@ die() { echo "bench-bandwidth: $*" >&2; exit 1; }
 command -v jq >/dev/null || die "needs jq"
 command -v iperf3 >/dev/null || die "needs iperf3"
 [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/bandwidth ]] || cargo build --release --quiet -p bandwidth
+[[ -x $OURS_DIR/bandwidth ]] || cni_build_release plugins
 OURS=$(realpath "$OURS_DIR/bandwidth")
 
 NODE=bwbench-node-$$ POD=bwbench-pod-$$ WAN=bwbench-wan-$$

@@ -7,15 +7,16 @@
 # Needs root. Touches only the namespaces it makes (removed on exit, also on failure).
 #   BENCH_RUNS=N        ADD/DEL pairs per implementation (default 50)
 #   BENCH_CONFLIST=f    conflist to take the bridge config from (default conf/10-kubenet.conflist)
-#   OURS_DIR=dir        our binaries (default target/release, built if missing)
+#   OURS_DIR=dir        our binaries (default target/stage, built if missing)
 #   REFERENCE_DIR=dir   reference binaries (default /usr/lib/cni)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 CONFLIST=${BENCH_CONFLIST:-conf/10-kubenet.conflist}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE_DIR=${REFERENCE_DIR:-/usr/lib/cni}
 
 [[ $(id -u) == 0 ]] || { echo "bench-bridge: needs root (network namespaces)" >&2; exit 1; }
@@ -23,7 +24,7 @@ command -v jq >/dev/null || { echo "bench-bridge: needs jq" >&2; exit 1; }
 [[ -x $REFERENCE_DIR/bridge && -x $REFERENCE_DIR/host-local ]] || {
     echo "bench-bridge: no reference bridge/host-local in $REFERENCE_DIR" >&2; exit 1; }
 if [[ ! -x $OURS_DIR/bridge || ! -x $OURS_DIR/host-local ]]; then
-    cargo build --release --quiet -p bridge -p host-local
+    cni_build_release plugins
 fi
 OURS_DIR=$(realpath "$OURS_DIR")
 

@@ -8,14 +8,15 @@
 # Needs root and dnsmasq (scripts/setup.sh installs dnsmasq-base). Touches only the namespaces it makes and a
 # temporary directory (daemons' sockets and state, dnsmasq's lease file), all removed on exit with the daemons.
 #   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 30)
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/dhcp)
 #   --medians         print only "<ours ADD> <ours DEL> <ref ADD> <ref DEL> <harness>" in microseconds
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 
 RUNS=${BENCH_RUNS:-30}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE=${REFERENCE:-/usr/lib/cni/dhcp}
 medians_only=0
 [[ ${1:-} == --medians ]] && medians_only=1
@@ -24,7 +25,7 @@ die() { echo "bench-dhcp: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
 command -v dnsmasq >/dev/null || die "needs dnsmasq (scripts/setup.sh installs dnsmasq-base)"
 [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/dhcp ]] || cargo build --release --quiet -p dhcp
+[[ -x $OURS_DIR/dhcp ]] || cni_build_release plugins
 OURS=$(realpath "$OURS_DIR/dhcp")
 
 NODE=dhcpbench-node-$$ POD=dhcpbench-pod-$$ SRV=dhcpbench-srv-$$

@@ -8,12 +8,13 @@
 # Needs root and scripts/setup.sh's packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 scripts/setup.sh
-cargo build --release --quiet -p fabricd -p cnitool -p bridge -p host-local -p portmap -p bandwidth -p loopback
+cni_build_release all
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 load_start=$(cut -d' ' -f1 /proc/loadavg)
-CNI_BIN_DIR=$PWD/target/release FABRIC_BENCH_OUT=$out \
+CNI_BIN_DIR=$PWD/target/stage FABRIC_BENCH_OUT=$out \
   cargo test --quiet -p netns-tests --test fabric_bench -- --ignored --nocapture --test-threads=1 >&2
 {
   echo "<!-- fabric:begin -->"

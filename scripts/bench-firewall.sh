@@ -13,14 +13,15 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
 REFERENCE=/usr/lib/cni/firewall
 die() { echo "bench-firewall: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
 [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x target/release/firewall ]] || cargo build --release --quiet -p firewall
-OURS=$(realpath target/release/firewall)
+[[ -x target/stage/firewall ]] || cni_build_release plugins
+OURS=$(realpath target/stage/firewall)
 
 WORK=$(mktemp -d /tmp/bench-firewall.XXXXXX)
 NODE=bench-fw-node-$$ POD=bench-fw-pod-$$

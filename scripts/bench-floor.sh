@@ -12,6 +12,7 @@
 # namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 root=$PWD
 RUNS=${RUNS:-20}
 ACCT_RUNS=${ACCT_RUNS:-10}
@@ -21,13 +22,13 @@ if [[ -z ${CNI_BENCH_INNER:-} ]]; then
   [[ $(id -u) == 0 ]] || { echo "bench-floor: run as root (network namespaces)" >&2; exit 1; }
   scripts/setup.sh
   echo "bench-floor: building release binaries" >&2
-  cargo build --release --quiet -p bridge -p host-local -p portmap -p bandwidth -p loopback -p cnitool
+  cni_build_release plugins
   cargo build --release --quiet -p netns-tests --example floor
   mkdir -p /var/lib/cni # a mount point only
   exec unshare --mount --propagation private env CNI_BENCH_INNER=1 "$0" "$@"
 fi
 
-ours=$root/target/release
+ours=$root/$CNI_STAGE_DIR
 ref=/usr/lib/cni
 floor=$root/target/release/examples/floor
 cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}

@@ -13,13 +13,14 @@ set -euo pipefail
 export LC_ALL=C
 
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 RUNS=${RUNS:-20}
 REFERENCE=${REFERENCE:-/usr/lib/cni/host-local}
 COUNTS=${COUNTS:-"0 1000 60000"}
-OURS=$PWD/target/release/host-local
+OURS=$PWD/target/stage/host-local
 
 [ -x "$REFERENCE" ] || { echo "reference $REFERENCE missing: apt-get install containernetworking-plugins" >&2; exit 1; }
-cargo build --release -q -p host-local
+cni_build_release plugins
 
 # On disk (not tmpfs), like /var/lib/cni/networks.
 WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/hl-bench.XXXXXX")

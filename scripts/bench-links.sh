@@ -9,12 +9,13 @@
 #
 # Needs root. Touches only the namespaces it makes and a temporary dataDir (removed on exit).
 #   RUNS=N            ADD/DEL pairs per implementation (default 20)
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 
 RUNS=${RUNS:-20}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REF_DIR=/usr/lib/cni
 PLUGINS=(ptp macvlan ipvlan vlan dummy)
 
@@ -22,7 +23,7 @@ die() { echo "bench-links: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
 missing=()
 for p in "${PLUGINS[@]}" host-local; do [[ -x $OURS_DIR/$p ]] || missing+=(-p "$p"); done
-((${#missing[@]} == 0)) || cargo build --release --quiet "${missing[@]}"
+((${#missing[@]} == 0)) || cni_build_release plugins
 OURS_DIR=$(realpath "$OURS_DIR")
 
 NODE=lkbench-node-$$ LAN=lkbench-lan-$$ POD=lkbench-pod-$$

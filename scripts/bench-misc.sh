@@ -7,19 +7,20 @@
 #
 # Needs root and jq. Touches only the namespaces it makes and a temporary directory (removed on exit).
 #   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 50)
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 
 RUNS=${BENCH_RUNS:-50}
-OURS_DIR=$(realpath "${OURS_DIR:-target/release}")
+OURS_DIR=$(realpath "${OURS_DIR:-target/stage}")
 REF=/usr/lib/cni
 
 die() { echo "bench-misc: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
 command -v jq >/dev/null || die "needs jq"
 for p in static host-device tap sbr vrf; do
-    [[ -x $OURS_DIR/$p ]] || cargo build --release --quiet -p "$([[ $p == static ]] && echo static-ipam || echo "$p")"
+    [[ -x $OURS_DIR/$p ]] || cni_build_release plugins
 done
 
 WORK=$(mktemp -d /tmp/bench-misc.XXXXXX)

@@ -12,7 +12,7 @@
 # Needs root, iptables and nft. Touches only the namespaces it makes (removed on exit, also on failure).
 #   BENCH_RUNS=N      ADD/DEL pairs per implementation and level (default 21)
 #   BENCH_LEVELS="…"  numbers of other containers (default "0 100 1000")
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/portmap)
 set -euo pipefail
 
@@ -34,11 +34,12 @@ fi
 # ---- outer script ----
 
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 SELF=$(realpath "$0")
 source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
 LEVELS=${BENCH_LEVELS:-"0 100 1000"}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE=${REFERENCE:-/usr/lib/cni/portmap}
 
 die() { echo "bench-portmap: $*" >&2; exit 1; }
@@ -46,7 +47,7 @@ die() { echo "bench-portmap: $*" >&2; exit 1; }
 command -v iptables-restore >/dev/null || die "needs iptables"
 command -v nft >/dev/null || die "needs nft"
 [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/portmap ]] || cargo build --release --quiet -p portmap
+[[ -x $OURS_DIR/portmap ]] || cni_build_release plugins
 OURS=$(realpath "$OURS_DIR/portmap")
 
 WORK=$(mktemp -d /tmp/bench-portmap.XXXXXX)

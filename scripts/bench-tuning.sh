@@ -7,21 +7,22 @@
 #
 # Needs root and jq. Touches only the namespaces it makes and a temporary dataDir (removed on exit).
 #   BENCH_RUNS=N      ADD/DEL pairs per implementation (default 100)
-#   OURS_DIR=dir      our binaries (default target/release, built if missing)
+#   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/tuning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-100}
-OURS_DIR=${OURS_DIR:-target/release}
+OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE=${REFERENCE:-/usr/lib/cni/tuning}
 
 die() { echo "bench-tuning: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
 command -v jq >/dev/null || die "needs jq"
 [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/tuning ]] || cargo build --release --quiet -p tuning
+[[ -x $OURS_DIR/tuning ]] || cni_build_release plugins
 OURS=$(realpath "$OURS_DIR/tuning")
 
 NODE=tunbench-node-$$ POD=tunbench-pod-$$

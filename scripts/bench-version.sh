@@ -7,14 +7,15 @@
 #        BENCH_LOOP=1 a timed bash loop)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 
 runs=${1:-500}
 reference=${REFERENCE_LOOPBACK:-/usr/lib/cni/loopback}
 floor=$(type -P true)
 [[ -x $reference ]] || { echo "bench-version: $reference missing: run scripts/setup.sh" >&2; exit 1; }
 
-cargo build --release --quiet -p loopback
-ours=target/release/loopback
+cni_build_release plugins
+ours=target/stage/loopback
 
 export CNI_COMMAND=VERSION
 # Both must answer before they are timed.

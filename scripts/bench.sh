@@ -12,6 +12,7 @@
 # /var/lib/cni) is kept in a temporary directory mounted over /var/lib/cni in a private mount namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/binaries.sh
 root=$PWD
 RUNS=${RUNS:-20}
 OUT=${OUT-docs/benchmarks.md}
@@ -21,7 +22,7 @@ if [[ -z ${CNI_BENCH_INNER:-} ]]; then
   scripts/setup.sh
   echo "bench: building release binaries" >&2
   # The plugins and cnitool; not the test crates (the CRI client's tonic would add minutes of release build).
-  cargo build --release --quiet --workspace --exclude netns-tests --exclude cri-client
+  cni_build_release plugins
   if [[ ${CRI_BENCH:-1} != 0 ]]; then
     # The CRI client's own speed is not measured (containerd's metrics and ~100 ms calls are): a dev build.
     cargo build --quiet -p netns-tests --example cri-bench
@@ -30,7 +31,7 @@ if [[ -z ${CNI_BENCH_INNER:-} ]]; then
   exec unshare --mount --propagation private env CNI_BENCH_INNER=1 "$0" "$@"
 fi
 
-ours=$root/target/release
+ours=$root/$CNI_STAGE_DIR
 ref=/usr/lib/cni
 cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}
 runner="upstream cnitool (libcni 1.1.2)"

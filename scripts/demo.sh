@@ -19,14 +19,11 @@ fabric=false
 [[ ${1:-} == --fabric ]] && fabric=true
 if [[ -n ${DEMO_BIN:-} ]]; then
   bin=$DEMO_BIN
-elif $fabric; then
-  echo "== building (release)"
-  cargo build --release --quiet -p fabricd -p cnitool -p bridge -p host-local -p portmap -p bandwidth -p loopback
-  bin=$root/target/release
 else
   echo "== building (release)"
-  cargo build --release --quiet
-  bin=$root/target/release
+  source scripts/lib/binaries.sh
+  if $fabric; then cni_build_release all; else cni_build_release plugins; fi
+  bin=$root/$CNI_STAGE_DIR
 fi
 if $fabric; then
   exec bash scripts/demo-fabric.sh "$bin"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the plugins on a node: release binaries into PREFIX (default /opt/cni/bin) and, with --conf, the
+# Installs the plugins on a node: release binaries (static; scripts/lib/binaries.sh) into PREFIX (default /opt/cni/bin) and, with --conf, the
 # kubenet conflist into /etc/cni/net.d (never overwriting an existing file unless --force).
 #   scripts/install.sh [--prefix DIR] [--conf] [--force]
 set -euo pipefail
@@ -16,15 +16,13 @@ while (($#)); do
   shift
 done
 mapfile -t plugins < <(cni_plugin_binaries)
-build=()
-while read -r p; do build+=(-p "$p"); done < <(cni_plugin_packages)
-cargo build --release --quiet "${build[@]}" -p cnitool
+cni_build_release plugins
 install -d -m 0755 "$prefix"
 # The plugins (every bin of the crates under plugins/ and ipam/; flannel is flannel's meta-plugin) and the
 # runner. fabricd, the node agent, is a daemon: see fabricd/README.md and conf/fabricd.service.
 for b in "${plugins[@]}" cnitool; do
   # Install through a temporary name and rename, so a running kubelet never executes a half-written binary.
-  install -m 0755 "target/release/$b" "$prefix/.$b.new"
+  install -m 0755 "$CNI_STAGE_DIR/$b" "$prefix/.$b.new"
   mv -f "$prefix/.$b.new" "$prefix/$b"
   echo "installed $prefix/$b"
 done

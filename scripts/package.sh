@@ -23,7 +23,7 @@ while (($#)); do
   esac
   shift
 done
-for tool in jq dpkg-deb dpkg-shlibdeps strip fakeroot; do
+for tool in jq dpkg-deb dpkg-shlibdeps strip readelf fakeroot; do
   command -v $tool >/dev/null || { echo "package: $tool not found: run scripts/setup.sh" >&2; exit 1; }
 done
 ((image)) && { command -v buildah >/dev/null || { echo "package: buildah not found: run scripts/setup.sh" >&2; exit 1; }; }
@@ -35,11 +35,8 @@ arch=$(dpkg --print-architecture)
 # Who builds the packages (Debian's variables); the default names no real mailbox (.invalid is reserved).
 maintainer="${DEBFULLNAME:-cni-rs maintainers} <${DEBEMAIL:-cni-rs@packages.invalid}>"
 if [[ -z $prebuilt ]]; then
-  build=()
-  while read -r p; do build+=(-p "$p"); done < <(cni_plugin_packages)
-  for p in "${CNI_TOOL_PACKAGES[@]}"; do build+=(-p "$p"); done
-  cargo build --release --quiet "${build[@]}"
-  prebuilt=target/release
+  cni_build_release all
+  prebuilt=$CNI_STAGE_DIR
 fi
 for b in "${plugins[@]}" "${CNI_TOOL_BINARIES[@]}"; do
   [[ -x $prebuilt/$b ]] || { echo "package: $prebuilt/$b missing" >&2; exit 1; }
@@ -62,11 +59,31 @@ stage_docs() { # TREE PACKAGE
     gzip -9n >"$doc/changelog.Debian.gz"
   chmod 0644 "$doc/changelog.Debian.gz"
 }
-# dpkg-shlibdeps' Depends for the ELF files of a tree.
-shlib_depends() { # TREE
-  local elf=()
+# A Depends line: dpkg-shlibdeps' dependencies for the ELF files of a tree (none when they are all static, as
+# release plugins are), then the given ones.
+depends() { # TREE DEPENDENCY...
+  local elf=() shlibs
   mapfile -t elf < <(find "$1" -type f -perm -0100)
-  (cd "$work" && dpkg-shlibdeps -O "${elf[@]}" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p'
+  shlibs=$( (cd "$work" && dpkg-shlibdeps -O "${elf[@]}" 2>/dev/null) | sed -n 's/^shlibs:Depends=//p')
+  shift
+  local line=$shlibs dependency
+  for dependency in "$@"; do line=${line:+$line, }$dependency; done
+  echo "Depends: $line"
+}
+# Release binaries other than fabricd are static-pie executables (scripts/lib/binaries.sh says why):
+# position-independent with no interpreter, so lintian takes them for shared libraries lacking a libc
+# dependency. An override names each one.
+lintian_static_overrides() { # TREE PACKAGE
+  local tree=$1 package=$2 file hints=()
+  while read -r file; do
+    [[ $(readelf -l "$file") == *'program interpreter'* ]] ||
+      hints+=("$package: shared-library-lacks-prerequisites [${file#"$tree"/}]")
+  done < <(find "$tree" -type f -perm -0100 | sort)
+  ((${#hints[@]})) || return 0
+  local overrides=$tree/usr/share/lintian/overrides/$package
+  install -d -m 0755 "${overrides%/*}"
+  { echo "# static-pie executables, not shared libraries"; printf '%s\n' "${hints[@]}"; } >"$overrides"
+  chmod 0644 "$overrides"
 }
 build_deb() { # TREE PACKAGE CONTROL-LINES...
   local tree=$1 package=$2
@@ -99,8 +116,9 @@ for unit in cni-dhcp.service cni-dhcp.socket; do
   install -D -m 0644 "packaging/$unit" "$tree/lib/systemd/system/$unit"
 done
 stage_docs "$tree" cni-rs-plugins
+lintian_static_overrides "$tree" cni-rs-plugins
 build_deb "$tree" cni-rs-plugins \
-  "Depends: $(shlib_depends "$tree"), iptables" \
+  "$(depends "$tree" iptables)" \
   "Suggests: nftables" \
   "Provides: containernetworking-plugins, container-network-stack (= 1)" \
   "Conflicts: containernetworking-plugins" \
@@ -121,8 +139,9 @@ install -D -m 0644 packaging/fabricd.service "$tree/lib/systemd/system/fabricd.s
 install -D -m 0644 packaging/fabricd.default "$tree/etc/default/fabricd"
 stage_docs "$tree" cni-rs-fabric
 install -m 0644 fabricd/README.md "$tree/usr/share/doc/cni-rs-fabric/README.md"
+lintian_static_overrides "$tree" cni-rs-fabric
 build_deb "$tree" cni-rs-fabric \
-  "Depends: $(shlib_depends "$tree"), cni-rs-plugins (= $debversion) | containernetworking-plugins" \
+  "$(depends "$tree" "cni-rs-plugins (= $debversion) | containernetworking-plugins")" \
   "Recommends: nftables | iptables" \
   "Section: net" "Priority: optional" \
   "Homepage: https://github.com/flannel-io/flannel" \

@@ -63,6 +63,14 @@ install_without_starting "the fabric tests" etcd-server
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2; exit 1; }
 
+# The static (musl) target the release plugins are built for (scripts/lib/binaries.sh: cni_build_release).
+source scripts/lib/binaries.sh
+if ! cni_static_target_installed; then
+  command -v rustup >/dev/null || { echo "setup: the $CNI_STATIC_TARGET target is missing and rustup is not installed" >&2; exit 1; }
+  echo "setup: adding the Rust target $CNI_STATIC_TARGET"
+  rustup target add "$CNI_STATIC_TARGET" >/dev/null
+fi
+
 # Upstream cnitool (libcni 1.1.2) for the interop tests; built offline from Debian's packages.
 cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}
 if [[ ! -x $cnitool && -x ../shared/tools/build-cnitool.sh ]]; then

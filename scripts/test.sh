@@ -12,6 +12,11 @@ command -v rustfmt >/dev/null && cargo clippy --version >/dev/null 2>&1 || rustu
 cargo fmt --all --check || { echo "test: the tree is not formatted: run cargo fmt --all" >&2; exit 1; }
 cargo clippy --workspace --all-targets --quiet "${features[@]}" -- -D warnings
 cargo build --workspace --bins --quiet "${features[@]}"
+# The release build as shipped (static plugins; scripts/lib/binaries.sh): tests/package.rs packages it, so the
+# runtime suites below run on exactly what an operator installs.
+source scripts/lib/binaries.sh
+cni_build_release all
+export CNI_PACKAGE_PREBUILT=$PWD/$CNI_STAGE_DIR
 # A short fuzzing run (10 s per target; about 5 minutes on a fresh machine, most of it installing cargo-fuzz and
 # building the targets). CNI_TEST_FUZZ=0 skips it; scripts/fuzz.sh SECONDS runs longer campaigns.
 if [[ ${CNI_TEST_FUZZ:-1} != 0 ]]; then

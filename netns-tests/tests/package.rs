@@ -1,5 +1,6 @@
-//! Issue 21: installing as operators install. `scripts/package.sh` (run once per test run, on the test build's
-//! binaries: `--prebuilt target/debug`) writes the two Debian packages and the installer image; the tests here:
+//! Issue 21: installing as operators install. `scripts/package.sh` (run once per test run, on
+//! `$CNI_PACKAGE_PREBUILT`: `scripts/test.sh` sets it to the static release binaries as shipped, else the test
+//! build's `target/debug`) writes the two Debian packages and the installer image; the tests here:
 //!
 //! - the packages: file lists, owners and modes, the relations to Debian's `containernetworking-plugins`, and
 //!   lintian without an error;
@@ -63,6 +64,25 @@ struct Dist {
     dir: PathBuf,
 }
 
+/// The binaries packaged: `$CNI_PACKAGE_PREBUILT` (`scripts/test.sh`: the release build as shipped,
+/// `target/stage`), else this test build's.
+fn prebuilt() -> PathBuf {
+    std::env::var_os("CNI_PACKAGE_PREBUILT").map(PathBuf::from).unwrap_or_else(bin_dir)
+}
+
+/// True if `path` is an ELF executable with a program interpreter (dynamically linked): a PT_INTERP program header.
+fn dynamically_linked(path: &Path) -> bool {
+    let elf = fs::read(path).expect("read ELF");
+    let u16_at = |at: usize| u16::from_le_bytes([elf[at], elf[at + 1]]) as usize;
+    let phoff = u64::from_le_bytes(elf[0x20..0x28].try_into().expect("e_phoff")) as usize;
+    let (entry_size, count) = (u16_at(0x36), u16_at(0x38));
+    const PT_INTERP: u32 = 3;
+    (0..count).any(|i| {
+        let at = phoff + i * entry_size;
+        u32::from_le_bytes(elf[at..at + 4].try_into().expect("p_type")) == PT_INTERP
+    })
+}
+
 /// True if the packaging tools are installed (else skipped, or failed under CI=true).
 fn tools_available() -> bool {
     let tools = ["dpkg-deb", "dpkg-shlibdeps", "fakeroot", "jq", "strip", "lintian", "buildah", "apt-get"];
@@ -86,7 +106,7 @@ fn dist() -> Option<&'static Dist> {
         let started = Instant::now();
         let output = Command::new(workspace().join("scripts/package.sh"))
             .arg("--prebuilt")
-            .arg(bin_dir())
+            .arg(prebuilt())
             .arg("--out")
             .arg(&out)
             .output()
@@ -375,8 +395,11 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
         assert!(relation_names(&value).iter().any(|n| n == REFERENCE_PACKAGE), "{field}: {value}");
         assert!(!relation_names(&deb_field(&dist.fabric_deb, field)).contains(&REFERENCE_PACKAGE.to_string()));
     }
+    // Depends from dpkg-shlibdeps: libc for dynamically linked plugins, nothing for static ones.
     let depends = deb_field(&dist.plugins_deb, "Depends");
-    assert!(depends.contains("libc6 (>="), "Depends from dpkg-shlibdeps: {depends}");
+    let dynamic = dynamically_linked(&prebuilt().join("bridge"));
+    assert_eq!(depends.contains("libc6 (>="), dynamic, "Depends of plugins linked dynamically: {dynamic}: {depends}");
+    assert!(depends.contains("iptables"), "{depends}");
     let fabric_depends = deb_field(&dist.fabric_deb, "Depends");
     assert!(fabric_depends.contains(&format!("{PLUGINS_PACKAGE} (=")), "{fabric_depends}");
     assert_eq!(deb_field(&dist.fabric_deb, "Architecture"), deb_field(&dist.plugins_deb, "Architecture"));

@@ -27,7 +27,7 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 fn set_recv_timeout(fd: &OwnedFd, timeout: Duration) -> io::Result<()> {
     // A zero timeout would mean "block forever".
     let timeout = timeout.max(Duration::from_millis(1));
-    let tv = libc::timeval { tv_sec: timeout.as_secs() as libc::time_t, tv_usec: timeout.subsec_micros() as _ };
+    let tv = libc::timeval { tv_sec: timeout.as_secs() as _, tv_usec: timeout.subsec_micros() as _ };
     // SAFETY: setsockopt reads size_of::<timeval>() bytes from &tv.
     check(unsafe {
         libc::setsockopt(
