@@ -391,8 +391,23 @@ impl Script {
         if self.is_empty() {
             return Ok(());
         }
-        exec::run(restore_binary(family), &["--noflush", "--wait"], self.render().as_bytes()).map(|_| ())
+        self.apply_started(start_restore(family))
     }
+
+    /// Applies the transaction through a restore process started earlier with [`start_restore`] (for the
+    /// same family); an empty transaction lets it go unused.
+    pub fn apply_started(&self, restore: exec::Started) -> Result<(), Failure> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        restore.finish(self.render().as_bytes()).map(|_| ())
+    }
+}
+
+/// Starts the `iptables-restore --noflush --wait` (ip6tables- for IPv6) of a transaction not yet known, so that
+/// its start-up overlaps the caller's other work (see [`exec::Started`]).
+pub fn start_restore(family: Family) -> exec::Started {
+    exec::start(restore_binary(family), &["--noflush", "--wait"])
 }
 
 fn restore_binary(family: Family) -> &'static str {

@@ -185,6 +185,55 @@ impl Plan {
 
 /// Installs masquerading for the attachment's pod addresses.
 pub fn setup(backend: Backend, pod: &Attachment) -> Result<()> {
+    setup_ahead(backend, pod, Ahead::default())
+}
+
+/// The `iptables-restore` processes of an attachment's masquerade, started before its addresses are known
+/// ([`start_ahead`]) and used by [`setup_ahead`]; dropped unused, they are killed.
+#[derive(Debug, Default)]
+pub struct Ahead {
+    restores: Vec<(Family, super::exec::Started)>,
+}
+
+/// With the iptables backend, starts the restore process of each of `families` (the families the attachment
+/// is expected to have: [`expected_families`]) while its addresses are still being found (the IPAM plugin
+/// runs), so that the process has loaded its libraries and extensions when [`setup_ahead`] writes it the
+/// rules. A family the lease turns out not to have costs one process, killed unused.
+pub fn start_ahead(backend: Backend, families: &[Family]) -> Ahead {
+    let restores = match backend {
+        Backend::Iptables => families.iter().map(|&family| (family, iptables::start_restore(family))).collect(),
+        Backend::Nftables => Vec::new(),
+    };
+    Ahead { restores }
+}
+
+/// The families an IPAM config names, to start ahead for: host-local's `ranges` and `subnet`, static's
+/// `addresses`; IPv4 when it names none (any other IPAM, whose leases are most often IPv4 only).
+pub fn expected_families(ipam: Option<&serde_json::Value>) -> Vec<Family> {
+    use crate::spec::gojson::field;
+    use serde_json::Value;
+    let mut prefixes: Vec<&str> = Vec::new();
+    if let Some(ipam) = ipam {
+        let ranges = field(ipam, "ranges").and_then(Value::as_array).into_iter().flatten();
+        for range in ranges.filter_map(Value::as_array).flatten() {
+            prefixes.extend(field(range, "subnet").and_then(Value::as_str));
+        }
+        prefixes.extend(field(ipam, "subnet").and_then(Value::as_str));
+        let addresses = field(ipam, "addresses").and_then(Value::as_array).into_iter().flatten();
+        prefixes.extend(addresses.filter_map(|a| field(a, "address").and_then(Value::as_str)));
+    }
+    let mut families: Vec<Family> =
+        prefixes.iter().filter_map(|p| p.parse::<IpNet>().ok()).map(|net| Family::of_net(&net)).collect();
+    families.sort();
+    families.dedup();
+    if families.is_empty() {
+        families.push(Family::V4);
+    }
+    families
+}
+
+/// [`setup`] with the restore processes started by [`start_ahead`].
+pub fn setup_ahead(backend: Backend, pod: &Attachment, mut ahead: Ahead) -> Result<()> {
     validate_owner(pod.network, pod.container_id)?;
     if pod.ips.is_empty() {
         return Ok(());
@@ -192,7 +241,8 @@ pub fn setup(backend: Backend, pod: &Attachment) -> Result<()> {
     match backend {
         Backend::Iptables => {
             for family_plan in plan(pod.ips, pod.non_masquerade) {
-                iptables_setup(&family_plan, pod)?;
+                let started = ahead.restores.iter().position(|(f, _)| *f == family_plan.family);
+                iptables_setup(&family_plan, pod, started.map(|i| ahead.restores.swap_remove(i).1))?;
             }
             Ok(())
         }
@@ -305,7 +355,7 @@ fn iptables_layout(plan: &Plan, pod: &Attachment) -> Result<(String, Vec<Rule>, 
     Ok((chain, rules, jumps))
 }
 
-fn iptables_setup(plan: &Plan, pod: &Attachment) -> Result<()> {
+fn iptables_setup(plan: &Plan, pod: &Attachment, restore: Option<super::exec::Started>) -> Result<()> {
     let (chain, rules, jumps) = iptables_layout(plan, pod)?;
     // The usual case, a new pod, needs no reading: `-N` fails when the chain exists (a repeated ADD).
     let mut fast = Script::new("nat");
@@ -316,7 +366,8 @@ fn iptables_setup(plan: &Plan, pod: &Attachment) -> Result<()> {
     for jump in &jumps {
         fast.append("POSTROUTING", jump);
     }
-    if fast.apply(plan.family).is_ok() {
+    let restore = restore.unwrap_or_else(|| iptables::start_restore(plan.family));
+    if fast.apply_started(restore).is_ok() {
         return Ok(());
     }
     let what = format!("setting up ipMasq for {}", pod.container_id);
@@ -572,6 +623,20 @@ mod tests {
 
     fn rendered(plan: &Plan, comment: &str) -> Vec<String> {
         plan.iptables_chain_rules(comment).unwrap().iter().map(Rule::render).collect()
+    }
+
+    #[test]
+    fn expected_families_of_ipam_configs() {
+        let of = |v: serde_json::Value| expected_families(Some(&v));
+        let host_local = serde_json::json!({"type": "host-local",
+            "ranges": [[{"subnet": "10.244.1.0/24"}], [{"subnet": "fd00::/64"}, {"subnet": "fd01::/64"}]]});
+        assert_eq!(of(host_local), [Family::V4, Family::V6]);
+        assert_eq!(of(serde_json::json!({"type": "host-local", "Subnet": "fd00::/64"})), [Family::V6]);
+        assert_eq!(of(serde_json::json!({"type": "static", "addresses": [{"address": "fd00::5/64"}]})), [Family::V6]);
+        // Nothing named (dhcp, an IPAM of its own), or nothing parseable: IPv4.
+        assert_eq!(of(serde_json::json!({"type": "dhcp"})), [Family::V4]);
+        assert_eq!(of(serde_json::json!({"type": "host-local", "ranges": [[{"subnet": "nope"}]]})), [Family::V4]);
+        assert_eq!(expected_families(None), [Family::V4]);
     }
 
     #[test]

@@ -36,6 +36,8 @@ struct Preflight<'a> {
     existing_bridge: Option<Link>,
     mtu: u32,
     ctx: &'a Context,
+    /// The masquerade's firewall processes, started at the beginning of the changes ([`apply`]).
+    masq_ahead: masq::Ahead,
 }
 
 pub fn add(ctx: &Context) -> Result<CniResult> {
@@ -73,7 +75,16 @@ fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
         return Err(already_in_pod(ifname, ctx));
     }
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
-    Ok(Preflight { conf, pod_ns, node: node_nl, pod: pod_nl, existing_bridge, mtu, ctx })
+    Ok(Preflight {
+        conf,
+        pod_ns,
+        node: node_nl,
+        pod: pod_nl,
+        existing_bridge,
+        mtu,
+        ctx,
+        masq_ahead: Default::default(),
+    })
 }
 
 fn already_in_pod(ifname: &str, ctx: &Context) -> Error {
@@ -90,6 +101,13 @@ struct Links {
 
 fn apply<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<CniResult> {
     let ctx = p.ctx;
+    // The masquerade's restore processes start first: their start-up then overlaps the links and IPAM,
+    // instead of following IPAM on the critical path.
+    if p.conf.ip_masq {
+        if let Ok(backend) = Backend::or_detect(p.conf.masq_backend) {
+            p.masq_ahead = masq::start_ahead(backend, &masq::expected_families(ctx.conf.ipam.as_ref()));
+        }
+    }
     let (links, lease) = links_and_lease(p, undo)?;
     if let Some(Ok(_)) = &lease {
         undo.push("release the IPAM lease", move || ipam::exec(ctx, Command::Del));
@@ -154,7 +172,7 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
 
 /// The bridge, the veth pair with its host end as a bridge port, and the MAC spoof check.
 fn setup_links<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<Links> {
-    let Preflight { conf, pod_ns, node, pod, existing_bridge, mtu, ctx } = p;
+    let Preflight { conf, pod_ns, node, pod, existing_bridge, mtu, ctx, .. } = p;
     let ifname = ctx.env.ifname.as_str();
     let bridge = node::ensure_bridge(node, conf, existing_bridge.take(), *mtu)?;
     failpoint::hit("bridge/after-bridge");
@@ -191,7 +209,8 @@ fn configure_layer3<'a>(
     result: &mut CniResult,
     lease: CniResult,
 ) -> Result<()> {
-    let Preflight { conf, pod_ns, node, pod, mtu, ctx, .. } = p;
+    let Preflight { conf, pod_ns, node, pod, mtu, ctx, masq_ahead, .. } = p;
+    let masq_ahead = std::mem::take(masq_ahead);
     let conf: &Config = conf;
     let ctx: &'a Context = ctx;
     if lease.ips.is_empty() {
@@ -204,7 +223,7 @@ fn configure_layer3<'a>(
     let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
     let container_id = ctx.env.container_id.as_str();
     let (node_side, masq_outcome) =
-        node_side_and_masquerade(node, pod, conf, links, result, &gateways, *mtu, container_id, &ips);
+        node_side_and_masquerade(node, pod, conf, links, result, &gateways, *mtu, container_id, &ips, masq_ahead);
     if conf.ip_masq {
         let (network, non_masquerade) = (conf.network.clone(), conf.non_masquerade.clone());
         undo.push("remove the masquerade rules", move || {
@@ -229,12 +248,13 @@ fn node_side_and_masquerade(
     mtu: u32,
     container_id: &str,
     ips: &[IpNet],
+    masq_ahead: masq::Ahead,
 ) -> (Result<()>, Option<Result<()>>) {
     std::thread::scope(|s| {
         let masq = conf.ip_masq.then(|| {
-            s.spawn(|| {
-                let outcome =
-                    Backend::or_detect(conf.masq_backend).and_then(|b| masq::setup(b, &conf.masq(container_id, ips)));
+            s.spawn(move || {
+                let outcome = Backend::or_detect(conf.masq_backend)
+                    .and_then(|b| masq::setup_ahead(b, &conf.masq(container_id, ips), masq_ahead));
                 failpoint::hit("bridge/after-masq");
                 outcome
             })
