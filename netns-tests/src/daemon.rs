@@ -140,6 +140,13 @@ impl Daemon {
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
+
+    /// True once the process has exited (a zombie not yet reaped, or gone), seen without reaping it.
+    pub fn has_exited(&self) -> bool {
+        let stat = fs::read_to_string(format!("/proc/{}/stat", self.id())).unwrap_or_default();
+        // pid (comm) STATE ...: the comm may hold spaces and parentheses, the state follows the last ')'.
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_none_or(|state| state == "Z")
+    }
 }
 
 impl Drop for Daemon {

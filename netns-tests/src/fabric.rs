@@ -301,8 +301,11 @@ impl FabricNode {
     /// Waits for the agent to write the conflist; its subnet.
     pub fn wait_ready(&self, timeout: Duration) -> IpNet {
         let path = self.conf_dir().join("10-fabric.conflist");
-        let ready = wait_for(timeout, || path.is_file());
-        assert!(ready.is_some(), "{} wrote no conflist within {timeout:?}: {}", self.node.name, self.log());
+        let exited = || self.agent.as_ref().is_some_and(Daemon::has_exited);
+        // An agent that exited will write nothing: fail at once, with its log.
+        wait_for(timeout, || path.is_file() || exited());
+        let why = if exited() { "exited".to_string() } else { format!("wrote no conflist within {timeout:?}") };
+        assert!(path.is_file(), "{}: fabricd {why}; its log:\n{}", self.node.name, self.log());
         self.subnet().or_else(|| self.subnet6()).expect("subnet.env")
     }
 
