@@ -173,6 +173,8 @@ fn add<'a>(
     pod: &mut Netlink,
     undo: &mut Undo<'a>,
 ) -> Result<CniResult> {
+    // The masquerade's restore processes start first, so that their start-up overlaps IPAM and the links.
+    let masq_ahead = backend.map(|b| masq::start_ahead(b, &masq::expected_families(ctx.conf.ipam.as_ref())));
     let lease = ipam::add_undoable(ctx, undo)?;
     failpoint::hit("ptp/after-ipam");
     let mut gateways = Vec::new();
@@ -233,7 +235,7 @@ fn add<'a>(
     if let Some(backend) = backend {
         let ips: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
         let container_id = ctx.env.container_id.as_str();
-        let outcome = masq::setup(backend, &conf.masq(container_id, &ips));
+        let outcome = masq::setup_ahead(backend, &conf.masq(container_id, &ips), masq_ahead.unwrap_or_default());
         undo.push("remove the masquerade rules", move || masq::teardown(&conf.masq(container_id, &ips)));
         outcome?;
         failpoint::hit("ptp/after-masq");
