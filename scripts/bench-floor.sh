@@ -326,14 +326,14 @@ Reading the tables (the structure holds on any load; the figures above are what 
   it) happen only for IPv6 attachments, not in this IPv4 chain. No plugin fsyncs (host-local links leases into place without fsync,
   ipam/host-local/src/store.rs says why); host-local takes one uncontended flock. What the chain adds is
   processes: four plugin execs (bridge, host-local run by the bridge, portmap, bandwidth; each costs its
-  `VERSION` line above), two `iptables-restore` (the bridge's runs on a thread while the node side is finished;
-  portmap's is on the critical path) and the runtime's own work between plugins. Four execs alone are a few
-  times the floor: ADD cannot come within 1.2x of a one-process floor while the chain is separate processes.
-  The reachable bound for the chain is the floor plus its execs. Inside the bridge's ADD (seen with
-  `perf trace`), the critical path is two process spawns in series: host-local's (the links are made while it
-  runs), then, once the lease is known, `iptables-restore`'s for the masquerade (the node side is finished
-  while it runs). A next step: start `iptables-restore` while host-local runs and hand it its script on stdin
-  when the lease arrives (its start-up and library loading then overlap the IPAM exec).
+  `VERSION` line above: static musl executables, README "Dependencies"), two `iptables-restore` (portmap's on
+  the critical path) and the runtime's own work between plugins. Four execs and two `iptables-restore` runs
+  are already more than the floor: ADD cannot come within 1.2x of a one-process floor while the chain is
+  separate processes. The reachable bound for the chain is the floor plus its execs. The bridge starts its
+  masquerade's `iptables-restore` at the beginning of its ADD, for the families the IPAM config names
+  (`masq::start_ahead`), and writes it the rules once the lease is known: the process has loaded its
+  libraries and extensions while the links were made and host-local ran, so only its commit is left on the
+  critical path (ptp does the same).
 - **DEL is three kernel waits.** Deleting the veth (a bridge port: more than one RCU grace period), deleting the
   ifb, and deleting nf_tables rules or chains: the kernel frees those from a work item after a grace period,
   and a process that closes its nf_tables socket while that work is pending waits for it (`nft_rcv_nl_event`
