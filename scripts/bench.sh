@@ -265,10 +265,10 @@ if [[ -n $cri_table ]]; then
   { echo; echo "## Through containerd (CRI)"; echo; echo "$cri_table"; } | tee -a "$tmp/table.md"
 fi
 if [[ -n $OUT ]]; then
-  # scripts/bench-fabric.sh and scripts/bench-floor.sh keep their figures between markers in the same file:
-  # carried over as they are.
-  fabric_section=$(sed -n '/<!-- fabric:begin -->/,/<!-- fabric:end -->/p' "$root/$OUT" 2>/dev/null || true)
-  floor_section=$(sed -n '/<!-- floor:begin -->/,/<!-- floor:end -->/p' "$root/$OUT" 2>/dev/null || true)
+  # This script writes the head of the file; the rest, from the first section another script keeps
+  # (scripts/bench-floor.sh's and scripts/bench-fabric.sh's, between markers) to the end, with the notes
+  # written beside them, is carried over as it is.
+  rest=$(sed -n '/^<!-- \(floor\|fabric\):begin -->/,$p' "$root/$OUT" 2>/dev/null || true)
   {
     echo "# Benchmarks"
     echo
@@ -296,27 +296,22 @@ rules or chains. Measured on this machine with `ip` and `iptables-restore` alone
 | `iptables-restore` deleting one chain (nf_tables; the wait is at the close of its netlink socket) | 10–13 ms |
 | `ip netns exec NS true` (process start, for scale) | 2–3 ms |
 
-A chain DEL must do all three, in sequence across plugins (portmap's rules, bandwidth's ifb, bridge's veth; the
-bridge deletes its veth and its masquerade rules in parallel), so about 45 ms of any chain DEL is the kernel's:
-ours is about 20 ms above that floor, the reference about 140 ms. Within that floor no plugin can be 20× faster
-on DEL without returning before the pod's devices are gone, which would break "DEL leaves nothing behind". ADD
-waits for no grace period, and there ours is about 4× faster end to end, with process start-up (1 ms per
-plugin), netlink round trips and one firewall transaction per plugin as the remaining costs. The floor of one
-pod, the same kernel operations done by one process, and where every millisecond above it goes per plugin: the
-floor section below (`scripts/bench-floor.sh`).
+A chain DEL must do all three, in sequence across plugins (bandwidth's ifb, portmap's rules, bridge's veth; the
+bridge deletes its veth and its masquerade rules in parallel), so about 45 ms of any chain DEL is the kernel's.
+Within that floor no plugin can be much faster on DEL without returning before the pod's devices are gone,
+which would break "DEL leaves nothing behind". ADD waits for no grace period; its remaining costs are process
+start-up (0.2 ms per plugin: static executables, README "Dependencies"), netlink round trips and one firewall
+transaction per plugin. The floor of one pod, the same kernel operations done by one process, and where every
+millisecond above it goes per plugin: the floor section below (`scripts/bench-floor.sh`).
 
 Per-plugin benchmarks, each a script of its own: `scripts/bench-host-local.sh` (ADD/DEL at 0, 1,000 and
 60,000 leases), `scripts/bench-portmap.sh` (0, 100 and 1,000 installed mappings, both backends),
 `scripts/bench-bandwidth.sh` (ADD/DEL and the achieved rate), `scripts/bench-bridge.sh` (bridge + host-local),
 `scripts/bench-version.sh` (VERSION exec); their last figures are in `docs/plugin-benchmarks.md`.
 NOTES
-    if [[ -n $floor_section ]]; then
+    if [[ -n $rest ]]; then
       echo
-      echo "$floor_section"
-    fi
-    if [[ -n $fabric_section ]]; then
-      echo
-      echo "$fabric_section"
+      echo "$rest"
     fi
   } >"$root/$OUT.new"
   mv "$root/$OUT.new" "$root/$OUT"
