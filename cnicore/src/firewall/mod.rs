@@ -24,6 +24,7 @@ mod exec;
 pub mod iptables;
 pub mod masq;
 pub mod nft_tables;
+pub mod nfnl;
 pub mod nftables;
 pub mod node_masq;
 pub mod reference_nft;

@@ -12,9 +12,12 @@
 
 use std::collections::BTreeSet;
 
+use std::net::IpAddr;
+
 use serde_json::Value;
 
 use super::exec::{self, Failure};
+use super::nfnl;
 use crate::spec::{Error, Result};
 
 /// One nft transaction.
@@ -107,9 +110,160 @@ pub fn objects<'a>(
         })
 }
 
-/// One element of a set or map of a table, read back from `nft -j list`.
+/// One part of a set key or map value, typed: rendered as nft syntax for `nft -f` ([`Element::render`]) and
+/// encoded as nf_tables data for netlink ([`super::nfnl`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Datum {
+    /// `ipv4_addr` or `ipv6_addr`.
+    Addr(IpAddr),
+    /// `inet_proto`: the protocol number, and the name nft reads and lists (`tcp`).
+    Proto { number: u8, name: &'static str },
+    /// `inet_service`.
+    Port(u16),
+    /// `ifname` (made by [`Datum::ifname`], which checks it can be quoted).
+    Ifname(String),
+}
+
+impl Datum {
+    /// An interface name as a key part; refused as [`string`] refuses it.
+    pub fn ifname(name: &str) -> Result<Datum> {
+        string(name)?;
+        Ok(Datum::Ifname(name.to_string()))
+    }
+
+    fn render(&self) -> String {
+        match self {
+            Datum::Addr(ip) => ip.to_string(),
+            Datum::Proto { name, .. } => name.to_string(),
+            Datum::Port(port) => port.to_string(),
+            Datum::Ifname(name) => format!("\"{name}\""),
+        }
+    }
+}
+
+/// A key or data value: one datum, or a concatenation (`tcp . 8080`).
+fn render_data(parts: &[Datum]) -> String {
+    parts.iter().map(Datum::render).collect::<Vec<_>>().join(" . ")
+}
+
+/// The value of a map element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapValue {
+    /// `continue`.
+    Continue,
+    /// `jump <chain>` (a generated chain name).
+    Jump(String),
+    /// Data, e.g. `10.22.0.5 . 80`.
+    Data(Vec<Datum>),
+}
+
+impl MapValue {
+    pub fn render(&self) -> String {
+        match self {
+            MapValue::Continue => "continue".to_string(),
+            MapValue::Jump(chain) => format!("jump {chain}"),
+            MapValue::Data(parts) => render_data(parts),
+        }
+    }
+}
+
+/// One element a backend adds or deletes: its set or map, key, value (maps) and comment (the owner tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Element {
+    pub set: String,
+    pub key: Vec<Datum>,
+    pub value: Option<MapValue>,
+    pub comment: Option<String>,
+}
+
+impl Element {
+    /// An element without a comment.
+    pub fn new(set: impl Into<String>, key: Vec<Datum>, value: Option<MapValue>) -> Element {
+        Element { set: set.into(), key, value, comment: None }
+    }
+
+    /// The element with `tag` as its comment.
+    pub fn tagged(mut self, tag: &str) -> Element {
+        self.comment = Some(tag.to_string());
+        self
+    }
+
+    /// The key in nft syntax (`tcp . 8080`), as [`Listed::key`] has it (interface names aside: quoted here).
+    pub fn key_text(&self) -> String {
+        render_data(&self.key)
+    }
+
+    /// The value in nft syntax, as [`Listed::value`] has it.
+    pub fn value_text(&self) -> Option<String> {
+        self.value.as_ref().map(MapValue::render)
+    }
+
+    /// `<key> [comment "<tag>"] [: <value>]`, as inside `add element ... { }`; the comment when
+    /// `with_comment`.
+    pub fn render(&self, with_comment: bool) -> String {
+        let comment = match &self.comment {
+            Some(tag) if with_comment => format!(" comment \"{tag}\""),
+            _ => String::new(),
+        };
+        let value = self.value_text().map(|v| format!(" : {v}")).unwrap_or_default();
+        format!("{}{comment}{value}", self.key_text())
+    }
+}
+
+/// `add element` of each element with its comment, as `nft` text.
+pub fn add_script(table: &str, elements: &[Element]) -> Script {
+    let mut script = Script::new();
+    for element in elements {
+        script.push(format!("add element inet {table} {} {{ {} }}", element.set, element.render(true)));
+    }
+    script
+}
+
+/// `add element` then `delete element` of each element, as `nft` text: removes them, and succeeds for those
+/// already gone.
+pub fn remove_script(table: &str, elements: &[Element]) -> Script {
+    let mut script = Script::new();
+    for element in elements {
+        script.push(format!("add element inet {table} {} {{ {} }}", element.set, element.render(false)));
+        script.push(format!("delete element inet {table} {} {{ {} }}", element.set, element.key_text()));
+    }
+    script
+}
+
+/// The usual ADD of a backend: the elements added with their comments in one transaction, as one netlink
+/// batch, or as [`add_script`] run by `nft` when netlink cannot be used (no NETLINK_NETFILTER, EPERM, a
+/// name that cannot be encoded). False when the kernel refused it (a set or chain missing, a key holding
+/// another value; `nft` would be refused the same way): the caller's slower path follows.
+pub fn add_elements(table: &str, elements: &[Element]) -> bool {
+    let mut batch = nfnl::Batch::inet(table);
+    for element in elements {
+        batch.add(element, true);
+    }
+    usual(batch, || add_script(table, elements))
+}
+
+/// The usual DEL of a backend: the elements removed ([`nfnl::Batch::remove_if_present`]) in one
+/// transaction, over netlink or else as [`remove_script`]. False when the kernel refused it (the table
+/// missing, a key holding another owner's value): the caller's slower path follows.
+pub fn remove_elements(table: &str, elements: &[Element]) -> bool {
+    let mut batch = nfnl::Batch::inet(table);
+    for element in elements {
+        batch.remove_if_present(element);
+    }
+    usual(batch, || remove_script(table, elements))
+}
+
+fn usual(mut batch: nfnl::Batch, text: impl FnOnce() -> Script) -> bool {
+    match batch.commit() {
+        Ok(()) => true,
+        Err(refusal) if refusal.is_state() => false,
+        Err(_) => text().apply().is_ok(),
+    }
+}
+
+/// One element of a set or map of a table, read back from `nft -j list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
     /// The set or map holding it.
     pub set: String,
     /// The key in nft syntax (`tcp . 8080`, `10.22.0.0/24 . 10.22.0.5`), usable in `delete element`.
@@ -120,23 +274,16 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
-impl Element {
-    /// An element to add (its owner's tag is given to [`Element::render`]).
-    pub fn new(set: impl Into<String>, key: impl Into<String>, value: Option<String>) -> Element {
-        Element { set: set.into(), key: key.into(), value, comment: None }
-    }
-
-    /// `<key> [comment "<tag>"] [: <value>]`, as inside `add element ... { }`.
-    pub fn render(&self, tag: Option<&str>) -> String {
-        let comment = tag.map(|t| format!(" comment \"{t}\"")).unwrap_or_default();
-        let value = self.value.as_ref().map(|v| format!(" : {v}")).unwrap_or_default();
-        format!("{}{comment}{value}", self.key)
+impl Listed {
+    /// True when this is `element`'s key in `element`'s set.
+    pub fn is_key_of(&self, element: &Element) -> bool {
+        self.set == element.set && self.key == element.key_text().replace('"', "")
     }
 }
 
 /// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
 /// does not exist. Elements whose key cannot be rendered back safely are skipped.
-pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
+pub fn table_elements(table: &str) -> Result<Option<Vec<Listed>>> {
     let Some(listing) =
         list(&["table", "inet", table]).map_err(|f| f.to_error(&format!("listing table inet {table}")))?
     else {
@@ -154,7 +301,7 @@ pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
 }
 
 /// One `elem` entry: `key`, `{"elem": {"val": key, "comment": c}}`, or `[key-or-elem, value]` for maps.
-fn element(set: &str, item: &Value) -> Option<Element> {
+fn element(set: &str, item: &Value) -> Option<Listed> {
     let (keyed, value) = match item.as_array() {
         Some(pair) => (pair.first()?, Some(render_value(pair.get(1)?)?)),
         None => (item, None),
@@ -163,7 +310,7 @@ fn element(set: &str, item: &Value) -> Option<Element> {
         Some(inner) => (inner.get("val")?, inner.get("comment").and_then(Value::as_str).map(str::to_string)),
         None => (keyed, None),
     };
-    Some(Element { set: set.to_string(), key: render_key(key)?, value, comment })
+    Some(Listed { set: set.to_string(), key: render_key(key)?, value, comment })
 }
 
 /// A map value: a verdict (`jump X`, `continue`) or data written like a key.
@@ -269,7 +416,7 @@ mod tests {
         ]});
         let maps: Vec<_> = objects(&listing, "map", "inet", "t").collect();
         assert_eq!(maps.len(), 1);
-        let elements: Vec<Element> =
+        let elements: Vec<Listed> =
             maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
         assert_eq!(elements.len(), 3);
         assert_eq!(elements[2].value.as_deref(), Some("continue"));
@@ -278,7 +425,7 @@ mod tests {
         assert_eq!(elements[0].comment.as_deref(), Some("pm-1"));
         assert_eq!(elements[1].value.as_deref(), Some("jump c2"));
         let sets: Vec<_> = objects(&listing, "set", "inet", "t").collect();
-        let elements: Vec<Element> =
+        let elements: Vec<Listed> =
             sets[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("hairpin4", e)).collect();
         assert_eq!(elements[0].key, "10.22.0.0/24 . 10.22.0.5");
         assert_eq!(elements[1].key, "10.0.0.1-10.0.0.9 . 10.22.0.6");
