@@ -498,9 +498,8 @@ fn nft_setup(pod: &Attachment) -> Result<()> {
     // pod's whose DEL never came. The new one replaces it.
     let mut retry = nftables::Script::new();
     for present in nftables::table_elements(NFT_TABLE)?.unwrap_or_default() {
-        let replaced = wanted
-            .iter()
-            .any(|w| present.is_key_of(w) && w.value.is_some() && w.value_text() != present.value);
+        let replaced =
+            wanted.iter().any(|w| present.is_key_of(w) && w.value.is_some() && w.value_text() != present.value);
         if replaced {
             retry.push(format!("delete element {t} {} {{ {} }}", present.set, present.key));
         }

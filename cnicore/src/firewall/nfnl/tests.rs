@@ -153,7 +153,12 @@ fn portmap_elements() {
     let v6 = vec![
         element("hostports6", sctp9000.clone(), jump("dnat6-any"), Some(PM)),
         element("dnat6", sctp9000, target("fd22::5", 9001), Some(PM)),
-        element("masq_hairpin6_64", vec![ip("fd22::"), ip("fd22::5"), proto("sctp"), Datum::Port(9001)], None, Some(PM)),
+        element(
+            "masq_hairpin6_64",
+            vec![ip("fd22::"), ip("fd22::5"), proto("sctp"), Datum::Port(9001)],
+            None,
+            Some(PM),
+        ),
         element("hostip_ports6", hostip.clone(), jump("hostip-dnat6-any"), Some(PM)),
         element("hostip_dnat6", hostip, target("fd22::5", 1), Some(PM)),
     ];
