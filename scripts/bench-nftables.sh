@@ -3,9 +3,9 @@
 # host-local), portmap (a TCP and a UDP mapping, snat) and firewall (an IPv4 and an IPv6 address), each with
 # `"backend": "nftables"`, for BEFORE's binaries and AFTER's, alternating in one loop (scripts/lib/adddel-times.sh)
 # inside one "node" namespace. The tables are set up by one ADD of each before the loop, so every counted ADD
-# and DEL is the usual one (elements only). Then one DEL of each, traced with `strace -f -T`, shows the `nft`
-# processes it runs and the slowest `close` (a deleting nf_tables transaction's RCU grace period is waited
-# for when its socket closes).
+# and DEL is the usual one (elements only). Then one DEL of each, traced with `strace -f`, shows the `nft`
+# processes it runs, and where a deleting nf_tables transaction's RCU grace period is waited for: the last close
+# of a NETLINK_NETFILTER socket waits for it, whether an explicit close() or the process's exit.
 #
 # Needs root, nft, strace. Touches only the namespaces it makes and its temp directory (removed on exit).
 #   BEFORE=dir      binaries to compare against (e.g. a copy of target/release built from main)
@@ -81,18 +81,21 @@ done
 
 if command -v strace >/dev/null; then
     echo
-    echo "One DEL (after an ADD) of each under strace -f -T: nft processes run, and the slowest close() (the grace period)"
+    echo "One DEL (after an ADD) of each under strace -f: the nft processes it runs, its slowest close() and its"
+    echo "slowest exit (exit_group to exited) of all its processes: where a deleting transaction's grace period is waited for"
     for side in before after; do
         dir=$BEFORE
         [[ $side == after ]] && dir=$AFTER
         for plugin in bridge portmap firewall; do
             in_node env CNI_COMMAND=ADD CNI_PATH="$dir" "$dir/$plugin" <"$WORK/$plugin.json" >/dev/null
-            in_node env CNI_COMMAND=DEL CNI_PATH="$dir" strace -f -T -qq -e trace=execve,close -o "$WORK/trace" \
+            in_node env CNI_COMMAND=DEL CNI_PATH="$dir" strace -f -q -ttt -T -e trace=execve,close,exit_group -o "$WORK/trace" \
                 "$dir/$plugin" <"$WORK/$plugin.json" >/dev/null
             execs=$(grep -c 'execve(".*/nft"' "$WORK/trace" || true)
-            slowest=$(grep -o 'close([0-9]*) *= 0 <[0-9.]*>' "$WORK/trace" | sed 's/.*<\(.*\)>/\1/' | sort -g | tail -1)
-            printf '%-6s %-8s DEL: nft execs %s, slowest close %s ms\n' "$side" "$plugin" "$execs" \
-                "$(awk -v s="${slowest:-0}" 'BEGIN { printf "%.2f", s * 1000 }')"
+            slowest_close=$(grep -o 'close([0-9]*) *= 0 <[0-9.]*>' "$WORK/trace" | sed 's/.*<\(.*\)>/\1/' | sort -g | tail -1)
+            slowest_exit=$(awk '$3 ~ /^exit_group/ { start[$1] = $2 } $3 == "+++" && ($1 in start) { d = $2 - start[$1]; if (d > m) m = d } END { print m + 0 }' "$WORK/trace")
+            printf '%-6s %-8s DEL: nft execs %s, slowest close %s ms, slowest exit %s ms\n' "$side" "$plugin" "$execs" \
+                "$(awk -v s="${slowest_close:-0}" 'BEGIN { printf "%.2f", s * 1000 }')" \
+                "$(awk -v s="$slowest_exit" 'BEGIN { printf "%.2f", s * 1000 }')"
         done
     done
 fi

@@ -239,7 +239,7 @@ pub fn add_elements(table: &str, elements: &[Element]) -> bool {
     for element in elements {
         batch.add(element, true);
     }
-    usual(batch, || add_script(table, elements))
+    usual(batch.commit(), || add_script(table, elements))
 }
 
 /// The usual DEL of a backend: the elements removed ([`nfnl::Batch::remove_if_present`]) in one
@@ -250,11 +250,12 @@ pub fn remove_elements(table: &str, elements: &[Element]) -> bool {
     for element in elements {
         batch.remove_if_present(element);
     }
-    usual(batch, || remove_script(table, elements))
+    // Deleting: the socket is closed at exit, after the rest of the DEL ([`nfnl::Batch::commit_closing_at_exit`]).
+    usual(batch.commit_closing_at_exit(), || remove_script(table, elements))
 }
 
-fn usual(mut batch: nfnl::Batch, text: impl FnOnce() -> Script) -> bool {
-    match batch.commit() {
+fn usual(committed: Result<(), nfnl::BatchError>, text: impl FnOnce() -> Script) -> bool {
+    match committed {
         Ok(()) => true,
         Err(refusal) if refusal.is_state() => false,
         Err(_) => text().apply().is_ok(),
