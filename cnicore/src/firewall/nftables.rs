@@ -235,30 +235,52 @@ pub fn remove_script(table: &str, elements: &[Element]) -> Script {
 /// name that cannot be encoded). False when the kernel refused it (a set or chain missing, a key holding
 /// another value; `nft` would be refused the same way): the caller's slower path follows.
 pub fn add_elements(table: &str, elements: &[Element]) -> bool {
-    let mut batch = nfnl::Batch::inet(table);
-    for element in elements {
-        batch.add(element, true);
-    }
-    usual(batch.commit(), || add_script(table, elements))
+    usual(
+        || {
+            let mut batch = nfnl::Batch::inet(table);
+            for element in elements {
+                batch.add(element, true);
+            }
+            batch.commit()
+        },
+        || add_script(table, elements).apply().is_ok(),
+    )
 }
 
 /// The usual DEL of a backend: the elements removed ([`nfnl::Batch::remove_if_present`]) in one
 /// transaction, over netlink or else as [`remove_script`]. False when the kernel refused it (the table
-/// missing, a key holding another owner's value): the caller's slower path follows.
+/// missing, a key holding another owner's value): the caller's slower path follows. For a process about to
+/// exit (a plugin's DEL): the socket is closed at exit ([`nfnl::Batch::commit_closing_at_exit`]).
 pub fn remove_elements(table: &str, elements: &[Element]) -> bool {
-    let mut batch = nfnl::Batch::inet(table);
-    for element in elements {
-        batch.remove_if_present(element);
-    }
-    // Deleting: the socket is closed at exit, after the rest of the DEL ([`nfnl::Batch::commit_closing_at_exit`]).
-    usual(batch.commit_closing_at_exit(), || remove_script(table, elements))
+    usual(
+        || {
+            let mut batch = nfnl::Batch::inet(table);
+            for element in elements {
+                batch.remove_if_present(element);
+            }
+            batch.commit_closing_at_exit()
+        },
+        || remove_script(table, elements).apply().is_ok(),
+    )
 }
 
-fn usual(committed: Result<(), nfnl::BatchError>, text: impl FnOnce() -> Script) -> bool {
+/// The usual transaction: over netlink, else as text. Without the `nft` binary, the text path runs (and
+/// fails as `nft` missing, code 50 in the callers' errors), so that a node without nftables' tools behaves
+/// as before netlink was used.
+fn usual(netlink: impl FnOnce() -> Result<(), nfnl::BatchError>, text: impl FnOnce() -> bool) -> bool {
+    if exec::find_binary("nft").is_none() {
+        return text();
+    }
+    decide(netlink(), text)
+}
+
+/// What the netlink outcome means: applied; refused for the table's state (nft would be too: the slower
+/// path, no `nft` run); or netlink unusable (the same transaction as text).
+fn decide(committed: Result<(), nfnl::BatchError>, text: impl FnOnce() -> bool) -> bool {
     match committed {
         Ok(()) => true,
         Err(refusal) if refusal.is_state() => false,
-        Err(_) => text().apply().is_ok(),
+        Err(_) => text(),
     }
 }
 
@@ -392,6 +414,25 @@ pub fn gc_tagged(table: &str, kind: &str, network: &str, valid: &BTreeSet<&str>)
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn netlink_outcomes() {
+        use std::io;
+        let refused = |errno| nfnl::BatchError::Refused { index: Some(0), error: io::Error::from_raw_os_error(errno) };
+        let unavailable = || nfnl::BatchError::Unavailable(io::Error::from_raw_os_error(libc::EPERM));
+        let text_ran = std::cell::Cell::new(0);
+        let text = |ok| {
+            text_ran.set(text_ran.get() + 1);
+            ok
+        };
+        assert!(decide(Ok(()), || text(false)));
+        assert!(!decide(Err(refused(libc::ENOENT)), || text(true)), "nft would be refused the same way");
+        assert!(!decide(Err(refused(libc::EEXIST)), || text(true)));
+        assert_eq!(text_ran.get(), 0);
+        assert!(decide(Err(unavailable()), || text(true)), "netlink unusable: the text applies");
+        assert!(!decide(Err(refused(libc::EINVAL)), || text(false)), "an unforeseen refusal: the text decides");
+        assert_eq!(text_ran.get(), 2);
+    }
 
     #[test]
     fn strings_cannot_escape() {
