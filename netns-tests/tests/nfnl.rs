@@ -3,13 +3,16 @@
 //! - elements written over netlink are the elements `nft` writes: `nft -j list` shows them with their
 //!   comment, and the read-back by tag deletes them; elements `nft` wrote are deleted over netlink;
 //! - the kernel's refusals come back with the element refused and its errno, and change nothing;
+//! - the read-back by tag over netlink (set dumps, deletion by the key bytes listed) deletes one tag's
+//!   elements and leaves the others';
 //! - bridge (ipMasq), portmap and firewall with the nftables backend: a node's first pod sets the tables up
-//!   with `nft`, the next pod's ADD and DEL run no `nft` process at all (a wrapper on `PATH` logs every run).
+//!   with `nft`, the next pod's ADD and DEL run no `nft` process at all (a wrapper on `PATH` logs every run),
+//!   nor does a DEL without prevResult or netns (containerd's second and third), which finds them by tag.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
-use cnicore::firewall::nfnl::{Batch, BatchError};
+use cnicore::firewall::nfnl::{self, Batch, BatchError};
 use cnicore::firewall::nftables::{self, Datum, Element, MapValue};
 use netns_tests::{json, require_programs, Node, PluginOutput, TestNetns, Value};
 
@@ -102,6 +105,23 @@ fn netlink_and_nft_elements_are_the_same_elements() {
         ns.run(|| batch.commit()).expect("removed over netlink");
         assert_eq!(listed(&ns), vec![]);
     }
+
+    // Written by nft under two tags: the netlink read-back by tag deletes one tag's and leaves the other's.
+    let mut both = one_of_each("nft-a");
+    both.truncate(3);
+    let others: Vec<Element> = one_of_each("nft-b").into_iter().skip(3).collect();
+    both.extend(others);
+    let out = ns.exec("nft", &["-f", "-"], &[], nftables::add_script(TABLE, &both).render().as_bytes());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let found = ns.run(|| nfnl::table_elements(TABLE)).expect("dump").expect("the table");
+    assert_eq!(found.len(), 6, "{found:?}");
+    ns.run(|| nfnl::delete_tagged(TABLE, &|c| c == "nft-a")).expect("deleted by tag over netlink");
+    let left = listed(&ns);
+    assert_eq!(left.len(), 3, "{left:?}");
+    assert!(left.iter().all(|p| p.comment.as_deref() == Some("nft-b")), "{left:?}");
+    ns.run(|| nfnl::delete_tagged(TABLE, &|c| c == "nft-a")).expect("nothing left to delete");
+    assert_eq!(ns.run(|| nfnl::table_elements("nfnl_no_such_table")).expect("dump"), None);
+    ns.run(|| nfnl::delete_tagged("nfnl_no_such_table", &|_| true)).expect("no table: nothing to delete");
 }
 
 #[test]
@@ -214,6 +234,19 @@ impl Chain {
         self.run("bridge", "DEL", pod, id, &bridge).expect_ok();
     }
 
+    /// DEL as containerd's second and third: no prevResult, `CNI_NETNS=""` (the elements found by their tag).
+    fn del_bare(&self, id: &str) {
+        let env = [("CNI_CONTAINERID", id), ("CNI_NETNS", ""), ("CNI_IFNAME", "eth0"), ("PATH", &self.path)];
+        let without_prev = |mut conf: Value| {
+            conf.as_object_mut().expect("object").remove("prevResult");
+            conf
+        };
+        let firewall = without_prev(self.firewall(&Value::Null));
+        self.node.run_plugin("firewall", "DEL", &env, &firewall).expect_ok();
+        self.node.run_plugin("portmap", "DEL", &env, &without_prev(Chain::portmap(&Value::Null, 1))).expect_ok();
+        self.node.run_plugin("bridge", "DEL", &env, &self.bridge()).expect_ok();
+    }
+
     /// The `nft` runs logged since the last call.
     fn nft_runs(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -257,6 +290,18 @@ fn the_usual_add_and_del_run_no_nft() {
     let ruleset = chain.ruleset();
     assert!(!ruleset.contains(&format!("{ip} ")) && !ruleset.contains(&format!("{ip},")), "{ruleset}");
     let first_ip = first_result["ips"][0]["address"].as_str().expect("address").split('/').next().expect("ip");
+    assert!(ruleset.contains(first_ip), "the first pod's elements stay: {ruleset}");
+
+    // A DEL without prevResult or netns finds the elements by their tag, over netlink too.
+    let third = chain.node.pod_netns();
+    let result = chain.add(&third, "nfnl-third", 7070);
+    let third_ip = result["ips"][0]["address"].as_str().expect("address").split('/').next().expect("ip").to_string();
+    assert!(chain.ruleset().contains(&third_ip));
+    chain.nft_runs();
+    chain.del_bare("nfnl-third");
+    assert_eq!(chain.nft_runs(), Vec::<String>::new(), "a DEL by tag runs no nft");
+    let ruleset = chain.ruleset();
+    assert!(!ruleset.contains(&format!("{third_ip} ")) && !ruleset.contains(&format!("{third_ip},")), "{ruleset}");
     assert!(ruleset.contains(first_ip), "the first pod's elements stay: {ruleset}");
 
     chain.del(&first, "nfnl-first", &first_result, 8080);

@@ -21,6 +21,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
+use netlink_packet_core::NLM_F_DUMP;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
 use super::nftables::{Datum, Element, MapValue};
@@ -29,13 +30,20 @@ use crate::netlink::wire::{self, Received, Request, NLA_F_NESTED};
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
+const NFT_MSG_NEWSET: u16 = 9;
+const NFT_MSG_GETSET: u16 = 10;
 const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFT_MSG_GETSETELEM: u16 = 13;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_INET: u8 = 1;
 
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_CREATE: u16 = 0x400;
 
+const NFTA_SET_TABLE: u16 = 1;
+const NFTA_SET_NAME: u16 = 2;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFT_SET_ANONYMOUS: u32 = 0x1;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
@@ -137,6 +145,17 @@ impl Batch {
     /// (EEXIST) when its key holds another value (another owner's).
     pub fn remove_if_present(&mut self, element: &Element) -> &mut Batch {
         self.add(element, false).delete(element)
+    }
+
+    /// `delete element` of a key as the kernel listed it ([`table_elements`]).
+    pub fn delete_listed(&mut self, element: &ListedElement) -> &mut Batch {
+        match encode_message(&self.table, NFT_MSG_DELSETELEM, &element.set, &element.key, None, None) {
+            Ok(request) => self.messages.push((request, NLM_F_REQUEST)),
+            Err(why) => {
+                self.unencodable.get_or_insert(why);
+            }
+        }
+        self
     }
 
     fn push(&mut self, command: u16, element: &Element, with_value: bool, comment: Option<&str>) -> &mut Batch {
@@ -264,6 +283,143 @@ fn read_errors(socket: &Socket, count: usize) -> Result<(), BatchError> {
     }
 }
 
+/// An element of a set or map as the kernel lists it: its key's bytes (what a deletion sends back) and its
+/// comment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedElement {
+    pub set: String,
+    pub key: Vec<u8>,
+    pub comment: Option<String>,
+}
+
+/// Every element of the named sets and maps of `inet <table>` (anonymous sets, which rules hold, left out):
+/// one `NFT_MSG_GETSET` dump, then one `NFT_MSG_GETSETELEM` dump per set, on one socket. `None` when the
+/// table does not exist. An interrupted dump (the table changed meanwhile) is an error ([`io::ErrorKind::Interrupted`]).
+pub fn table_elements(table: &str) -> io::Result<Option<Vec<ListedElement>>> {
+    let mut socket = Socket::new(NETLINK_NETFILTER)?;
+    socket.bind_auto()?;
+    let mut sets = Vec::new();
+    let listed = wire::exchange(&socket, &mut sets_request(table), NLM_F_DUMP, 1, |message_type, payload| {
+        sets.extend(parse_set(message_type, payload, table));
+    });
+    match listed {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+        Ok(true) => return Err(io::Error::new(io::ErrorKind::Interrupted, "the table changed during the dump")),
+        Ok(false) => {}
+    }
+    let mut out = Vec::new();
+    for (sequence, set) in (2..).zip(&sets) {
+        let mut request = elements_request(table, set);
+        let interrupted = wire::exchange(&socket, &mut request, NLM_F_DUMP, sequence, |message_type, payload| {
+            out.extend(parse_elements(message_type, payload, set));
+        })?;
+        if interrupted {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "the set changed during the dump"));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// `NFT_MSG_GETSET` of `inet <table>`, as `nft list table` asks it.
+fn sets_request(table: &str) -> Request {
+    let mut request = Request::new((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSET, &[NFPROTO_INET, 0, 0, 0]);
+    request.attr_str(NFTA_SET_TABLE, table);
+    request
+}
+
+/// `NFT_MSG_GETSETELEM` of one set, as `nft list set` asks it (the set's name first).
+fn elements_request(table: &str, set: &str) -> Request {
+    let mut request = Request::new((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM, &[NFPROTO_INET, 0, 0, 0]);
+    request.attr_str(NFTA_SET_ELEM_LIST_SET, set).attr_str(NFTA_SET_ELEM_LIST_TABLE, table);
+    request
+}
+
+/// The name of a named set of `table` in a NEWSET message of the dump.
+fn parse_set(message_type: u16, payload: &[u8], table: &str) -> Option<String> {
+    if message_type != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSET {
+        return None;
+    }
+    let (mut name, mut in_table, mut anonymous) = (None, false, false);
+    for (kind, value) in wire::attributes(payload.get(4..)?) {
+        match kind {
+            NFTA_SET_TABLE => in_table = wire::as_string(value) == table,
+            NFTA_SET_NAME => name = Some(wire::as_string(value)),
+            NFTA_SET_FLAGS => {
+                anonymous = value.len() == 4 && u32::from_be_bytes(value.try_into().ok()?) & NFT_SET_ANONYMOUS != 0
+            }
+            _ => {}
+        }
+    }
+    name.filter(|_| in_table && !anonymous)
+}
+
+/// The elements of a NEWSETELEM message of the dump: key bytes and comment (libnftnl's userdata TLV).
+fn parse_elements(message_type: u16, payload: &[u8], set: &str) -> Vec<ListedElement> {
+    let mut out = Vec::new();
+    if message_type != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM {
+        return out;
+    }
+    let attributes = payload.get(4..).unwrap_or_default();
+    for (kind, list) in wire::attributes(attributes) {
+        if kind != NFTA_SET_ELEM_LIST_ELEMENTS {
+            continue;
+        }
+        for (kind, item) in wire::attributes(list) {
+            if kind != NFTA_LIST_ELEM {
+                continue;
+            }
+            let (mut key, mut comment) = (None, None);
+            for (kind, value) in wire::attributes(item) {
+                match kind {
+                    NFTA_SET_ELEM_KEY => {
+                        key = wire::attributes(value).find(|(k, _)| *k == NFTA_DATA_VALUE).map(|(_, v)| v.to_vec())
+                    }
+                    NFTA_SET_ELEM_USERDATA => comment = userdata_comment(value),
+                    _ => {}
+                }
+            }
+            if let Some(key) = key {
+                out.push(ListedElement { set: set.to_string(), key, comment });
+            }
+        }
+    }
+    out
+}
+
+/// The comment of libnftnl's userdata TLVs (type, length, value), without its NUL.
+fn userdata_comment(mut data: &[u8]) -> Option<String> {
+    while let [kind, len, rest @ ..] = data {
+        let value = rest.get(..usize::from(*len))?;
+        if *kind == UDATA_COMMENT {
+            return Some(wire::as_string(value));
+        }
+        data = &rest[usize::from(*len)..];
+    }
+    None
+}
+
+/// Deletes every element of `inet <table>` whose comment satisfies `owned`, in one batch after one read
+/// ([`table_elements`]); a batch refused because of a concurrent change is recomputed, up to three times.
+/// Nothing to delete (or no table) is success. The socket is closed at exit
+/// ([`Batch::commit_closing_at_exit`]).
+pub fn delete_tagged(table: &str, owned: &dyn Fn(&str) -> bool) -> Result<(), BatchError> {
+    let mut last = None;
+    for _ in 0..3 {
+        let Some(listed) = table_elements(table).map_err(BatchError::Unavailable)? else { return Ok(()) };
+        let mut batch = Batch::inet(table);
+        for element in listed.iter().filter(|e| e.comment.as_deref().is_some_and(owned)) {
+            batch.delete_listed(element);
+        }
+        match batch.commit_closing_at_exit() {
+            Ok(()) => return Ok(()),
+            Err(e @ BatchError::Refused { .. }) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.expect("at least one attempt"))
+}
+
 /// BATCH_BEGIN or BATCH_END of the nf_tables subsystem: nfgenmsg (AF_UNSPEC, NFNETLINK_V0, resource id
 /// NFNL_SUBSYS_NFTABLES in network order).
 fn batch_marker(kind: u16) -> Request {
@@ -280,14 +436,27 @@ fn encode_element(
     comment: Option<&str>,
 ) -> Result<Request, String> {
     let key = encode_data(&element.key)?;
+    let value = element.value.as_ref().filter(|_| with_value);
+    encode_message(table, command, &element.set, &key, value, comment)
+}
+
+/// One NEWSETELEM or DELSETELEM message with one element, its key already encoded.
+fn encode_message(
+    table: &str,
+    command: u16,
+    set: &str,
+    key: &[u8],
+    value: Option<&MapValue>,
+    comment: Option<&str>,
+) -> Result<Request, String> {
     let mut request = Request::new((NFNL_SUBSYS_NFTABLES << 8) | command, &[NFPROTO_INET, 0, 0, 0]);
-    request.attr_str(NFTA_SET_ELEM_LIST_TABLE, table).attr_str(NFTA_SET_ELEM_LIST_SET, &element.set);
+    request.attr_str(NFTA_SET_ELEM_LIST_TABLE, table).attr_str(NFTA_SET_ELEM_LIST_SET, set);
     let elements = request.begin_nested(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
     let item = request.begin_nested(NFTA_LIST_ELEM | NLA_F_NESTED);
     let nest = request.begin_nested(NFTA_SET_ELEM_KEY | NLA_F_NESTED);
-    request.attr(NFTA_DATA_VALUE, &key);
+    request.attr(NFTA_DATA_VALUE, key);
     request.end_nested(nest);
-    if let Some(value) = element.value.as_ref().filter(|_| with_value) {
+    if let Some(value) = value {
         let data = request.begin_nested(NFTA_SET_ELEM_DATA | NLA_F_NESTED);
         match value {
             MapValue::Data(parts) => {

@@ -382,8 +382,18 @@ fn render_key(key: &Value) -> Option<String> {
 const ATTEMPTS: usize = 3;
 
 /// Deletes, in one transaction, every element of `inet <table>` whose comment satisfies `owned`. Elements
-/// already gone are fine; a transaction that fails because of a concurrent change is recomputed.
+/// already gone are fine; a transaction that fails because of a concurrent change is recomputed. Read and
+/// deleted over netlink ([`nfnl::delete_tagged`]: dumps of the table's sets, one batch); with `nft -j list`
+/// and `nft -f` when netlink cannot be used, and without the `nft` binary (as before netlink was used).
 pub fn delete_tagged(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
+    if exec::find_binary("nft").is_some() && nfnl::delete_tagged(table, &owned).is_ok() {
+        return Ok(());
+    }
+    delete_tagged_text(table, owned)
+}
+
+/// [`delete_tagged`] with `nft`: one listing, one transaction.
+fn delete_tagged_text(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let Some(elements) = table_elements(table)? else { return Ok(()) };

@@ -205,3 +205,99 @@ fn state_refusals_are_told_apart() {
     assert!(!refused(libc::EINVAL).is_state());
     assert!(!BatchError::Unavailable(io::Error::from_raw_os_error(libc::EPERM)).is_state());
 }
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
+}
+
+#[test]
+fn dump_requests_are_those_of_nft() {
+    // `nft list table inet cni_ipmasq` and `nft list set inet cni_ipmasq nomasq4` (nft 1.0.6, strace); we ask
+    // for an ACK besides (NLM_F_ACK), the rest is the same.
+    let flags = NLM_F_REQUEST | NLM_F_DUMP;
+    let sets = concat!(
+        "24000000",
+        "0a0a",
+        "0103",
+        "00000000",
+        "00000000",
+        "01000000",
+        "0f000100",
+        "636e695f69706d6173710000",
+    );
+    assert_eq!(hex(sets_request("cni_ipmasq").finish(flags, 0)), sets);
+    let elements = concat!(
+        "30000000",
+        "0d0a",
+        "0103",
+        "00000000",
+        "00000000",
+        "01000000",
+        "0c000200",
+        "6e6f6d6173713400",
+        "0f000100",
+        "636e695f69706d6173710000",
+    );
+    assert_eq!(hex(elements_request("cni_ipmasq", "nomasq4").finish(flags, 0)), elements);
+}
+
+/// What the kernel answered nft's GETSETELEM dumps of `nomasq6` and `local6_64` (the elements of
+/// `masq_add_v6`): the first datagram of each.
+const NOMASQ6_DUMP: &str = concat!(
+    "880000000c0a02000000000020210000010000110f000100636e695f69706d61737100000c0002006e6f6d617371360058000300",
+    "540001001800010014000100fd000010024400010000000000000005100002000c00020008000100ffffffff25000600001f6d61",
+    "73712d30613162326333642d3031323334353637383961626364656600000000",
+);
+const LOCAL6_DUMP: &str = concat!(
+    "8c0000000c0a02000000000026210000010000110f000100636e695f69706d61737100000e0002006c6f63616c365f3634000000",
+    "58000300540001002800010024000100fd000010024400010000000000000005fd0000100244000100000000000000002500060000",
+    "1f6d6173712d30613162326333642d3031323334353637383961626364656600000000",
+);
+
+fn parsed(datagram: &str, set: &str) -> Vec<ListedElement> {
+    let bytes = unhex(datagram);
+    let mut out = Vec::new();
+    for message in wire::split_datagram(&bytes).unwrap() {
+        if let Received::Message { message_type, payload } = message.received {
+            out.extend(parse_elements(message_type, payload, set));
+        }
+    }
+    out
+}
+
+#[test]
+fn dumped_elements_give_their_key_bytes_and_comment() {
+    let v6 = |text: &str| text.parse::<std::net::Ipv6Addr>().unwrap().octets().to_vec();
+    let comment = Some("masq-0a1b2c3d-0123456789abcdef".to_string());
+    let nomasq = parsed(NOMASQ6_DUMP, "nomasq6");
+    assert_eq!(
+        nomasq,
+        vec![ListedElement { set: "nomasq6".into(), key: v6("fd00:10:244:1::5"), comment: comment.clone() }]
+    );
+    let local = parsed(LOCAL6_DUMP, "local6_64");
+    let key = [v6("fd00:10:244:1::5"), v6("fd00:10:244:1::")].concat();
+    assert_eq!(local, vec![ListedElement { set: "local6_64".into(), key: key.clone(), comment }]);
+    // The key bytes are what a deletion sends back: the same as the typed element's.
+    let typed = Element::new("local6_64", vec![ip("fd00:10:244:1::5"), ip("fd00:10:244:1::")], None);
+    let (mut by_type, mut by_listing) = (Batch::inet("cni_ipmasq"), Batch::inet("cni_ipmasq"));
+    by_type.delete(&typed);
+    by_listing.delete_listed(&local[0]);
+    assert_eq!(by_type.datagram(), by_listing.datagram());
+    assert_eq!(key, encode_data(&typed.key).unwrap());
+    // Userdata with another TLV before the comment, and a truncated one.
+    assert_eq!(userdata_comment(&[1, 1, 0, 0, 3, b'a', b'b', 0]), Some("ab".to_string()));
+    assert_eq!(userdata_comment(&[0, 9, b'a']), None);
+}
+
+#[test]
+fn anonymous_sets_are_not_listed() {
+    let set = |name: &str, flags: u32| {
+        let mut request = Request::new(0, &[1, 0, 0, 0]);
+        request.attr_str(NFTA_SET_TABLE, "t").attr_str(NFTA_SET_NAME, name).attr(NFTA_SET_FLAGS, &flags.to_be_bytes());
+        request.finish(0, 0)[wire::NLMSG_HDRLEN..].to_vec()
+    };
+    let new_set = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSET;
+    assert_eq!(parse_set(new_set, &set("pods4_24", 0), "t"), Some("pods4_24".to_string()));
+    assert_eq!(parse_set(new_set, &set("__set0", NFT_SET_ANONYMOUS | 2), "t"), None);
+    assert_eq!(parse_set(new_set, &set("pods4_24", 0), "other"), None);
+}
