@@ -5,7 +5,8 @@
 # inside one "node" namespace. The tables are set up by one ADD of each before the loop, so every counted ADD
 # and DEL is the usual one (elements only). Then one DEL of each, traced with `strace -f`, shows the `nft`
 # processes it runs, and where a deleting nf_tables transaction's RCU grace period is waited for: the last close
-# of a NETLINK_NETFILTER socket waits for it, whether an explicit close() or the process's exit.
+# of a NETLINK_NETFILTER socket waits for it, whether an explicit close() or the process's exit. A second loop
+# times portmap's and the firewall's DEL without prevResult (the elements found by their owner tag).
 #
 # Needs root, nft, strace. Touches only the namespaces it makes and its temp directory (removed on exit).
 #   BEFORE=dir      binaries to compare against (e.g. a copy of target/release built from main)
@@ -77,6 +78,38 @@ for plugin in bridge portmap firewall; do
         done
     done
     printf '| %-8s | %12s | %12s | %12s | %12s |\n' "$plugin" "${row[@]}"
+done
+
+# DEL by tag (no prevResult, as containerd's second and third DEL; the firewall without its record): each round
+# an ADD with prevResult (not timed), then the DEL without.
+for plugin in portmap firewall; do
+    sed -e 's/,"prevResult":.*}$/}/' -e 's#/firewall"#/firewall-none"#' "$WORK/$plugin.json" >"$WORK/$plugin-bare.json"
+done
+cat >"$WORK/by-tag.sh" <<'EOF2'
+us() { echo $(( ${2/./} - ${1/./} )); }
+for ((round = 0; round < RUNS; round++)); do
+    for side in before after; do
+        dir=$BEFORE
+        [[ $side == after ]] && dir=$AFTER
+        for plugin in portmap firewall; do
+            CNI_COMMAND=ADD "$dir/$plugin" <"$WORK/$plugin.json" >/dev/null || exit 1
+            t0=$EPOCHREALTIME
+            CNI_COMMAND=DEL "$dir/$plugin" <"$WORK/$plugin-bare.json" >/dev/null || exit 1
+            t1=$EPOCHREALTIME
+            echo "$side-$plugin 0 $(us "$t0" "$t1")"
+        done
+    done
+done
+EOF2
+in_node env RUNS="$RUNS" WORK="$WORK" BEFORE="$BEFORE" AFTER="$AFTER" CNI_PATH="$AFTER" bash "$WORK/by-tag.sh" >"$WORK/by-tag"
+echo
+echo "DEL without prevResult (found by tag), medians in ms ($RUNS runs each, interleaved); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '| %-8s | %12s | %12s |\n' plugin "DEL before" "DEL after"
+printf '|---|---|---|\n'
+for plugin in portmap firewall; do
+    printf '| %-8s | %12s | %12s |\n' "$plugin" \
+        "$(median_us "before-$plugin" 3 <"$WORK/by-tag" | awk '{printf "%.2f", $1/1000}')" \
+        "$(median_us "after-$plugin" 3 <"$WORK/by-tag" | awk '{printf "%.2f", $1/1000}')"
 done
 
 if command -v strace >/dev/null; then

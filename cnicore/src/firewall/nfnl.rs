@@ -12,6 +12,10 @@
 //! the string with its NUL), which is where `nft` keeps it, so `nft list` shows it and the read-back by comment
 //! finds it.
 //!
+//! [`delete_tagged`] is the read-back by owner tag (DEL without prevResult, GC): the table's sets listed with
+//! an `NFT_MSG_GETSET` dump, each set's elements with an `NFT_MSG_GETSETELEM` dump (keys as bytes, comments
+//! from the userdata), and the tagged ones deleted in one batch with the key bytes the kernel listed.
+//!
 //! The kernel handles the whole batch inside `sendmsg`, atomically: a refused message aborts it, and the
 //! errors (one per refused message, naming it by its sequence number) are queued before `sendmsg` returns.
 //! No message asks for an acknowledgement, so a batch that succeeds answers nothing; `nft` reads the answer
