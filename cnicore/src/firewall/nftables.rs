@@ -1,4 +1,7 @@
-//! The nftables backend: one `nft -f -` transaction per call; state read with `nft -j list ...`.
+//! The nftables backend: one transaction per call; state read with `nft -j list ...`. Set and map elements
+//! are typed ([`Element`]): the usual ADD and DEL ([`add_elements`], [`remove_elements`]) and the deletion by
+//! owner tag ([`delete_tagged`]) go over netlink as one nf_tables batch ([`super::nfnl`]), everything else
+//! (tables, chains, rules, CHECK's listing) is `nft -f -` text, and so are those when netlink cannot be used.
 //!
 //! A [`Script`] is applied atomically by the kernel: when any command fails, nothing changes. Identifiers and
 //! comments (owner tags, [`super::nft_tag`]) in scripts are generated; strings from configs (interface names)
