@@ -194,10 +194,10 @@ impl Batch {
 
     /// [`Batch::commit`] for a batch that deletes, in a process about to exit: its socket stays open until
     /// the process exits. The kernel frees deleted elements after an RCU grace period, and the last close of
-    /// any NETLINK_NETFILTER socket waits for that (10-20 ms here). Closed at once, the wait would fall on
-    /// this thread, or, when another thread spawned a process meanwhile (the bridge's DEL runs
-    /// `iptables-save` beside it), inside that child's `execve` (it inherited the descriptor: measured, it
-    /// made the bridge's DEL 5-7 ms slower); at exit the grace period has passed while the rest of the DEL ran.
+    /// any NETLINK_NETFILTER socket waits for that (10-20 ms here). Closed at once, the wait falls on this
+    /// thread, or on a process another thread spawned meanwhile (the bridge's DEL runs `iptables-save` beside
+    /// it), which holds the descriptor until its `execve`: measured, closing at once made the bridge's DEL
+    /// 5-8 ms slower. At exit, the grace period has mostly passed while the rest of the DEL ran.
     pub fn commit_closing_at_exit(&mut self) -> Result<(), BatchError> {
         let socket = self.send()?;
         if let Some(socket) = socket {
