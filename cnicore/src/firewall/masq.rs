@@ -28,13 +28,14 @@
 //! - `setup` is idempotent (a repeated ADD leaves one copy of every rule, and a changed exception list
 //!   replaces the old one). iptables: one `iptables-restore` per family for a new pod (`-N` of its chain fails
 //!   when it exists, and then the nat table is read with one `iptables-save -t nat` and a complete
-//!   transaction applied); nftables: one `nft -f -` for all families.
+//!   transaction applied); nftables: one netlink batch for all families (`nft -f -` for the first pod, which
+//!   sets the table up).
 //!   Errors: code 50 when the backend's binaries are missing, 999 when the kernel refuses.
 //! - `teardown` cleans BOTH backends (whichever binaries are installed), since the pod may have been set up by
 //!   another plugin version or config, and succeeds when everything is already gone (no netns needed: it
 //!   needs only the network name, the container ID and, optionally, the IPs). iptables: one save + at most one
-//!   restore per family; nftables: one `nft -f -` when the IPs are given and present, else one listing + one
-//!   transaction.
+//!   restore per family; nftables: one netlink batch when the IPs are given and present, else set dumps and
+//!   one batch (found by tag; `nft` when netlink cannot be used).
 //! - `gc` removes the masquerade state of every attachment of `network` whose container ID is not listed.
 //!
 //! # Layout
@@ -67,8 +68,8 @@
 //! in place like the fixed chains.
 //!
 //! Each element carries the comment `masq-<net hash>-<attachment hash>` (for teardown without IPs and GC).
-//! Adding a pod adds elements in one `nft -f -` without reading anything: its cost does not depend on the
-//! number of pods.
+//! Adding a pod adds elements in one transaction (a netlink batch) without reading anything: its cost does not
+//! depend on the number of pods.
 
 use std::collections::BTreeSet;
 

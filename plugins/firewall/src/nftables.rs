@@ -1,5 +1,5 @@
 //! The nftables backend (ours: the reference plugins have none, up to v1.9). One table, fixed rules, and the
-//! containers as set elements, so that an ADD is one `nft -f -` that only adds elements:
+//! containers as set elements, so that an ADD is one transaction (a netlink batch) that only adds elements:
 //!
 //! ```text
 //! table inet cni_firewall {

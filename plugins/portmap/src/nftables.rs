@@ -22,7 +22,8 @@
 //! }
 //! ```
 //!
-//! A packet costs two map lookups whatever the number of containers. ADD is one `nft -f -` adding elements:
+//! A packet costs two map lookups whatever the number of containers. ADD is one transaction adding elements
+//! (a netlink batch, `nft -f -` when the table must be set up):
 //! nothing is read and nothing deleted (deleting makes the kernel wait for an RCU grace period), and since no
 //! chain is made per container, nft's own cache (it lists the table's chains and sets) does not grow with
 //! the containers either. Each element carries the comment `pm-<net hash>-<attachment hash>`, by which DEL
