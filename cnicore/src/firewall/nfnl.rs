@@ -523,6 +523,7 @@ fn encode_datum(datum: &Datum) -> Result<Vec<u8>, String> {
         Datum::Proto { number, .. } => vec![*number],
         Datum::Port(port) => port.to_be_bytes().to_vec(),
         Datum::Ifname(name) => {
+            let name = name.as_str();
             if name.len() > IFNAMSIZ || name.contains('\0') {
                 return Err(format!("interface name {name:?} cannot be a set key"));
             }

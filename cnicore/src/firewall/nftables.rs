@@ -123,15 +123,25 @@ pub enum Datum {
     Proto { number: u8, name: &'static str },
     /// `inet_service`.
     Port(u16),
-    /// `ifname` (made by [`Datum::ifname`], which checks it can be quoted).
-    Ifname(String),
+    /// `ifname`.
+    Ifname(IfName),
+}
+
+/// An interface name that can be written as an nft string (made by [`Datum::ifname`] only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfName(String);
+
+impl IfName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 impl Datum {
     /// An interface name as a key part; refused as [`string`] refuses it.
     pub fn ifname(name: &str) -> Result<Datum> {
         string(name)?;
-        Ok(Datum::Ifname(name.to_string()))
+        Ok(Datum::Ifname(IfName(name.to_string())))
     }
 
     fn render(&self) -> String {
@@ -139,7 +149,7 @@ impl Datum {
             Datum::Addr(ip) => ip.to_string(),
             Datum::Proto { name, .. } => name.to_string(),
             Datum::Port(port) => port.to_string(),
-            Datum::Ifname(name) => format!("\"{name}\""),
+            Datum::Ifname(name) => format!("\"{}\"", name.as_str()),
         }
     }
 }

@@ -189,7 +189,7 @@ fn firewall_elements() {
 #[test]
 fn what_cannot_be_encoded_is_not_sent() {
     let mut batch = Batch::inet("t");
-    batch.add(&element("s", vec![Datum::Ifname("x".repeat(17))], None, None), false);
+    batch.add(&element("s", vec![Datum::ifname(&"x".repeat(17)).unwrap()], None, None), false);
     assert!(batch.is_empty());
     assert!(matches!(batch.commit(), Err(BatchError::Unavailable(_))));
     let mut batch = Batch::inet("t");
