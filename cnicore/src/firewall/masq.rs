@@ -28,13 +28,14 @@
 //! - `setup` is idempotent (a repeated ADD leaves one copy of every rule, and a changed exception list
 //!   replaces the old one). iptables: one `iptables-restore` per family for a new pod (`-N` of its chain fails
 //!   when it exists, and then the nat table is read with one `iptables-save -t nat` and a complete
-//!   transaction applied); nftables: one `nft -f -` for all families.
+//!   transaction applied); nftables: one netlink batch for all families (`nft -f -` for the first pod, which
+//!   sets the table up).
 //!   Errors: code 50 when the backend's binaries are missing, 999 when the kernel refuses.
 //! - `teardown` cleans BOTH backends (whichever binaries are installed), since the pod may have been set up by
 //!   another plugin version or config, and succeeds when everything is already gone (no netns needed: it
 //!   needs only the network name, the container ID and, optionally, the IPs). iptables: one save + at most one
-//!   restore per family; nftables: one `nft -f -` when the IPs are given and present, else one listing + one
-//!   transaction.
+//!   restore per family; nftables: one netlink batch when the IPs are given and present, else set dumps and
+//!   one batch (found by tag; `nft` when netlink cannot be used).
 //! - `gc` removes the masquerade state of every attachment of `network` whose container ID is not listed.
 //!
 //! # Layout
@@ -67,15 +68,15 @@
 //! in place like the fixed chains.
 //!
 //! Each element carries the comment `masq-<net hash>-<attachment hash>` (for teardown without IPs and GC).
-//! Adding a pod adds elements in one `nft -f -` without reading anything: its cost does not depend on the
-//! number of pods.
+//! Adding a pod adds elements in one transaction (a netlink batch) without reading anything: its cost does not
+//! depend on the number of pods.
 
 use std::collections::BTreeSet;
 
 use ipnet::IpNet;
 
 use super::iptables::{self, Rule, Script};
-use super::nftables;
+use super::nftables::{self, Datum, Element, MapValue};
 use super::{chain_name, families_of, hex_sha512, nft_tag, owner_comment};
 use super::{validate_owner, Backend, Family};
 use crate::spec::{Error, Errors, Result};
@@ -508,37 +509,35 @@ fn nft_base(script: &mut nftables::Script, ips: &[IpNet], plans: &[Plan]) {
 /// its subnet's address) in the `local` set, and (pod address : jump to the chain of its exceptions, or
 /// `continue` without any: the map element's value) in the family's exception map. An entry for every pod, so that adding one fails
 /// where an entry of an earlier pod with the same address was left, instead of silently keeping its verdict.
-fn nft_elements(pod: &Attachment) -> Vec<nftables::Element> {
-    let mut out: Vec<nftables::Element> = Vec::new();
+fn nft_elements(pod: &Attachment) -> Vec<Element> {
+    let tag = nft_tag(NFT_TAG_KIND, pod.network, pod.container_id);
+    let mut out: Vec<Element> = Vec::new();
     for plan in plan(pod.ips, pod.non_masquerade) {
-        let verdict =
-            nft_exception_chain(&plan).map_or_else(|| "continue".to_string(), |chain| format!("jump {chain}"));
+        let verdict = nft_exception_chain(&plan).map_or(MapValue::Continue, MapValue::Jump);
         for ip in &plan.sources {
             let (pods, local, _) = nft_objects(ip);
-            let key = ip.addr().to_string();
-            out.push(nftables::Element::new(pods, key.clone(), None));
-            out.push(nftables::Element::new(local, format!("{key} . {}", ip.trunc().addr()), None));
-            out.push(nftables::Element::new(nft_exception_map(plan.family), key, Some(verdict.clone())));
+            let addr = Datum::Addr(ip.addr());
+            out.push(Element::new(pods, vec![addr.clone()], None).tagged(&tag));
+            out.push(Element::new(local, vec![addr.clone(), Datum::Addr(ip.trunc().addr())], None).tagged(&tag));
+            let exceptions = Element::new(nft_exception_map(plan.family), vec![addr], Some(verdict.clone()));
+            out.push(exceptions.tagged(&tag));
         }
     }
-    out.sort_by(|a, b| (&a.set, &a.key).cmp(&(&b.set, &b.key)));
+    out.sort_by_key(|e| (e.set.clone(), e.key_text()));
     out.dedup_by(|a, b| a.set == b.set && a.key == b.key);
     out
 }
 
 /// One transaction adding the attachment's elements, tagged; in the usual case (table and exception chain
-/// set up) nothing is read or deleted, so the cost does not depend on the number of pods.
+/// set up) nothing is read or deleted, so the cost does not depend on the number of pods. That transaction
+/// goes over netlink ([`nftables::add_elements`]); the slower paths are `nft` text.
 fn nft_setup(pod: &Attachment) -> Result<()> {
     let t = format!("inet {NFT_TABLE}");
-    let tag = nft_tag(NFT_TAG_KIND, pod.network, pod.container_id);
     let wanted = nft_elements(pod);
-    let mut adds = nftables::Script::new();
-    for element in &wanted {
-        adds.push(format!("add element {t} {} {{ {} }}", element.set, element.render(Some(&tag))));
-    }
-    if adds.apply().is_ok() {
+    if nftables::add_elements(NFT_TABLE, &wanted) {
         return Ok(());
     }
+    let adds = nftables::add_script(NFT_TABLE, &wanted);
     let mut script = nftables::Script::new();
     nft_base(&mut script, pod.ips, &plan(pod.ips, pod.non_masquerade));
     for line in adds.render().lines() {
@@ -551,9 +550,8 @@ fn nft_setup(pod: &Attachment) -> Result<()> {
     // pod's whose DEL never came. The new one replaces it.
     let mut retry = nftables::Script::new();
     for present in nftables::table_elements(NFT_TABLE)?.unwrap_or_default() {
-        let replaced = wanted
-            .iter()
-            .any(|w| w.set == present.set && w.key == present.key && w.value.is_some() && w.value != present.value);
+        let replaced =
+            wanted.iter().any(|w| present.is_key_of(w) && w.value.is_some() && w.value_text() != present.value);
         if replaced {
             retry.push(format!("delete element {t} {} {{ {} }}", present.set, present.key));
         }
@@ -571,13 +569,15 @@ fn nft_check(pod: &Attachment) -> Result<()> {
     let present =
         nftables::table_elements(NFT_TABLE)?.ok_or_else(|| problem(format!("table inet {NFT_TABLE} not found")))?;
     for element in nft_elements(pod) {
-        match present.iter().find(|p| p.set == element.set && p.key == element.key) {
-            None => return Err(problem(format!("{} not found in {}", element.render(None), element.set))),
-            Some(p) if p.value != element.value => {
-                let (found, wanted) = (p.value.as_deref().unwrap_or_default(), element.value.unwrap_or_default());
+        match present.iter().find(|p| p.is_key_of(&element)) {
+            None => return Err(problem(format!("{} not found in {}", element.render(false), element.set))),
+            Some(p) if p.value != element.value_text() => {
+                let found = p.value.as_deref().unwrap_or_default();
+                let wanted = element.value_text().unwrap_or_default();
                 return Err(problem(format!(
                     "{} maps {} to {found:?}, the config wants {wanted:?}",
-                    element.set, element.key
+                    element.set,
+                    element.key_text()
                 )));
             }
             Some(_) => {}
@@ -587,23 +587,15 @@ fn nft_check(pod: &Attachment) -> Result<()> {
 }
 
 /// With the IPs: one transaction deleting exactly the attachment's elements ("add" first makes it succeed
-/// when they are gone). Otherwise, or when the table is missing or an entry has another verdict: the
-/// elements tagged for the attachment. Nothing runs when the table does not exist (a node that never used
-/// this backend); when that cannot be asked over netlink, `nft` finds out.
+/// when they are gone), over netlink. Otherwise, or when the table is missing or an entry has another
+/// verdict: the elements tagged for the attachment. Nothing runs when the table does not exist (a node that
+/// never used this backend); when that cannot be asked over netlink, `nft` finds out.
 fn nft_teardown(pod: &Attachment) -> Result<()> {
     if let Ok(false) = super::nft_tables::exists("inet", NFT_TABLE) {
         return Ok(());
     }
-    let t = format!("inet {NFT_TABLE}");
-    if !pod.ips.is_empty() {
-        let mut script = nftables::Script::new();
-        for element in nft_elements(pod) {
-            script.push(format!("add element {t} {} {{ {} }}", element.set, element.render(None)));
-            script.push(format!("delete element {t} {} {{ {} }}", element.set, element.key));
-        }
-        if script.apply().is_ok() {
-            return Ok(());
-        }
+    if !pod.ips.is_empty() && nftables::remove_elements(NFT_TABLE, &nft_elements(pod)) {
+        return Ok(());
     }
     let tag = nft_tag(NFT_TAG_KIND, pod.network, pod.container_id);
     nftables::delete_tagged(NFT_TABLE, |comment| comment == tag)
@@ -704,7 +696,7 @@ mod tests {
         let exceptions = nets(&["10.244.0.0/16"]);
         let pod = Attachment { network: "kubenet", container_id: "abc", ips: &ips, non_masquerade: &exceptions };
         let rendered: Vec<String> =
-            nft_elements(&pod).iter().map(|e| format!("{} {}", e.set, e.render(None))).collect();
+            nft_elements(&pod).iter().map(|e| format!("{} {}", e.set, e.render(false))).collect();
         let chain = nft_exception_chain(&plan(&ips, &exceptions)[0]).unwrap();
         assert!(chain.starts_with("nomasq4-") && chain.len() == "nomasq4-".len() + 12, "{chain}");
         assert_eq!(

@@ -7,7 +7,9 @@
 //!   `iptables-restore --noflush --wait` per address family per call (`ip6tables-restore` for IPv6); state is
 //!   read with one `iptables-save -t <table>` when needed. Which kernel backend (legacy or nf_tables) is used is
 //!   left to the `iptables-restore` found on `PATH`, exactly as running `iptables` would.
-//! - [`nftables`]: one `nft -f -` transaction per call; state is read with `nft -j list ...` when needed.
+//! - [`nftables`]: one `nft -f -` transaction per call; state is read with `nft -j list ...` when needed. The
+//!   usual ADD and DEL (elements only) and the deletion by owner tag go over netlink instead ([`nfnl`]: one
+//!   nf_tables batch, no `nft` process).
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
@@ -23,6 +25,7 @@ pub mod conntrack;
 mod exec;
 pub mod iptables;
 pub mod masq;
+pub mod nfnl;
 pub mod nft_tables;
 pub mod nftables;
 pub mod node_masq;

@@ -1,4 +1,7 @@
-//! The nftables backend: one `nft -f -` transaction per call; state read with `nft -j list ...`.
+//! The nftables backend: one transaction per call; state read with `nft -j list ...`. Set and map elements
+//! are typed ([`Element`]): the usual ADD and DEL ([`add_elements`], [`remove_elements`]) and the deletion by
+//! owner tag ([`delete_tagged`]) go over netlink as one nf_tables batch ([`super::nfnl`]), everything else
+//! (tables, chains, rules, CHECK's listing) is `nft -f -` text, and so are those when netlink cannot be used.
 //!
 //! A [`Script`] is applied atomically by the kernel: when any command fails, nothing changes. Identifiers and
 //! comments (owner tags, [`super::nft_tag`]) in scripts are generated; strings from configs (interface names)
@@ -12,9 +15,12 @@
 
 use std::collections::BTreeSet;
 
+use std::net::IpAddr;
+
 use serde_json::Value;
 
 use super::exec::{self, Failure};
+use super::nfnl;
 use crate::spec::{Error, Result};
 
 /// One nft transaction.
@@ -107,9 +113,193 @@ pub fn objects<'a>(
         })
 }
 
-/// One element of a set or map of a table, read back from `nft -j list`.
+/// One part of a set key or map value, typed: rendered as nft syntax for `nft -f` ([`Element::render`]) and
+/// encoded as nf_tables data for netlink ([`super::nfnl`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Datum {
+    /// `ipv4_addr` or `ipv6_addr`.
+    Addr(IpAddr),
+    /// `inet_proto`: the protocol number, and the name nft reads and lists (`tcp`).
+    Proto { number: u8, name: &'static str },
+    /// `inet_service`.
+    Port(u16),
+    /// `ifname`.
+    Ifname(IfName),
+}
+
+/// An interface name that can be written as an nft string (made by [`Datum::ifname`] only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfName(String);
+
+impl IfName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Datum {
+    /// An interface name as a key part; refused as [`string`] refuses it.
+    pub fn ifname(name: &str) -> Result<Datum> {
+        string(name)?;
+        Ok(Datum::Ifname(IfName(name.to_string())))
+    }
+
+    fn render(&self) -> String {
+        match self {
+            Datum::Addr(ip) => ip.to_string(),
+            Datum::Proto { name, .. } => name.to_string(),
+            Datum::Port(port) => port.to_string(),
+            Datum::Ifname(name) => format!("\"{}\"", name.as_str()),
+        }
+    }
+}
+
+/// A key or data value: one datum, or a concatenation (`tcp . 8080`).
+fn render_data(parts: &[Datum]) -> String {
+    parts.iter().map(Datum::render).collect::<Vec<_>>().join(" . ")
+}
+
+/// The value of a map element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapValue {
+    /// `continue`.
+    Continue,
+    /// `jump <chain>` (a generated chain name).
+    Jump(String),
+    /// Data, e.g. `10.22.0.5 . 80`.
+    Data(Vec<Datum>),
+}
+
+impl MapValue {
+    pub fn render(&self) -> String {
+        match self {
+            MapValue::Continue => "continue".to_string(),
+            MapValue::Jump(chain) => format!("jump {chain}"),
+            MapValue::Data(parts) => render_data(parts),
+        }
+    }
+}
+
+/// One element a backend adds or deletes: its set or map, key, value (maps) and comment (the owner tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Element {
+    pub set: String,
+    pub key: Vec<Datum>,
+    pub value: Option<MapValue>,
+    pub comment: Option<String>,
+}
+
+impl Element {
+    /// An element without a comment.
+    pub fn new(set: impl Into<String>, key: Vec<Datum>, value: Option<MapValue>) -> Element {
+        Element { set: set.into(), key, value, comment: None }
+    }
+
+    /// The element with `tag` as its comment.
+    pub fn tagged(mut self, tag: &str) -> Element {
+        self.comment = Some(tag.to_string());
+        self
+    }
+
+    /// The key in nft syntax (`tcp . 8080`), as [`Listed::key`] has it (interface names aside: quoted here).
+    pub fn key_text(&self) -> String {
+        render_data(&self.key)
+    }
+
+    /// The value in nft syntax, as [`Listed::value`] has it.
+    pub fn value_text(&self) -> Option<String> {
+        self.value.as_ref().map(MapValue::render)
+    }
+
+    /// `<key> [comment "<tag>"] [: <value>]`, as inside `add element ... { }`; the comment when
+    /// `with_comment`.
+    pub fn render(&self, with_comment: bool) -> String {
+        let comment = match &self.comment {
+            Some(tag) if with_comment => format!(" comment \"{tag}\""),
+            _ => String::new(),
+        };
+        let value = self.value_text().map(|v| format!(" : {v}")).unwrap_or_default();
+        format!("{}{comment}{value}", self.key_text())
+    }
+}
+
+/// `add element` of each element with its comment, as `nft` text.
+pub fn add_script(table: &str, elements: &[Element]) -> Script {
+    let mut script = Script::new();
+    for element in elements {
+        script.push(format!("add element inet {table} {} {{ {} }}", element.set, element.render(true)));
+    }
+    script
+}
+
+/// `add element` then `delete element` of each element, as `nft` text: removes them, and succeeds for those
+/// already gone.
+pub fn remove_script(table: &str, elements: &[Element]) -> Script {
+    let mut script = Script::new();
+    for element in elements {
+        script.push(format!("add element inet {table} {} {{ {} }}", element.set, element.render(false)));
+        script.push(format!("delete element inet {table} {} {{ {} }}", element.set, element.key_text()));
+    }
+    script
+}
+
+/// The usual ADD of a backend: the elements added with their comments in one transaction, as one netlink
+/// batch, or as [`add_script`] run by `nft` when netlink cannot be used (no NETLINK_NETFILTER, EPERM, a
+/// name that cannot be encoded). False when the kernel refused it (a set or chain missing, a key holding
+/// another value; `nft` would be refused the same way): the caller's slower path follows.
+pub fn add_elements(table: &str, elements: &[Element]) -> bool {
+    usual(
+        || {
+            let mut batch = nfnl::Batch::inet(table);
+            for element in elements {
+                batch.add(element, true);
+            }
+            batch.commit()
+        },
+        || add_script(table, elements).apply().is_ok(),
+    )
+}
+
+/// The usual DEL of a backend: the elements removed ([`nfnl::Batch::remove_if_present`]) in one
+/// transaction, over netlink or else as [`remove_script`]. False when the kernel refused it (the table
+/// missing, a key holding another owner's value): the caller's slower path follows. For a process about to
+/// exit (a plugin's DEL): the socket is closed at exit ([`nfnl::Batch::commit_closing_at_exit`]).
+pub fn remove_elements(table: &str, elements: &[Element]) -> bool {
+    usual(
+        || {
+            let mut batch = nfnl::Batch::inet(table);
+            for element in elements {
+                batch.remove_if_present(element);
+            }
+            batch.commit_closing_at_exit()
+        },
+        || remove_script(table, elements).apply().is_ok(),
+    )
+}
+
+/// The usual transaction: over netlink, else as text. Without the `nft` binary, the text path runs (and
+/// fails as `nft` missing, code 50 in the callers' errors), so that a node without nftables' tools behaves
+/// as before netlink was used.
+fn usual(netlink: impl FnOnce() -> Result<(), nfnl::BatchError>, text: impl FnOnce() -> bool) -> bool {
+    if exec::find_binary("nft").is_none() {
+        return text();
+    }
+    decide(netlink(), text)
+}
+
+/// What the netlink outcome means: applied; refused for the table's state (nft would be too: the slower
+/// path, no `nft` run); or netlink unusable (the same transaction as text).
+fn decide(committed: Result<(), nfnl::BatchError>, text: impl FnOnce() -> bool) -> bool {
+    match committed {
+        Ok(()) => true,
+        Err(refusal) if refusal.is_state() => false,
+        Err(_) => text(),
+    }
+}
+
+/// One element of a set or map of a table, read back from `nft -j list`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
     /// The set or map holding it.
     pub set: String,
     /// The key in nft syntax (`tcp . 8080`, `10.22.0.0/24 . 10.22.0.5`), usable in `delete element`.
@@ -120,23 +310,16 @@ pub struct Element {
     pub comment: Option<String>,
 }
 
-impl Element {
-    /// An element to add (its owner's tag is given to [`Element::render`]).
-    pub fn new(set: impl Into<String>, key: impl Into<String>, value: Option<String>) -> Element {
-        Element { set: set.into(), key: key.into(), value, comment: None }
-    }
-
-    /// `<key> [comment "<tag>"] [: <value>]`, as inside `add element ... { }`.
-    pub fn render(&self, tag: Option<&str>) -> String {
-        let comment = tag.map(|t| format!(" comment \"{t}\"")).unwrap_or_default();
-        let value = self.value.as_ref().map(|v| format!(" : {v}")).unwrap_or_default();
-        format!("{}{comment}{value}", self.key)
+impl Listed {
+    /// True when this is `element`'s key in `element`'s set.
+    pub fn is_key_of(&self, element: &Element) -> bool {
+        self.set == element.set && self.key == element.key_text().replace('"', "")
     }
 }
 
 /// Every element of the sets and maps of `inet <table>`, from one `nft -j list table`; `None` when the table
 /// does not exist. Elements whose key cannot be rendered back safely are skipped.
-pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
+pub fn table_elements(table: &str) -> Result<Option<Vec<Listed>>> {
     let Some(listing) =
         list(&["table", "inet", table]).map_err(|f| f.to_error(&format!("listing table inet {table}")))?
     else {
@@ -154,7 +337,7 @@ pub fn table_elements(table: &str) -> Result<Option<Vec<Element>>> {
 }
 
 /// One `elem` entry: `key`, `{"elem": {"val": key, "comment": c}}`, or `[key-or-elem, value]` for maps.
-fn element(set: &str, item: &Value) -> Option<Element> {
+fn element(set: &str, item: &Value) -> Option<Listed> {
     let (keyed, value) = match item.as_array() {
         Some(pair) => (pair.first()?, Some(render_value(pair.get(1)?)?)),
         None => (item, None),
@@ -163,7 +346,7 @@ fn element(set: &str, item: &Value) -> Option<Element> {
         Some(inner) => (inner.get("val")?, inner.get("comment").and_then(Value::as_str).map(str::to_string)),
         None => (keyed, None),
     };
-    Some(Element { set: set.to_string(), key: render_key(key)?, value, comment })
+    Some(Listed { set: set.to_string(), key: render_key(key)?, value, comment })
 }
 
 /// A map value: a verdict (`jump X`, `continue`) or data written like a key.
@@ -212,8 +395,18 @@ fn render_key(key: &Value) -> Option<String> {
 const ATTEMPTS: usize = 3;
 
 /// Deletes, in one transaction, every element of `inet <table>` whose comment satisfies `owned`. Elements
-/// already gone are fine; a transaction that fails because of a concurrent change is recomputed.
+/// already gone are fine; a transaction that fails because of a concurrent change is recomputed. Read and
+/// deleted over netlink ([`nfnl::delete_tagged`]: dumps of the table's sets, one batch); with `nft -j list`
+/// and `nft -f` when netlink cannot be used, and without the `nft` binary (as before netlink was used).
 pub fn delete_tagged(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
+    if exec::find_binary("nft").is_some() && nfnl::delete_tagged(table, &owned).is_ok() {
+        return Ok(());
+    }
+    delete_tagged_text(table, owned)
+}
+
+/// [`delete_tagged`] with `nft`: one listing, one transaction.
+fn delete_tagged_text(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
     let mut last = None;
     for _ in 0..ATTEMPTS {
         let Some(elements) = table_elements(table)? else { return Ok(()) };
@@ -246,6 +439,25 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn netlink_outcomes() {
+        use std::io;
+        let refused = |errno| nfnl::BatchError::Refused { index: Some(0), error: io::Error::from_raw_os_error(errno) };
+        let unavailable = || nfnl::BatchError::Unavailable(io::Error::from_raw_os_error(libc::EPERM));
+        let text_ran = std::cell::Cell::new(0);
+        let text = |ok| {
+            text_ran.set(text_ran.get() + 1);
+            ok
+        };
+        assert!(decide(Ok(()), || text(false)));
+        assert!(!decide(Err(refused(libc::ENOENT)), || text(true)), "nft would be refused the same way");
+        assert!(!decide(Err(refused(libc::EEXIST)), || text(true)));
+        assert_eq!(text_ran.get(), 0);
+        assert!(decide(Err(unavailable()), || text(true)), "netlink unusable: the text applies");
+        assert!(!decide(Err(refused(libc::EINVAL)), || text(false)), "an unforeseen refusal: the text decides");
+        assert_eq!(text_ran.get(), 2);
+    }
+
+    #[test]
     fn strings_cannot_escape() {
         assert_eq!(string("eth0").unwrap(), "\"eth0\"");
         for bad in ["a\"b", "a\\b", "a\nb", "a;\0"] {
@@ -269,7 +481,7 @@ mod tests {
         ]});
         let maps: Vec<_> = objects(&listing, "map", "inet", "t").collect();
         assert_eq!(maps.len(), 1);
-        let elements: Vec<Element> =
+        let elements: Vec<Listed> =
             maps[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("dnat4", e)).collect();
         assert_eq!(elements.len(), 3);
         assert_eq!(elements[2].value.as_deref(), Some("continue"));
@@ -278,7 +490,7 @@ mod tests {
         assert_eq!(elements[0].comment.as_deref(), Some("pm-1"));
         assert_eq!(elements[1].value.as_deref(), Some("jump c2"));
         let sets: Vec<_> = objects(&listing, "set", "inet", "t").collect();
-        let elements: Vec<Element> =
+        let elements: Vec<Listed> =
             sets[0]["elem"].as_array().unwrap().iter().filter_map(|e| element("hairpin4", e)).collect();
         assert_eq!(elements[0].key, "10.22.0.0/24 . 10.22.0.5");
         assert_eq!(elements[1].key, "10.0.0.1-10.0.0.9 . 10.22.0.6");

@@ -1,5 +1,5 @@
 //! The nftables backend (ours: the reference plugins have none, up to v1.9). One table, fixed rules, and the
-//! containers as set elements, so that an ADD is one `nft -f -` that only adds elements:
+//! containers as set elements, so that an ADD is one transaction (a netlink batch) that only adds elements:
 //!
 //! ```text
 //! table inet cni_firewall {
@@ -33,7 +33,7 @@
 
 use std::collections::BTreeSet;
 
-use cnicore::firewall::nftables::{self, Script};
+use cnicore::firewall::nftables::{self, Datum, Element, Script};
 use cnicore::firewall::{nft_tag, Backend as Kernel, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
@@ -76,40 +76,38 @@ fn base(script: &mut Script) {
     }
 }
 
-/// The elements of one attachment: (set, element as written in `add element`, without the comment).
-fn elements(ips: &[IpNet], isolation: Option<&Isolation>) -> Result<Vec<(&'static str, String)>> {
-    let mut out: Vec<(&'static str, String)> = ips.iter().map(|ip| (set_of(ip), ip.addr().to_string())).collect();
+/// The elements of one attachment: its addresses (tagged with their owner) and its bridge's isolation
+/// entries (untagged: shared by the bridge's containers).
+fn elements(tag: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<Vec<Element>> {
+    let mut out: Vec<Element> =
+        ips.iter().map(|ip| Element::new(set_of(ip), vec![Datum::Addr(ip.addr())], None).tagged(tag)).collect();
     if let Some(isolation) = isolation {
-        let name = nftables::string(&isolation.bridge)?;
-        out.push(("isolated", name.clone()));
-        out.push(("same_bridge", format!("{name} . {name}")));
+        let name = Datum::ifname(&isolation.bridge)?;
+        out.push(Element::new("isolated", vec![name.clone()], None));
+        out.push(Element::new("same_bridge", vec![name.clone(), name.clone()], None));
         if isolation.within_bridge {
-            out.push(("within_bridge", format!("{name} . {name}")));
+            out.push(within_bridge(name));
         }
     }
     Ok(out)
 }
 
-/// ADD: one transaction adding the elements (container addresses tagged with their owner); the table is set
-/// up in the same transaction only when that fails (first container, or the table was removed).
+/// The `isolated` drop of a bridge: `"<br>" . "<br>"` in `within_bridge`.
+fn within_bridge(name: Datum) -> Element {
+    Element::new("within_bridge", vec![name.clone(), name], None)
+}
+
+/// ADD: one transaction adding the elements (over netlink; container addresses tagged with their owner); the
+/// table is set up in the same `nft` transaction only when that fails (first container, or the table was
+/// removed).
 fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
-    let t = format!("inet {TABLE}");
-    let tag = nft_tag(TAG_KIND, network, container_id);
-    let mut adds = Script::new();
-    for (set, element) in elements(ips, isolation)? {
-        match set {
-            "containers4" | "containers6" => {
-                adds.push(format!("add element {t} {set} {{ {element} comment \"{tag}\" }}"))
-            }
-            _ => adds.push(format!("add element {t} {set} {{ {element} }}")),
-        };
-    }
-    if adds.apply().is_ok() {
+    let wanted = elements(&nft_tag(TAG_KIND, network, container_id), ips, isolation)?;
+    if nftables::add_elements(TABLE, &wanted) {
         return Ok(());
     }
     let mut script = Script::new();
     base(&mut script);
-    for line in adds.render().lines() {
+    for line in nftables::add_script(TABLE, &wanted).render().lines() {
         script.push(line);
     }
     script.apply().map_err(|f| f.to_error(&format!("adding firewall rules for {container_id}")))
@@ -119,40 +117,32 @@ fn add(network: &str, container_id: &str, ips: &[IpNet], isolation: Option<&Isol
 fn check(container_id: &str, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
     let present = nftables::table_elements(TABLE)?
         .ok_or_else(|| Error::internal(format!("nftables table inet {TABLE} is missing")))?;
-    for (set, element) in elements(ips, isolation)? {
-        // Keys come back without the quotes of interface names.
-        let key = element.replace('"', "");
-        if !present.iter().any(|e| e.set == set && e.key == key) {
+    for element in elements("", ips, isolation)? {
+        if !present.iter().any(|e| e.is_key_of(&element)) {
             return Err(Error::internal(format!(
-                "firewall element {element} of container {container_id} is missing from set {set}"
+                "firewall element {} of container {container_id} is missing from set {}",
+                element.key_text(),
+                element.set
             )));
         }
     }
     Ok(())
 }
 
-/// DEL: with the addresses (and with `drop_of` that bridge's `isolated` drop), one transaction deleting
-/// exactly them ("add" first, so that ones already gone are fine); without, or when the table is missing, the
-/// elements tagged for the attachment, then the drop on its own.
+/// DEL: with the addresses (and with `drop_of` that bridge's `isolated` drop), one transaction (over
+/// netlink) deleting exactly them ("add" first, so that ones already gone are fine); without, or when the
+/// table is missing, the elements tagged for the attachment, then the drop on its own.
 fn del(network: &str, container_id: &str, ips: &[IpNet], drop_of: Option<&str>) -> Result<()> {
-    let t = format!("inet {TABLE}");
+    let tag = nft_tag(TAG_KIND, network, container_id);
     if !ips.is_empty() {
-        let mut script = Script::new();
-        for ip in ips {
-            let (set, addr) = (set_of(ip), ip.addr());
-            script.push(format!("add element {t} {set} {{ {addr} }}"));
-            script.push(format!("delete element {t} {set} {{ {addr} }}"));
-        }
+        let mut gone = elements(&tag, ips, None)?;
         if let Some(bridge) = drop_of {
-            let name = nftables::string(bridge)?;
-            script.push(format!("add element {t} within_bridge {{ {name} . {name} }}"));
-            script.push(format!("delete element {t} within_bridge {{ {name} . {name} }}"));
+            gone.push(within_bridge(Datum::ifname(bridge)?));
         }
-        if script.apply().is_ok() {
+        if nftables::remove_elements(TABLE, &gone) {
             return Ok(());
         }
     }
-    let tag = nft_tag(TAG_KIND, network, container_id);
     nftables::delete_tagged(TABLE, |comment| comment == tag)?;
     drop_of.map_or(Ok(()), remove_within_bridge)
 }
@@ -241,19 +231,21 @@ mod tests {
     fn elements_of_an_attachment() {
         let ips: Vec<IpNet> = vec!["10.88.0.2/32".parse().unwrap(), "fd00::2/128".parse().unwrap()];
         let bridge = |within_bridge| Some(Isolation { bridge: "cni-podman0".into(), within_bridge });
-        let e = elements(&ips, bridge(false).as_ref()).unwrap();
+        let render = |elements: Vec<Element>| -> Vec<String> {
+            elements.iter().map(|e| format!("{} {}", e.set, e.render(true))).collect()
+        };
         assert_eq!(
-            e,
+            render(elements("fw-1", &ips, bridge(false).as_ref()).unwrap()),
             vec![
-                ("containers4", "10.88.0.2".to_string()),
-                ("containers6", "fd00::2".to_string()),
-                ("isolated", "\"cni-podman0\"".to_string()),
-                ("same_bridge", "\"cni-podman0\" . \"cni-podman0\"".to_string()),
+                "containers4 10.88.0.2 comment \"fw-1\"",
+                "containers6 fd00::2 comment \"fw-1\"",
+                "isolated \"cni-podman0\"",
+                "same_bridge \"cni-podman0\" . \"cni-podman0\"",
             ]
         );
-        let within = elements(&[], bridge(true).as_ref()).unwrap();
-        assert_eq!(within.last().unwrap(), &("within_bridge", "\"cni-podman0\" . \"cni-podman0\"".to_string()));
-        assert!(elements(&ips, Some(&Isolation { bridge: "a\"b".into(), within_bridge: false })).is_err());
+        let within = render(elements("fw-1", &[], bridge(true).as_ref()).unwrap());
+        assert_eq!(within.last().unwrap(), "within_bridge \"cni-podman0\" . \"cni-podman0\"");
+        assert!(elements("fw-1", &ips, Some(&Isolation { bridge: "a\"b".into(), within_bridge: false })).is_err());
         let mut script = Script::new();
         base(&mut script);
         let text = script.render();

@@ -77,6 +77,15 @@ impl Protocol {
             Protocol::Sctp => "sctp",
         }
     }
+
+    /// The IP protocol number (`inet_proto`).
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
 }
 
 /// One `runtimeConfig.portMappings` entry.

@@ -22,7 +22,8 @@
 //! }
 //! ```
 //!
-//! A packet costs two map lookups whatever the number of containers. ADD is one `nft -f -` adding elements:
+//! A packet costs two map lookups whatever the number of containers. ADD is one transaction adding elements
+//! (a netlink batch, `nft -f -` when the table must be set up):
 //! nothing is read and nothing deleted (deleting makes the kernel wait for an RCU grace period), and since no
 //! chain is made per container, nft's own cache (it lists the table's chains and sets) does not grow with
 //! the containers either. Each element carries the comment `pm-<net hash>-<attachment hash>`, by which DEL
@@ -36,7 +37,7 @@
 
 use std::collections::BTreeSet;
 
-use cnicore::firewall::nftables::{self, Element, Script};
+use cnicore::firewall::nftables::{self, Datum, Element, MapValue, Script};
 use cnicore::firewall::{hex_sha512, nft_tag, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
@@ -83,29 +84,33 @@ fn mapping_elements(
     hostip_chain: &str,
 ) -> Vec<Element> {
     let family = Family::of_net(container);
-    let proto = m.protocol.as_str();
-    let target = format!("{} . {}", container.addr(), m.container_port);
-    let element = |set: String, key: String, value: Option<String>| Element::new(set, key, value);
+    let proto = Datum::Proto { number: m.protocol.number(), name: m.protocol.as_str() };
+    let pod = Datum::Addr(container.addr());
+    let target = Some(MapValue::Data(vec![pod.clone(), Datum::Port(m.container_port)]));
+    let tag = tag(config);
+    let element = |set: String, key: Vec<Datum>, value: Option<MapValue>| Element::new(set, key, value).tagged(&tag);
     let mut out = match m.host_destination() {
         Some(host) => {
-            let key = format!("{host} . {proto} . {}", m.host_port);
+            let key = vec![Datum::Addr(host), proto.clone(), Datum::Port(m.host_port)];
             vec![
-                element(format!("hostip_ports{v}"), key.clone(), Some(format!("jump {hostip_chain}"))),
-                element(format!("hostip_dnat{v}"), key, Some(target)),
+                element(format!("hostip_ports{v}"), key.clone(), Some(MapValue::Jump(hostip_chain.to_string()))),
+                element(format!("hostip_dnat{v}"), key, target),
             ]
         }
         None => {
-            let key = format!("{proto} . {}", m.host_port);
+            let key = vec![proto.clone(), Datum::Port(m.host_port)];
             vec![
-                element(format!("hostports{v}"), key.clone(), Some(format!("jump {wildcard_chain}"))),
-                element(format!("dnat{v}"), key, Some(target)),
+                element(format!("hostports{v}"), key.clone(), Some(MapValue::Jump(wildcard_chain.to_string()))),
+                element(format!("dnat{v}"), key, target),
             ]
         }
     };
     if config.snat {
         let clients = hairpin_clients(config, container);
-        let pod_port = format!("{} . {proto} . {}", container.addr(), m.container_port);
-        out.push(element(hairpin_set(&clients), format!("{} . {pod_port}", clients.addr()), None));
+        let pod_port = vec![pod, proto, Datum::Port(m.container_port)];
+        let mut hairpin = vec![Datum::Addr(clients.addr())];
+        hairpin.extend(pod_port.iter().cloned());
+        out.push(element(hairpin_set(&clients), hairpin, None));
         if family == Family::V4 && !config.masq_all {
             out.push(element("masq_local4".into(), pod_port, None));
         }
@@ -220,13 +225,10 @@ pub fn add(config: &Config, containers: &[IpNet]) -> Result<()> {
     let t = format!("inet {TABLE}");
     let tag = tag(config);
     let wanted = elements(config, containers)?;
-    let mut adds = Script::new();
-    for element in &wanted {
-        adds.push(format!("add element {t} {} {{ {} }}", element.set, element.render(Some(&tag))));
-    }
-    if adds.apply().is_ok() {
+    if nftables::add_elements(TABLE, &wanted) {
         return Ok(());
     }
+    let adds = nftables::add_script(TABLE, &wanted);
     let mut script = Script::new();
     base(&mut script, config, containers)?;
     for line in adds.render().lines() {
@@ -238,7 +240,7 @@ pub fn add(config: &Config, containers: &[IpNet]) -> Result<()> {
     // A host port of another container (whose DEL never came): the newest container takes it over.
     let mut retry = Script::new();
     for present in nftables::table_elements(TABLE)?.unwrap_or_default() {
-        let taken = wanted.iter().any(|w| w.value.is_some() && w.set == present.set && w.key == present.key);
+        let taken = wanted.iter().any(|w| w.value.is_some() && present.is_key_of(w));
         if taken && present.comment.as_deref() != Some(tag.as_str()) {
             retry.push(format!("delete element {t} {} {{ {} }}", present.set, present.key));
         }
@@ -249,19 +251,13 @@ pub fn add(config: &Config, containers: &[IpNet]) -> Result<()> {
     retry.apply().map_err(|f| f.to_error(&format!("setting up port mappings of {}", config.container_id)))
 }
 
-/// DEL. With the mappings and addresses known: one transaction deleting exactly the container's elements —
-/// each is first added with the container's own value, which fails (and falls back) when another container
-/// owns the key, and makes the delete succeed when the element is already gone. Otherwise: the elements
-/// tagged for the container.
+/// DEL. With the mappings and addresses known: one transaction (over netlink) deleting exactly the
+/// container's elements — each is first added with the container's own value, which fails (and falls back)
+/// when another container owns the key, and makes the delete succeed when the element is already gone.
+/// Otherwise: the elements tagged for the container.
 pub fn del(config: &Config, containers: Option<&[IpNet]>) -> Result<()> {
-    let t = format!("inet {TABLE}");
     if let Some(containers) = containers.filter(|c| !c.is_empty() && !config.mappings.is_empty()) {
-        let mut script = Script::new();
-        for element in elements(config, containers)? {
-            script.push(format!("add element {t} {} {{ {} }}", element.set, element.render(None)));
-            script.push(format!("delete element {t} {} {{ {} }}", element.set, element.key));
-        }
-        if script.apply().is_ok() {
+        if nftables::remove_elements(TABLE, &elements(config, containers)?) {
             return Ok(());
         }
     }
@@ -274,12 +270,12 @@ pub fn check(config: &Config, containers: &[IpNet]) -> Result<()> {
     let missing = |what: String| Error::internal(format!("port mappings of container {}: {what}", config.container_id));
     let present = nftables::table_elements(TABLE)?.ok_or_else(|| missing(format!("table inet {TABLE} not found")))?;
     for element in elements(config, containers)? {
-        let found = present.iter().any(|p| p.set == element.set && p.key == element.key && p.value == element.value);
+        let found = present.iter().any(|p| p.is_key_of(&element) && p.value == element.value_text());
         if !found {
             return Err(missing(format!(
                 "{} {} not found in {}",
-                element.key,
-                element.value.unwrap_or_default(),
+                element.key_text(),
+                element.value_text().unwrap_or_default(),
                 element.set
             )));
         }
@@ -329,23 +325,24 @@ mod tests {
         let (v4_chain, _) = dnat_chains(&c, Family::V4).unwrap();
         assert!(v4_chain.starts_with("dnat4-") && v4_chain != "dnat4-any");
         assert_eq!(dnat_chains(&c, Family::V6).unwrap().0, "dnat6-any");
+        let t = tag(&c);
         let got: Vec<String> = elements(&c, &["10.22.0.5/24".parse().unwrap(), "fd22::5/64".parse().unwrap()])
             .unwrap()
             .iter()
-            .map(|e| format!("{} {}", e.set, e.render(Some("t"))))
+            .map(|e| format!("{} {}", e.set, e.render(true)))
             .collect();
         let want = vec![
-            format!("hostports4 tcp . 8080 comment \"t\" : jump {v4_chain}"),
-            "dnat4 tcp . 8080 comment \"t\" : 10.22.0.5 . 80".to_string(),
-            "masq_hairpin4_24 10.22.0.0 . 10.22.0.5 . tcp . 80 comment \"t\"".to_string(),
-            "masq_local4 10.22.0.5 . tcp . 80 comment \"t\"".to_string(),
-            format!("hostip_ports4 10.1.0.1 . udp . 53 comment \"t\" : jump hostip-{v4_chain}"),
-            "hostip_dnat4 10.1.0.1 . udp . 53 comment \"t\" : 10.22.0.5 . 5353".to_string(),
-            "masq_hairpin4_24 10.22.0.0 . 10.22.0.5 . udp . 5353 comment \"t\"".to_string(),
-            "masq_local4 10.22.0.5 . udp . 5353 comment \"t\"".to_string(),
-            "hostports6 tcp . 8080 comment \"t\" : jump dnat6-any".to_string(),
-            "dnat6 tcp . 8080 comment \"t\" : fd22::5 . 80".to_string(),
-            "masq_hairpin6_64 fd22:: . fd22::5 . tcp . 80 comment \"t\"".to_string(),
+            format!("hostports4 tcp . 8080 comment \"{t}\" : jump {v4_chain}"),
+            format!("dnat4 tcp . 8080 comment \"{t}\" : 10.22.0.5 . 80"),
+            format!("masq_hairpin4_24 10.22.0.0 . 10.22.0.5 . tcp . 80 comment \"{t}\""),
+            format!("masq_local4 10.22.0.5 . tcp . 80 comment \"{t}\""),
+            format!("hostip_ports4 10.1.0.1 . udp . 53 comment \"{t}\" : jump hostip-{v4_chain}"),
+            format!("hostip_dnat4 10.1.0.1 . udp . 53 comment \"{t}\" : 10.22.0.5 . 5353"),
+            format!("masq_hairpin4_24 10.22.0.0 . 10.22.0.5 . udp . 5353 comment \"{t}\""),
+            format!("masq_local4 10.22.0.5 . udp . 5353 comment \"{t}\""),
+            format!("hostports6 tcp . 8080 comment \"{t}\" : jump dnat6-any"),
+            format!("dnat6 tcp . 8080 comment \"{t}\" : fd22::5 . 80"),
+            format!("masq_hairpin6_64 fd22:: . fd22::5 . tcp . 80 comment \"{t}\""),
         ];
         assert_eq!(got, want);
         assert!(tag(&c).starts_with("pm-"));
