@@ -9,14 +9,14 @@
 # times portmap's and the firewall's DEL without prevResult (the elements found by their owner tag).
 #
 # Needs root, nft, strace. Touches only the namespaces it makes and its temp directory (removed on exit).
-#   BEFORE=dir      binaries to compare against (e.g. a copy of target/release built from main)
-#   AFTER=dir       binaries under test (default target/release)
+#   BEFORE=dir      binaries to compare against (e.g. a copy of target/stage built from main)
+#   AFTER=dir       binaries under test (default target/stage, scripts/lib/binaries.sh)
 #   BENCH_RUNS=N    ADD/DEL pairs per binary (default 31)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-31}
-AFTER=$(realpath "${AFTER:-target/release}")
+AFTER=$(realpath "${AFTER:-target/stage}")
 BEFORE=$(realpath "${BEFORE:?set BEFORE to the directory of the binaries to compare against}")
 die() { echo "bench-nftables: $*" >&2; exit 1; }
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
