@@ -211,7 +211,7 @@ plugins = {"bridge", "host-local", "portmap", "bandwidth", "loopback"}
 files = sorted(os.listdir(acct_dir)) if os.path.isdir(acct_dir) else []
 if not files:
     sys.exit(0)
-line_re = re.compile(r"(\d+) ([\d.]+) (.*)")
+line_re = re.compile(r"(\d+)\s+([\d.]+) (.*)")  # strace pads the pid to 5 columns
 per = collections.defaultdict(lambda: collections.defaultdict(list))  # (side, verb, plugin) -> key -> values
 for name in files:
     side, verb, _ = name.split("-")
@@ -333,7 +333,8 @@ Reading the tables (the structure holds on any load; the figures above are what 
   masquerade's `iptables-restore` at the beginning of its ADD, for the families the IPAM config names
   (`masq::start_ahead`), and writes it the rules once the lease is known: the process has loaded its
   libraries and extensions while the links were made and host-local ran, so only its commit is left on the
-  critical path (ptp does the same).
+  critical path (ptp does the same); its exec-to-exit time in the table above therefore includes the wait for
+  its input, and overlaps the rest of the bridge's ADD.
 - **DEL is three kernel waits.** Deleting the veth (a bridge port: more than one RCU grace period), deleting the
   ifb, and deleting nf_tables rules or chains: the kernel frees those from a work item after a grace period,
   and a process that closes its nf_tables socket while that work is pending waits for it (`nft_rcv_nl_event`
@@ -346,24 +347,16 @@ Reading the tables (the structure holds on any load; the figures above are what 
   plugins at the same time.
 - **Per plugin on DEL**: bandwidth is its ifb deletion plus a process start; portmap is its `iptables-restore`
   (whose time is mostly the grace period) plus a start; the bridge deletes the veth, runs host-local, and
-  removes the masquerade rules (`iptables-save` + `iptables-restore`; two `nft` runs for our nftables backend's
-  rules and one for the reference's nftables ipMasq rule, which nodes moved between backends may have) all at
-  the same time; the longest of these is its wall time.
+  removes the masquerade rules (`iptables-save` + `iptables-restore`; for nftables tables, which nodes moved
+  between backends may have, one netlink dump says whether any exist, and our backend's elements go in one
+  netlink batch) all at the same time; the longest of these is its wall time.
 - **A pool of idle ifb devices** would take the ifb's deletion out of DEL (`ifb to pool` against `ifb`, and the
   `pooled ifb` DEL); what it changes for operators is judged in plugins/bandwidth/README.md.
-- **nf_tables over netlink instead of `nft -f`** (the next step, not done): one `nft` exec costs a process start
-  and libnftables' cache fetch, milliseconds (the `nft -f` line above), where the same transaction as one
-  netlink batch costs tenths of a millisecond (the floor's `rules` ADD step). On DEL the grace period
-  stays, but a plugin holding its own socket can send its deletions first and close the socket last, after the
-  veth's deletion, by when the grace period has passed. The design: a `cnicore::firewall` transport that
-  encodes the plans our nftables backends already make (masq, portmap's nftables backend, the reference tables'
-  teardown) as one nfnetlink batch (`NFNL_MSG_BATCH_BEGIN`/`END`, `NEWTABLE`, `NEWCHAIN`, `NEWSET`,
-  `NEWSETELEM`/`DELSETELEM`, `NEWRULE`/`DELRULE` with the payload, cmp, meta, lookup, immediate, masq and nat
-  expressions they use, comments as libnftnl's userdata TLV), reads state back with dumps for CHECK and GC, maps
-  ENOENT/EEXIST to the messages the code already tests, and pins every message byte for byte against what
-  `nft --debug=netlink` emits, as `cnicore/src/netlink/` does for rtnetlink; `examples/floor.rs` has a minimal
-  client of the same wire format. The iptables backend cannot follow without writing xtables-compat
-  expressions exactly as iptables-nft does (so that `iptables-save` reads them back): out of scope.
+- **nf_tables over netlink**: our nftables backends' usual ADD and DEL, and DEL by owner tag, are one netlink
+  batch with no `nft` process (`cnicore::firewall::nfnl`; "The nftables backends over netlink" below). This
+  chain uses the iptables backend (the kubenet conflist on a node with iptables), which cannot follow without
+  writing xtables-compat expressions exactly as iptables-nft does (so that `iptables-save` reads them back):
+  out of scope, so its `iptables-restore` processes stay.
 NOTES
 cat "$tmp/section.md"
 if [[ -n $OUT ]]; then
