@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark of static, host-device, sbr, tap and vrf, ours against the reference (Debian's containernetworking-plugins
-# 1.1.1 in /usr/lib/cni; it has no tap), with scripts/lib/adddel-medians.sh: ADD and DEL medians, each call one exec
+# 1.1.1 in /usr/lib/cni; it has no tap), with scripts/lib/adddel-times.sh: ADD and DEL medians, each call one exec
 # inside a "node" namespace, ours and the reference alternating. host-device moves a veth end of the node into the pod
 # and back (no IPAM, so that only the plugin is timed); sbr adds its rule for the pod's eth0 (a veth to the node); vrf needs a kernel with VRF support and is reported as skipped without it.
 # Prints markdown table rows ("| <plugin> ADD | ref | ours | speed-up |"); scripts/bench.sh appends them to its table.
@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/binaries.sh
+source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 OURS_DIR=$(realpath "${OURS_DIR:-target/stage}")
@@ -32,20 +33,21 @@ cleanup() {
 trap cleanup EXIT
 newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
 
-ms() { awk -v us="$1" 'BEGIN { printf "%.2f ms", us / 1000 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }'; }
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
 
-# bench PLUGIN CONF NODE POD [REFERENCE]: the two rows of one plugin, net of the harness's exec.
+# bench PLUGIN CONF NODE POD [REFERENCE]: the two rows of one plugin.
 bench() {
     local plugin=$1 conf=$2 node=$3 pod=$4 reference=${5:-$REF/$1}
-    local out
-    out=$(ip netns exec "$node" scripts/lib/adddel-medians.sh "$OURS_DIR/$plugin" "$reference" "$conf" "$RUNS" "$pod") ||
+    local times=$WORK/times-$plugin ours_add ours_del ref_add ref_del
+    ip netns exec "$node" env CNI_NETNS="/run/netns/$pod" CNI_IFNAME=eth0 CNI_PATH="$OURS_DIR" \
+        scripts/lib/adddel-times.sh "$RUNS" 2 "ours:$OURS_DIR/$plugin:$conf" "reference:$reference:$conf" >"$times" ||
         die "$plugin: ADD/DEL loop failed"
-    read -r ours_add ours_del ref_add ref_del harness <<<"$out"
-    net() { echo $(($1 > harness ? $1 - harness : 1)); }
-    row "$plugin ADD" "$(ms "$ref_add")" "$(ms "$ours_add")" "$(ratio "$(net "$ref_add")" "$(net "$ours_add")")"
-    row "$plugin DEL" "$(ms "$ref_del")" "$(ms "$ours_del")" "$(ratio "$(net "$ref_del")" "$(net "$ours_del")")"
+    ours_add=$(median_us ours 2 <"$times") ours_del=$(median_us ours 3 <"$times")
+    ref_add=$(median_us reference 2 <"$times") ref_del=$(median_us reference 3 <"$times")
+    # Each figure includes its exec (ours, static, start faster than the harness's /bin/true: a ratio net of
+    # the harness would divide by almost nothing).
+    row "$plugin ADD" "$(ms "$ref_add")" "$(ms "$ours_add")" "$(ratio "$ref_add" "$ours_add")"
+    row "$plugin DEL" "$(ms "$ref_del")" "$(ms "$ours_del")" "$(ratio "$ref_del" "$ours_del")"
 }
 
 node=bmn$$ pod=bmp$$

@@ -250,6 +250,11 @@ fn move_out(ctx: &Context, conf: &Config, record: &std::path::Path) -> Result<()
             "cannot move {ifname:?} back to the node as {name:?}: the node has a link of that name"
         )));
     }
+    // Down first, as the reference does: the move of a device that is up closes it inside the move, which
+    // measured 3-6 ms slower (its pod-side state torn down while the kernel holds the move).
+    if let Some(link) = pod.link_by_name(ifname).context("netlink")? {
+        pod.set_down(link.index).with_context(|| format!("failed to set {ifname:?} down"))?;
+    }
     move_link(&mut pod, ifname, &node_ns, &name)?;
     failpoint::hit("host-device/del-after-move");
     let link = node.require_link(&name).with_context(|| format!("failed to find {name:?} back in the node"))?;
