@@ -61,11 +61,29 @@ ip -n "$node" link add eth0 type veth peer name eth0 netns "$wan"
 ip -n "$node" addr add 192.0.2.1/24 dev eth0; ip -n "$node" link set eth0 up
 ip -n "$wan" addr add 192.0.2.2/24 dev eth0; ip -n "$wan" link set eth0 up
 ip -n "$node" route add default via 192.0.2.2
+# A node of its own for the chain with our nftables backends (below): its tables would otherwise be on the node
+# the iptables chain runs on, whose DEL then also tears down nftables elements (a node moved between backends).
+node_nft=cfm$id pod_nft=cfq$id
+newns "$node_nft"; newns "$pod_nft"
+ip -n "$node_nft" link add eth0 type veth peer name eth1 netns "$wan"
+ip -n "$node_nft" addr add 192.0.3.1/24 dev eth0; ip -n "$node_nft" link set eth0 up
+ip -n "$wan" addr add 192.0.3.2/24 dev eth1; ip -n "$wan" link set eth1 up
+ip -n "$node_nft" route add default via 192.0.3.2
 mkdir -p "$tmp/net.d"
 sed "s|\"type\": \"host-local\",|\"type\": \"host-local\", \"dataDir\": \"$tmp/ipam\",|" conf/10-kubenet.conflist >"$tmp/net.d/10-kubenet.conflist"
+# The same chain with our nftables backends (bridge's ipMasq and portmap): their usual transactions are netlink
+# batches (cnicore::firewall::nfnl), the closest a chain of processes comes to the floor's `rules` step. Ours only:
+# the reference 1.1.1 has no nftables backend.
+mkdir -p "$tmp/net.d-nft"
+jq --arg ipam "$tmp/ipam-nft" '.plugins[0].ipMasqBackend = "nftables" | .plugins[0].ipam.dataDir = $ipam
+  | .plugins[1].backend = "nftables"' "$tmp/net.d/10-kubenet.conflist" >"$tmp/net.d-nft/10-kubenet.conflist"
 caps='{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}],"bandwidth":{"ingressRate":10000000,"ingressBurst":1000000,"egressRate":10000000,"egressBurst":1000000}}'
 cni() { # PATH VERB
   NETCONFPATH=$tmp/net.d CNI_PATH=$1 CAP_ARGS=$caps nsenter --net=/run/netns/$node "$cnitool" "$2" kubenet "/run/netns/$pod"
+}
+cni_nft() { # VERB: ours, with the nftables backends, on their own node
+  NETCONFPATH=$tmp/net.d-nft CNI_PATH=$ours CAP_ARGS=$caps nsenter --net=/run/netns/$node_nft "$cnitool" "$1" kubenet \
+    "/run/netns/$pod_nft"
 }
 
 # Samples as lines "<what> <ms>" in one file; medians at the end.
@@ -80,6 +98,8 @@ for ((i = 0; i < RUNS; i++)); do
     sample "$side-ADD" "$(elapsed cni "$path" add)"
     sample "$side-DEL" "$(elapsed cni "$path" del)"
   done
+  sample "ours_nft-ADD" "$(elapsed cni_nft add)"
+  sample "ours_nft-DEL" "$(elapsed cni_nft del)"
   s=$EPOCHREALTIME
   NETCONFPATH=$tmp/net.d CNI_PATH=$ours nsenter --net=/run/netns/$node "$cnitool" del no-such-net "/run/netns/$pod" >/dev/null 2>&1 || true
   e=$EPOCHREALTIME
@@ -185,6 +205,13 @@ for verb, floor, conc in (("ADD", floor_add, floor_add), ("DEL", floor_del, floo
     r = med(f"ref-{verb}") - harness
     print(f"| {verb} | {floor:.1f} ms | {conc:.1f} ms | {o:.1f} ms | {r:.1f} ms | {o / floor:.2f}x | {o / conc:.2f}x | {r / floor:.2f}x |")
 print()
+if samples.get("ours_nft-ADD"):
+    add, dele = med("ours_nft-ADD") - harness, med("ours_nft-DEL") - harness
+    print(f"The same chain with our nftables backends (bridge's `ipMasqBackend` and portmap's `backend`: their usual "
+          f"transactions are one netlink batch each, no firewall process; the reference 1.1.1 has no nftables "
+          f"backend), in the same rounds, net of the harness: ADD {add:.1f} ms ({add / floor_add:.2f}x the floor), "
+          f"DEL {dele:.1f} ms ({dele / floor_del:.2f}x).")
+    print()
 print("The floor, step by step (medians; DEL's three ways take turns, one pod each per round):")
 print()
 print("| verb | step | floor |")
