@@ -222,7 +222,7 @@ fn a_node_moved_from_the_reference_nftables_backends_keeps_working() {
 fn nf_tables_tables_are_listed_over_netlink() {
     let ns = TestNetns::new("nftls");
     let listed = || {
-        let mut tables = ns.run(cnicore::firewall::nft_tables::tables).expect("table dump");
+        let mut tables = ns.run(cnicore::firewall::nfnl::tables).expect("table dump");
         tables.sort();
         tables
     };
@@ -235,6 +235,6 @@ fn nf_tables_tables_are_listed_over_netlink() {
         listed(),
         vec![pair("inet", "cni_plugins_masquerade"), pair("ip", "cni_hostport"), pair("ip6", "cni_hostport")]
     );
-    assert!(ns.run(|| cnicore::firewall::nft_tables::exists("ip6", "cni_hostport")).expect("dump"));
-    assert!(!ns.run(|| cnicore::firewall::nft_tables::exists("inet", "cni_hostport")).expect("dump"));
+    assert!(ns.run(|| cnicore::firewall::nfnl::table_exists("ip6", "cni_hostport")).expect("dump"));
+    assert!(!ns.run(|| cnicore::firewall::nfnl::table_exists("inet", "cni_hostport")).expect("dump"));
 }

@@ -591,7 +591,7 @@ fn nft_check(pod: &Attachment) -> Result<()> {
 /// verdict: the elements tagged for the attachment. Nothing runs when the table does not exist (a node that
 /// never used this backend); when that cannot be asked over netlink, `nft` finds out.
 fn nft_teardown(pod: &Attachment) -> Result<()> {
-    if let Ok(false) = super::nft_tables::exists("inet", NFT_TABLE) {
+    if let Ok(false) = super::nfnl::table_exists("inet", NFT_TABLE) {
         return Ok(());
     }
     if !pod.ips.is_empty() && nftables::remove_elements(NFT_TABLE, &nft_elements(pod)) {

@@ -26,7 +26,6 @@ mod exec;
 pub mod iptables;
 pub mod masq;
 pub mod nfnl;
-pub mod nft_tables;
 pub mod nftables;
 pub mod node_masq;
 pub mod reference_nft;

@@ -12,6 +12,10 @@
 //! the string with its NUL), which is where `nft` keeps it, so `nft list` shows it and the read-back by comment
 //! finds it.
 //!
+//! [`tables`] lists the namespace's tables with one `NFT_MSG_GETTABLE` dump: what DEL asks before running
+//! `nft` at all, so that a node that never had a table of ours or the reference's nftables backends runs no
+//! `nft` process on DEL.
+//!
 //! [`delete_tagged`] is the read-back by owner tag (DEL without prevResult, GC): the table's sets listed with
 //! an `NFT_MSG_GETSET` dump, each set's elements with an `NFT_MSG_GETSETELEM` dump (keys as bytes, comments
 //! from the userdata), and the tagged ones deleted in one batch with the key bytes the kernel listed.
@@ -34,6 +38,8 @@ use crate::netlink::wire::{self, Received, Request, NLA_F_NESTED};
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_GETSET: u16 = 10;
 const NFT_MSG_NEWSETELEM: u16 = 12;
@@ -44,6 +50,7 @@ const NFPROTO_INET: u8 = 1;
 const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_CREATE: u16 = 0x400;
 
+const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
@@ -70,6 +77,58 @@ const REGISTER: usize = 4;
 const IFNAMSIZ: usize = 16;
 /// The longest chain name nf_tables accepts (`NFT_CHAIN_MAXNAMELEN` without the NUL).
 const CHAIN_MAX: usize = 255;
+
+/// A NETLINK_NETFILTER socket of the calling thread's namespace.
+fn open_socket() -> io::Result<Socket> {
+    let mut socket = Socket::new(NETLINK_NETFILTER)?;
+    socket.bind_auto()?;
+    Ok(socket)
+}
+
+/// Every table of the namespace as (family as `nft` names it, name).
+pub fn tables() -> io::Result<Vec<(String, String)>> {
+    let socket = open_socket()?;
+    let mut found = Vec::new();
+    wire::exchange(&socket, &mut tables_request(), NLM_F_DUMP, 1, |message_type, payload| {
+        if let Some(table) = parse_table(message_type, payload) {
+            found.push(table);
+        }
+    })?;
+    Ok(found)
+}
+
+/// True when `family name` exists. An error (no nf_tables in this kernel, say) is the caller's to judge.
+pub fn table_exists(family: &str, name: &str) -> io::Result<bool> {
+    Ok(tables()?.iter().any(|(f, n)| f == family && n == name))
+}
+
+/// `NFT_MSG_GETTABLE` of every family: nfgenmsg (AF_UNSPEC, NFNETLINK_V0, resource id 0), no attributes.
+fn tables_request() -> Request {
+    Request::new((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE, &[0, 0, 0, 0])
+}
+
+/// A table of the dump: (family, name).
+fn parse_table(message_type: u16, payload: &[u8]) -> Option<(String, String)> {
+    if message_type != (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWTABLE {
+        return None;
+    }
+    let family = family_name(*payload.first()?)?;
+    let name = wire::attributes(payload.get(4..)?).find(|(kind, _)| *kind == NFTA_TABLE_NAME)?.1;
+    Some((family.to_string(), wire::as_string(name)))
+}
+
+/// The `NFPROTO_*` families as `nft` spells them.
+fn family_name(family: u8) -> Option<&'static str> {
+    Some(match family {
+        1 => "inet",
+        2 => "ip",
+        3 => "arp",
+        5 => "netdev",
+        7 => "bridge",
+        10 => "ip6",
+        _ => return None,
+    })
+}
 
 /// The sockets of [`Batch::commit_closing_at_exit`].
 static KEPT_OPEN: Mutex<Vec<Socket>> = Mutex::new(Vec::new());
@@ -215,8 +274,7 @@ impl Batch {
             return Ok(None);
         }
         let unavailable = BatchError::Unavailable;
-        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(unavailable)?;
-        socket.bind_auto().map_err(unavailable)?;
+        let socket = open_socket().map_err(unavailable)?;
         let datagram = self.datagram();
         grow_send_buffer(&socket, datagram.len());
         socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
@@ -300,8 +358,7 @@ pub struct ListedElement {
 /// one `NFT_MSG_GETSET` dump, then one `NFT_MSG_GETSETELEM` dump per set, on one socket. `None` when the
 /// table does not exist. An interrupted dump (the table changed meanwhile) is an error ([`io::ErrorKind::Interrupted`]).
 pub fn table_elements(table: &str) -> io::Result<Option<Vec<ListedElement>>> {
-    let mut socket = Socket::new(NETLINK_NETFILTER)?;
-    socket.bind_auto()?;
+    let socket = open_socket()?;
     let mut sets = Vec::new();
     let listed = wire::exchange(&socket, &mut sets_request(table), NLM_F_DUMP, 1, |message_type, payload| {
         sets.extend(parse_set(message_type, payload, table));

@@ -83,7 +83,7 @@ pub struct TheirRule {
 
 /// Which of (family, table) exist: asked over netlink (no process), else from one `nft -j list tables`.
 fn present_tables(wanted: &[(&str, &str)]) -> Result<Vec<(String, String)>> {
-    if let Ok(tables) = super::nft_tables::tables() {
+    if let Ok(tables) = super::nfnl::tables() {
         return Ok(tables.into_iter().filter(|(f, t)| wanted.iter().any(|(wf, wt)| wf == f && wt == t)).collect());
     }
     let listing =

@@ -301,3 +301,37 @@ fn anonymous_sets_are_not_listed() {
     assert_eq!(parse_set(new_set, &set("__set0", NFT_SET_ANONYMOUS | 2), "t"), None);
     assert_eq!(parse_set(new_set, &set("pods4_24", 0), "other"), None);
 }
+
+#[test]
+fn tables_request_bytes() {
+    let mut request = tables_request();
+    let flags = netlink_packet_core::NLM_F_REQUEST | netlink_packet_core::NLM_F_ACK | NLM_F_DUMP;
+    let bytes = request.finish(flags, 7).to_vec();
+    let mut expected = Vec::new();
+    expected.extend_from_slice(&20u32.to_ne_bytes()); // length
+    expected.extend_from_slice(&0x0a01u16.to_ne_bytes()); // NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE
+    expected.extend_from_slice(&0x0305u16.to_ne_bytes()); // REQUEST | ACK | DUMP
+    expected.extend_from_slice(&7u32.to_ne_bytes()); // sequence
+    expected.extend_from_slice(&0u32.to_ne_bytes()); // port
+    expected.extend_from_slice(&[0, 0, 0, 0]); // AF_UNSPEC, NFNETLINK_V0, resource id 0
+    assert_eq!(bytes, expected);
+}
+
+#[test]
+fn parses_tables_of_the_dump() {
+    // nfgenmsg (inet), NFTA_TABLE_NAME "cni_ipmasq", NFTA_TABLE_FLAGS 0.
+    let mut payload = vec![1, 0, 0, 0];
+    payload.extend_from_slice(&15u16.to_ne_bytes());
+    payload.extend_from_slice(&NFTA_TABLE_NAME.to_ne_bytes());
+    payload.extend_from_slice(b"cni_ipmasq\0\0");
+    payload.extend_from_slice(&8u16.to_ne_bytes());
+    payload.extend_from_slice(&2u16.to_ne_bytes());
+    payload.extend_from_slice(&0u32.to_ne_bytes());
+    let table = parse_table(0x0a00, &payload);
+    assert_eq!(table, Some(("inet".to_string(), "cni_ipmasq".to_string())));
+    payload[0] = 10;
+    assert_eq!(parse_table(0x0a00, &payload).map(|t| t.0), Some("ip6".to_string()));
+    assert_eq!(parse_table(0x0a03, &payload), None, "a chain, not a table");
+    payload[0] = 99;
+    assert_eq!(parse_table(0x0a00, &payload), None, "an unknown family");
+}
