@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/binaries.sh
+source scripts/lib/bench-scratch.sh
 root=$PWD
 RUNS=${RUNS:-20}
 ACCT_RUNS=${ACCT_RUNS:-10}
@@ -34,41 +35,16 @@ floor=$root/target/release/examples/floor
 cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}
 [[ -x $cnitool ]] || { echo "bench-floor: upstream cnitool missing ($cnitool; ../shared/tools/build-cnitool.sh)" >&2; exit 1; }
 
-tmp=$(mktemp -d /tmp/cni-bench-floor.XXXXXX)
-mkdir -p "$tmp/cache"
-mount --bind "$tmp/cache" /var/lib/cni
+bench_scratch bench-floor
 id=$$
-namespaces=()
-cleanup() {
-  for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-  umount /var/lib/cni 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
-
-elapsed() {
-  local s=$EPOCHREALTIME
-  "$@" >/dev/null 2>>"$tmp/errors" || { echo "bench-floor: failed: $*" >&2; tail -n 3 "$tmp/errors" >&2; exit 1; }
-  local e=$EPOCHREALTIME
-  echo $((10#${e/./} - 10#${s/./}))
-}
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 node=cfn$id wan=cfw$id pod=cfp$id
-newns "$node"; newns "$wan"; newns "$pod"
-ip -n "$node" link add eth0 type veth peer name eth0 netns "$wan"
-ip -n "$node" addr add 192.0.2.1/24 dev eth0; ip -n "$node" link set eth0 up
-ip -n "$wan" addr add 192.0.2.2/24 dev eth0; ip -n "$wan" link set eth0 up
-ip -n "$node" route add default via 192.0.2.2
+make_node "$node" "$wan"; newns "$pod"
 # A node of its own for the chain with our nftables backends (below): its tables would otherwise be on the node
 # the iptables chain runs on, whose DEL then also tears down nftables elements (a node moved between backends).
 node_nft=cfm$id pod_nft=cfq$id
-newns "$node_nft"; newns "$pod_nft"
-ip -n "$node_nft" link add eth0 type veth peer name eth1 netns "$wan"
-ip -n "$node_nft" addr add 192.0.3.1/24 dev eth0; ip -n "$node_nft" link set eth0 up
-ip -n "$wan" addr add 192.0.3.2/24 dev eth1; ip -n "$wan" link set eth1 up
-ip -n "$node_nft" route add default via 192.0.3.2
+make_node "$node_nft" "$wan" 1; newns "$pod_nft"
 mkdir -p "$tmp/net.d"
 sed "s|\"type\": \"host-local\",|\"type\": \"host-local\", \"dataDir\": \"$tmp/ipam\",|" conf/10-kubenet.conflist >"$tmp/net.d/10-kubenet.conflist"
 # The same chain with our nftables backends (bridge's ipMasq and portmap): their usual transactions are netlink

@@ -13,6 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/binaries.sh
+source scripts/lib/bench-scratch.sh
 root=$PWD
 RUNS=${RUNS:-20}
 OUT=${OUT-docs/benchmarks.md}
@@ -37,37 +38,9 @@ cnitool=${UPSTREAM_CNITOOL:-/var/tmp/cnitool-bin/cnitool}
 runner="upstream cnitool (libcni 1.1.2)"
 [[ -x $cnitool ]] || { cnitool=$ours/cnitool; runner="our cnitool (upstream cnitool not built)"; }
 
-tmp=$(mktemp -d /tmp/cni-bench.XXXXXX)
-mkdir -p "$tmp/cache"
-mount --bind "$tmp/cache" /var/lib/cni
+bench_scratch bench
 id=$$
-namespaces=()
-cleanup() {
-  for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-  umount /var/lib/cni 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 
-newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
-
-# A node netns with an uplink veth (eth0) to a wan netns and a default route through it.
-make_node() {
-  local node=$1 wan=$2
-  newns "$node"; newns "$wan"
-  ip -n "$node" link add eth0 type veth peer name eth0 netns "$wan"
-  ip -n "$node" addr add 192.0.2.1/24 dev eth0; ip -n "$node" link set eth0 up
-  ip -n "$wan" addr add 192.0.2.2/24 dev eth0; ip -n "$wan" link set eth0 up
-  ip -n "$node" route add default via 192.0.2.2
-}
-
-# Microseconds taken by a command (bash's clock: no extra process per measurement).
-elapsed() {
-  local s=$EPOCHREALTIME
-  "$@" >/dev/null 2>>"$tmp/errors" || { echo "bench: failed: $*" >&2; tail -n 3 "$tmp/errors" >&2; exit 1; }
-  local e=$EPOCHREALTIME
-  echo $((10#${e/./} - 10#${s/./}))
-}
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print 0; else if (NR % 2) print a[(NR+1)/2]; else print int((a[NR/2]+a[NR/2+1])/2)}'; }
 ms() { awk -v us="$1" 'BEGIN {printf "%.1f ms", us / 1000}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (b > 0) printf "%.1fx", a / b; else print "-"}'; }

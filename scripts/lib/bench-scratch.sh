@@ -1,0 +1,45 @@
+# The scratch of the chain benchmarks (scripts/bench.sh, scripts/bench-floor.sh), which run in a private mount
+# namespace: a temporary directory, upstream cnitool's result cache (it always uses /var/lib/cni) mounted over
+# from it, and the network namespaces they make; all removed on exit. Source this file; it defines functions.
+
+# bench_scratch NAME: makes $tmp (/tmp/cni-NAME.XXXXXX) with the cache mounted, and removes everything on exit.
+# NAME also prefixes the messages of `elapsed`.
+bench_scratch() {
+  bench_name=$1
+  tmp=$(mktemp -d "/tmp/cni-$1.XXXXXX")
+  mkdir -p "$tmp/cache"
+  mount --bind "$tmp/cache" /var/lib/cni
+  namespaces=()
+  trap bench_scratch_cleanup EXIT
+}
+
+bench_scratch_cleanup() {
+  for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+  umount /var/lib/cni 2>/dev/null || true
+  rm -rf "$tmp"
+}
+
+# newns NAME: a network namespace with its loopback up, removed on exit.
+newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
+
+# make_node NODE WAN [N]: a node netns with an uplink veth (eth0) to WAN (whose end is ethN) on 192.0.(2+N).0/24
+# and a default route through it; WAN is made with the first node (N 0).
+make_node() {
+  local node=$1 wan=$2 n=${3:-0}
+  local net=192.0.$((2 + n))
+  newns "$node"
+  ((n > 0)) || newns "$wan"
+  ip -n "$node" link add eth0 type veth peer name "eth$n" netns "$wan"
+  ip -n "$node" addr add "$net.1/24" dev eth0; ip -n "$node" link set eth0 up
+  ip -n "$wan" addr add "$net.2/24" dev "eth$n"; ip -n "$wan" link set "eth$n" up
+  ip -n "$node" route add default via "$net.2"
+}
+
+# elapsed COMMAND...: the microseconds it took (bash's clock: no extra process per measurement); its stderr
+# goes to $tmp/errors, and a failure stops the benchmark.
+elapsed() {
+  local s=$EPOCHREALTIME
+  "$@" >/dev/null 2>>"$tmp/errors" || { echo "$bench_name: failed: $*" >&2; tail -n 3 "$tmp/errors" >&2; exit 1; }
+  local e=$EPOCHREALTIME
+  echo $((10#${e/./} - 10#${s/./}))
+}
