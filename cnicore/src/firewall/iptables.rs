@@ -417,10 +417,6 @@ fn restore_binary(family: Family) -> &'static str {
     }
 }
 
-/// How often a transaction computed from a read of the table is tried: a concurrent change between the read
-/// and the write (another ADD creating the same shared chain) makes it fail, and it is then computed again.
-const ATTEMPTS: usize = 3;
-
 /// Reads `table`, lets `plan` write the transaction from what is there, and applies it; again when a concurrent
 /// change made it fail. `what` names the work in the error.
 pub fn update(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot, &mut Script)) -> Result<()> {
@@ -478,7 +474,7 @@ fn read_and_apply(
     plan: impl Fn(&Snapshot, &mut Script),
 ) -> Result<()> {
     let mut last = None;
-    for _ in 0..ATTEMPTS {
+    for _ in 0..super::ATTEMPTS {
         let snapshot = match save(family, table) {
             Ok(snapshot) => snapshot,
             Err(failure) if unreadable_is_empty && family == Family::V6 && !failure.missing => return Ok(()),

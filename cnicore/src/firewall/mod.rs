@@ -40,6 +40,11 @@ use crate::spec::{validate_container_id, validate_network_name, Error, Result};
 
 pub use exec::find_binary;
 
+/// How often a firewall transaction computed from a read (of a table, a chain, a set) is tried: a concurrent
+/// change between the read and the write (another ADD creating the same shared chain, another DEL deleting
+/// the same elements) makes it fail, and it is then computed again from a new read.
+const ATTEMPTS: usize = 3;
+
 /// Which firewall implementation programs the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {

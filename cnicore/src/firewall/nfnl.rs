@@ -461,12 +461,12 @@ fn userdata_comment(mut data: &[u8]) -> Option<String> {
 }
 
 /// Deletes every element of `inet <table>` whose comment satisfies `owned`, in one batch after one read
-/// ([`table_elements`]); a batch refused because of a concurrent change is recomputed, up to three times.
+/// ([`table_elements`]); a batch refused because of a concurrent change is recomputed, up to `firewall::ATTEMPTS` times.
 /// Nothing to delete (or no table) is success. The socket is closed at exit
 /// ([`Batch::commit_closing_at_exit`]).
 pub fn delete_tagged(table: &str, owned: &dyn Fn(&str) -> bool) -> Result<(), BatchError> {
     let mut last = None;
-    for _ in 0..3 {
+    for _ in 0..super::ATTEMPTS {
         let Some(listed) = table_elements(table).map_err(BatchError::Unavailable)? else { return Ok(()) };
         let mut batch = Batch::inet(table);
         for element in listed.iter().filter(|e| e.comment.as_deref().is_some_and(owned)) {

@@ -391,9 +391,6 @@ fn render_key(key: &Value) -> Option<String> {
     }
 }
 
-/// Concurrent changes can make a transaction computed from a listing fail; it is then recomputed.
-const ATTEMPTS: usize = 3;
-
 /// Deletes, in one transaction, every element of `inet <table>` whose comment satisfies `owned`. Elements
 /// already gone are fine; a transaction that fails because of a concurrent change is recomputed. Read and
 /// deleted over netlink ([`nfnl::delete_tagged`]: dumps of the table's sets, one batch); with `nft -j list`
@@ -408,7 +405,7 @@ pub fn delete_tagged(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
 /// [`delete_tagged`] with `nft`: one listing, one transaction.
 fn delete_tagged_text(table: &str, owned: impl Fn(&str) -> bool) -> Result<()> {
     let mut last = None;
-    for _ in 0..ATTEMPTS {
+    for _ in 0..super::ATTEMPTS {
         let Some(elements) = table_elements(table)? else { return Ok(()) };
         let mut script = Script::new();
         for element in elements {

@@ -129,14 +129,11 @@ fn rules_of(tables: &[(&str, &str)], chains: &[&str]) -> Result<Vec<TheirRule>> 
     Ok(out)
 }
 
-/// Concurrent changes (their rules deleted by another DEL) can make a transaction fail; it is recomputed.
-const ATTEMPTS: usize = 3;
-
 /// Deletes, in one transaction, the rules of `tables`/`chains` that `stale` selects; rules already gone are
 /// fine. Nothing runs but one listing when their tables do not exist.
 fn delete_rules(tables: &[(&str, &str)], chains: &[&str], stale: impl Fn(&TheirRule) -> bool) -> Result<()> {
     let mut last = None;
-    for _ in 0..ATTEMPTS {
+    for _ in 0..super::ATTEMPTS {
         let mut script = Script::new();
         for rule in rules_of(tables, chains)?.iter().filter(|r| stale(r)) {
             script.push(format!("delete rule {} {} {} handle {}", rule.family, rule.table, rule.chain, rule.handle));
