@@ -461,7 +461,8 @@ fn userdata_comment(mut data: &[u8]) -> Option<String> {
 }
 
 /// Deletes every element of `inet <table>` whose comment satisfies `owned`, in one batch after one read
-/// ([`table_elements`]); a batch refused because of a concurrent change is recomputed, up to `firewall::ATTEMPTS` times.
+/// ([`table_elements`]); a batch refused because of a concurrent change is recomputed, up to
+/// `firewall::ATTEMPTS` times.
 /// Nothing to delete (or no table) is success. The socket is closed at exit
 /// ([`Batch::commit_closing_at_exit`]).
 pub fn delete_tagged(table: &str, owned: &dyn Fn(&str) -> bool) -> Result<(), BatchError> {
