@@ -447,10 +447,17 @@ pub fn result_ips(result: &Value) -> Vec<IpAddr> {
 /// How often [`eventually`] tries again: often enough that a time measured around a wait is this precise.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 
-/// The rig's one wait: polls `attempt` until it returns Ok or `timeout` passes, then its last error. For
-/// anything a test waits for (a daemon's socket, convergence, the kernel's asynchronous cleanup).
+/// `timeout` stretched by `CNI_TEST_TIME_SCALE` (a whole number, default 1): the VM lane sets it, since under
+/// emulation daemons (etcd, fabricd) take several times as long as here to answer.
+pub fn scaled(timeout: Duration) -> Duration {
+    let factor = std::env::var("CNI_TEST_TIME_SCALE").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(1);
+    timeout * factor.max(1)
+}
+
+/// The rig's one wait: polls `attempt` until it returns Ok or `timeout` ([`scaled`]) passes, then its last
+/// error. For anything a test waits for (a daemon's socket, convergence, the kernel's asynchronous cleanup).
 pub fn eventually<T, E>(timeout: Duration, mut attempt: impl FnMut() -> Result<T, E>) -> Result<T, E> {
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + scaled(timeout);
     loop {
         match attempt() {
             Ok(value) => return Ok(value),
