@@ -14,11 +14,10 @@ use tokio::time::Instant;
 
 use crate::backend::pod_mtu;
 use crate::cli::Cli;
-use crate::commands::{open_dataplane, summary};
 use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
 use crate::flannel::Family;
-use crate::log;
+use crate::log::{log, summary};
 use crate::metrics::Metrics;
 use crate::node::{self, Files};
 use crate::source::Cluster;
@@ -52,7 +51,7 @@ struct Agent {
 
 pub async fn run(cli: Cli) -> Result<i32> {
     let metrics = Arc::new(Metrics::default());
-    let (mut dataplane, identity) = open_dataplane(&cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let addresses: Vec<String> =
         Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
@@ -64,7 +63,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         false => None,
     };
     let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
-    cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
+    let mut source = cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
     if !cli.metrics_addr.is_empty() {
         tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone()));
     }
@@ -96,6 +95,10 @@ pub async fn run(cli: Cli) -> Result<i32> {
             _ = tokio::time::sleep_until(agent.next_resync) => Trigger::Resync,
             _ = tokio::signal::ctrl_c() => Trigger::Stop,
             _ = terminate.recv() => Trigger::Stop,
+            ended = &mut source => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(ended.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e))));
+            }
         };
         if matches!(trigger, Trigger::Stop) {
             break;

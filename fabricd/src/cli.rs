@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+use crate::dataplane::Dataplane;
+use crate::error::{Error, Result};
 use crate::flannel::{self, SubnetKey};
 use crate::node;
 use crate::source::etcd::EtcdOptions;
-use crate::source::{LeaseToken, Previous, SourceConfig};
+use crate::source::{LeaseToken, NodeIdentity, Previous, SourceConfig};
 
 /// Flags named as flanneld names them mean what they mean there, so a flannel unit changes only its binary.
 #[derive(Parser, Debug)]
@@ -111,6 +113,15 @@ pub fn go_style_args() -> Vec<String> {
 }
 
 impl Cli {
+    /// The node's data plane handle and its identity (its public addresses, from the flags or the underlay).
+    pub fn open_dataplane(&self) -> Result<(Dataplane, NodeIdentity)> {
+        let mut dataplane = Dataplane::new(self.iface.clone(), self.public_ip, self.public_ipv6)
+            .map_err(|e| Error::netlink("opening netlink", e))?;
+        let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+        let identity = NodeIdentity { public_ip: underlay.public_ip, public_ipv6: underlay.public_ipv6 };
+        Ok((dataplane, identity))
+    }
+
     /// Where the cluster comes from: the static file, else etcd.
     pub fn source(&self) -> SourceConfig {
         match &self.static_config {

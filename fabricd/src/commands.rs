@@ -1,36 +1,16 @@
 //! The one-shot commands: `status`, `cleanup`, and the hidden `acquire` (a client for tests).
 
 use crate::cli::Cli;
-use crate::dataplane::diff::Change;
-use crate::dataplane::{self, Dataplane};
+use crate::dataplane;
 use crate::error::{Error, Result};
 use crate::flannel::Family;
-use crate::log;
+use crate::log::{log, summary};
 use crate::plan::PeerPath;
 use crate::source::NodeIdentity;
 
-/// The node's identity and its data plane handle.
-pub fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity)> {
-    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, cli.public_ipv6)
-        .map_err(|e| Error::netlink("opening netlink", e))?;
-    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-    let identity = NodeIdentity { public_ip: underlay.public_ip, public_ipv6: underlay.public_ipv6 };
-    Ok((dataplane, identity))
-}
-
-/// The first changes, for a log line.
-pub fn summary(changes: &[Change]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = changes.iter().take(SHOWN).map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
-    if changes.len() > SHOWN {
-        text.push_str(&format!("; and {} more", changes.len() - SHOWN));
-    }
-    text
-}
-
 /// Own lease, each peer and how it is reached (or why it is refused), what differs; exit 3 when something does.
 pub async fn status(cli: &Cli) -> Result<i32> {
-    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let cluster = cli.source().current(&identity, cli.previous()).await?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let lease = cluster.lease.map(|token| format!("lease {token}")).unwrap_or_else(|| "static".into());
@@ -99,7 +79,7 @@ pub async fn acquire(cli: &Cli) -> Result<i32> {
 
 /// Removes everything fabricd made on this node, and its lease; exit 1 when some part failed.
 pub async fn cleanup(cli: &Cli) -> Result<i32> {
-    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let source = cli.source();
     let mut code = 0;
     let mut devices = Vec::new();

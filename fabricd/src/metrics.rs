@@ -46,6 +46,8 @@ metrics! {
     watch_restarts_total: "counter", "Times the watch of leases was started again (relist after compaction or a lost stream).";
     lease_acquisitions_total: "counter", "Times this node's subnet lease was acquired or taken back.";
     store_connected: "gauge", "1 while the store is reachable.";
+    ignored_store_keys: "gauge", "Entries under the leases' prefix that are not leases (an alias of a lease's key, a value larger than a lease).";
+    own_lease_rewrites_total: "counter", "Times this node wrote its lease back after another writer changed it.";
     last_convergence_seconds: "gauge", "Time from a change seen in the store to the data plane matching it, last time.";
 }
 

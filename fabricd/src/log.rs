@@ -1,0 +1,22 @@
+//! fabricd's log: one line per event on stderr, `fabricd <level>: <message>`, and the short forms of what a
+//! line reports.
+
+use crate::dataplane::diff::Change;
+
+/// Logs one line on stderr: `fabricd <level>: <message>`.
+macro_rules! log {
+    ($level:ident, $($arg:tt)*) => {
+        eprintln!("fabricd {}: {}", stringify!($level), format!($($arg)*))
+    };
+}
+pub(crate) use log;
+
+/// The first changes, for a log line.
+pub fn summary(changes: &[Change]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = changes.iter().take(SHOWN).map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
+    if changes.len() > SHOWN {
+        text.push_str(&format!("; and {} more", changes.len() - SHOWN));
+    }
+    text
+}
