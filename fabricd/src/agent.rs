@@ -89,16 +89,16 @@ pub async fn run(cli: Cli) -> Result<i32> {
         let trigger = tokio::select! {
             changed = clusters.changed() => match changed {
                 Ok(()) => Trigger::Store(Instant::now()),
-                Err(_) => Trigger::Stop,
+                // The source ended (its sender went with it): its error is the agent's.
+                Err(_) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err((&mut source).await.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e))));
+                }
             },
             Some(()) = events.recv() => Trigger::Drift,
             _ = tokio::time::sleep_until(agent.next_resync) => Trigger::Resync,
             _ = tokio::signal::ctrl_c() => Trigger::Stop,
             _ = terminate.recv() => Trigger::Stop,
-            ended = &mut source => {
-                stop.store(true, Ordering::Relaxed);
-                return Err(ended.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e))));
-            }
         };
         if matches!(trigger, Trigger::Stop) {
             break;

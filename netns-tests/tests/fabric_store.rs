@@ -5,10 +5,11 @@
 //! and reach each other, nothing is routed to the writer, the agent lives and `status` works, also after
 //! agent restarts.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use netns_tests::fabric::*;
-use netns_tests::{json, Value};
+use netns_tests::{json, TestNetns, Value};
 
 /// A store it does not trust: leases written by hand (by another node, or a typo) that are not valid for a
 /// node, each of one class, beside two real nodes. Each is refused with its reason, logged once, counted and
@@ -212,4 +213,247 @@ fn ipv6_leases_that_are_not_valid_are_refused_and_the_others_keep_working() {
     }
     let pods = pods_all(&mut cluster);
     mesh_all(&cluster, &pods, 2);
+}
+
+const PREFIX: &str = "/coreos.com/network/subnets";
+
+/// A lease as someone with write access to etcd would put it, naming `public_ip` (vxlan: with its MAC).
+fn forged_lease(backend: &str, public_ip: std::net::Ipv4Addr) -> String {
+    let o = public_ip.octets();
+    let mac = format!("0e:fa:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3]);
+    let data = if backend == "vxlan" { json!({ "VNI": 1, "VtepMAC": mac }) } else { Value::Null };
+    json!({ "PublicIP": public_ip.to_string(), "PublicIPv6": null, "BackendType": backend, "BackendData": data })
+        .to_string()
+}
+
+/// `10.244.3.0-24` for 10.244.3.0/24.
+fn key_of(subnet: &ipnet::IpNet) -> String {
+    format!("{PREFIX}/{}-{}", subnet.addr(), subnet.prefix_len())
+}
+
+fn put(cluster: &Cluster, key: &str, value: &str) {
+    let out = cluster.etcdctl(&["put", key, value]);
+    assert!(out.status.success(), "put {key:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The value at `key`.
+fn get(cluster: &Cluster, key: &str) -> String {
+    let out = cluster.etcdctl(&["get", "--print-value-only", key]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What a user must see after an attack: each node has its subnet (subnet.env as at the start), routes to
+/// every other node's subnet and nothing routed or tunnelled to `attacker`; `status` works; the old pods
+/// reach each other, and a new pod on each node gets an address of the node's subnet and reaches them.
+fn assert_unharmed(
+    cluster: &mut Cluster,
+    subnets: &[ipnet::IpNet],
+    pods: &[(usize, TestNetns, IpAddr)],
+    attacker: &str,
+) {
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        assert_eq!(node.subnet(), Some(subnets[index]), "{}: subnet changed\n{}", node.node.name, node.log());
+        let others: Vec<&ipnet::IpNet> = subnets.iter().filter(|s| **s != subnets[index]).collect();
+        let routed = wait_for(CONVERGE, || {
+            let routes = node.fabric_routes();
+            others.iter().all(|s| routes.iter().any(|r| r.starts_with(&format!("{s} "))))
+                && !routes.iter().any(|r| r.contains(attacker))
+        });
+        assert!(routed.is_some(), "{}: routes {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        let fdb = node.node.exec("bridge", &["fdb", "show"], &[], b"");
+        let fdb = String::from_utf8_lossy(&fdb.stdout);
+        assert!(!fdb.contains(&format!("dst {attacker} ")), "{}: tunnel to the attacker: {fdb}", node.node.name);
+        let status = node.run(&["status"]);
+        assert!(status.success(), "{}: status: {} {}", node.node.name, status.stdout_text, status.stderr);
+        assert!(status.stdout_text.contains(&format!("subnet {}", subnets[index])), "{}", status.stdout_text);
+    }
+    mesh(cluster, pods);
+    let new = pods_all(cluster);
+    for (index, _, ips) in &new {
+        assert!(subnets[*index].contains(&ips[0]), "a new pod on node {index} got {ips:?}, not of {}", subnets[*index]);
+    }
+    let mut all: Vec<(usize, &TestNetns, IpAddr)> = pods.iter().map(|(i, p, ip)| (*i, p, *ip)).collect();
+    all.extend(new.iter().map(|(i, p, ips)| (*i, p, ips[0])));
+    cluster.assert_full_mesh(&all);
+}
+
+fn restart_all(cluster: &mut Cluster) {
+    for node in &mut cluster.nodes {
+        node.stop(nix::sys::signal::Signal::SIGTERM);
+        node.start();
+    }
+}
+
+/// Lines of `log` containing `text`.
+fn count(log: &str, text: &str) -> usize {
+    log.lines().filter(|l| l.contains(text)).count()
+}
+
+/// The second round, on each backend, against two running nodes, then again after their agents restart: the
+/// node's own lease overwritten by a plain put with the address of a host on the segment (the attacker);
+/// aliases of the other node's key naming it with the attacker's address (a zero-padded length, a `+`, a
+/// nested key, a trailing space, a dual-stack key in an IPv4 cluster); five values of 1 MB under the prefix
+/// (past the client's 4 MiB response); a lease whose PublicIP is a pod's address. Each is refused or healed,
+/// logged once, and the pods keep their addresses and reach each other.
+fn hostile_store_round_two(backend: &str) {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": backend })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let subnets = start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+    let attacker = WAN_IP.to_string();
+    let forged = forged_lease(backend, WAN_IP);
+
+    // Node 0's own lease, overwritten: written back at once, logged once.
+    let own = key_of(&subnets[0]);
+    put(&cluster, &own, &forged);
+    let node0 = &cluster.nodes[0];
+    let back = wait_for(CONVERGE, || get(&cluster, &own).contains(&format!("\"{}\"", node0.ip)));
+    assert!(back.is_some(), "not written back: {}\n{}", get(&cluster, &own), node0.log());
+    assert_eq!(count(&node0.log(), "was overwritten by another writer"), 1, "{}", node0.log());
+
+    // Aliases of node 1's key.
+    let (s1, ip1) = (subnets[1], cluster.nodes[1].ip);
+    let base = format!("{}-{}", s1.addr(), s1.prefix_len());
+    let aliases = [
+        format!("{PREFIX}/{}-0{}", s1.addr(), s1.prefix_len()),
+        format!("{PREFIX}/{}-+{}", s1.addr(), s1.prefix_len()),
+        format!("{PREFIX}/x/{base}"),
+        format!("{PREFIX}/{base} "),
+    ];
+    for alias in &aliases {
+        put(&cluster, alias, &forged);
+    }
+    put(&cluster, &format!("{PREFIX}/{base}&fd00:10:244:7::-64"), &forged);
+    // Five values of 1 MB, and a lease naming a pod's address.
+    let large = vec![b'x'; 1 << 20];
+    for i in 0..5 {
+        let out = cluster.etcd.as_ref().unwrap().ctl_in_with_stdin(
+            &cluster.infra,
+            &["put", &format!("{PREFIX}/10.244.{}.0-24", 220 + i)],
+            &large,
+        );
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let pod_ip = pods[1].2.to_string();
+    let pod_ip: std::net::Ipv4Addr = pod_ip.parse().unwrap();
+    put(&cluster, &format!("{PREFIX}/10.244.230.0-24"), &forged_lease(backend, pod_ip));
+
+    for node in &cluster.nodes {
+        let logged = wait_for(CONVERGE, || {
+            let log = node.log();
+            aliases.iter().all(|a| log.contains(&format!("ignoring {a:?}")))
+                && count(&log, "larger than any lease") >= 5
+                && log.contains(&format!("its public address {pod_ip} is inside the cluster's Network"))
+        });
+        assert!(logged.is_some(), "{}: not all refused:\n{}", node.node.name, node.log());
+    }
+    assert_unharmed(&mut cluster, &subnets, &pods, &attacker);
+    assert_eq!(get(&cluster, &key_of(&s1)).contains(&format!("\"{ip1}\"")), true);
+
+    // Agents restarted with all of it still in the store, node 0's lease overwritten again while it is down.
+    for node in &mut cluster.nodes {
+        node.stop(nix::sys::signal::Signal::SIGTERM);
+    }
+    put(&cluster, &own, &forged);
+    for node in &mut cluster.nodes {
+        node.start();
+    }
+    let node0 = &cluster.nodes[0];
+    let back = wait_for(READY, || get(&cluster, &own).contains(&format!("\"{}\"", node0.ip)));
+    assert!(back.is_some(), "not written back at start: {}\n{}", get(&cluster, &own), node0.log());
+    assert_unharmed(&mut cluster, &subnets, &pods, &attacker);
+    // Each refusal logged once per agent run (two runs).
+    for node in &cluster.nodes {
+        let log = node.log();
+        for alias in &aliases {
+            assert_eq!(count(&log, &format!("ignoring {alias:?}")), 2, "{alias:?} in {}:\n{log}", node.node.name);
+        }
+        assert_eq!(count(&log, "larger than any lease"), 10, "{}:\n{log}", node.node.name);
+    }
+    restart_all(&mut cluster);
+    assert_unharmed(&mut cluster, &subnets, &pods, &attacker);
+}
+
+#[test]
+fn hostile_store_round_two_on_vxlan() {
+    hostile_store_round_two("vxlan");
+}
+
+#[test]
+fn hostile_store_round_two_on_host_gw() {
+    hostile_store_round_two("host-gw");
+}
+
+/// A lease planted with a node's address before it joins (a plain put, with a VtepMAC of someone else) is
+/// adopted as flanneld does (a node reinstalled without its subnet.env gets its subnet back), and its value
+/// written again at once by the node on an etcd lease: what peers use is the node's own. The network config
+/// changed under running agents: a backend change (vxlan to host-gw) is applied by them, pods keep reaching
+/// each other; a Network that no longer holds the nodes' subnets is reported once and not applied, and a
+/// restarted agent refuses to start with an error naming both; the config put back, it starts with its subnet.
+#[test]
+fn planted_lease_and_config_changes_under_running_agents() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let planted = format!("{PREFIX}/10.244.77.0-24");
+    let mut forged: Value = serde_json::from_str(&forged_lease("vxlan", cluster.nodes[0].ip)).unwrap();
+    forged["BackendData"]["VtepMAC"] = json!("0e:00:00:00:00:66");
+    put(&cluster, &planted, &forged.to_string());
+    let subnets = start_all(&mut cluster);
+    assert_eq!(subnets[0].to_string(), "10.244.77.0/24", "the planted lease adopted");
+    let value = get(&cluster, &planted);
+    assert!(!value.contains("0e:00:00:00:00:66"), "value not rewritten: {value}");
+    let lease = cluster.etcdctl(&["get", "-w", "json", &planted]);
+    assert!(String::from_utf8_lossy(&lease.stdout).contains("\"lease\":"), "not on an etcd lease");
+    wait_routes(&cluster, 1);
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+
+    // The backend: applied by the running agents.
+    let config_key = "/coreos.com/network/config";
+    put(&cluster, config_key, &config(json!({ "Type": "host-gw" })).to_string());
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let other = &cluster.nodes[1 - index];
+        let direct = format!("{} via {} dev eth0", subnets[1 - index], other.ip);
+        let applied = wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct)));
+        assert!(applied.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        assert!(node.log().contains("the network config changed: Backend"), "{}", node.log());
+    }
+    mesh(&cluster, &pods);
+
+    // A Network that does not hold the subnets: reported once, not applied.
+    let moved = json!({ "Network": "10.245.0.0/16", "SubnetLen": 24, "Backend": { "Type": "host-gw" } });
+    put(&cluster, config_key, &moved.to_string());
+    for node in &cluster.nodes {
+        let reported = wait_for(CONVERGE, || node.log().contains("keeps running with the config it started with"));
+        assert!(reported.is_some(), "{}", node.log());
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    mesh(&cluster, &pods);
+    for node in &cluster.nodes {
+        assert_eq!(count(&node.log(), "keeps running with the config it started with"), 1, "{}", node.log());
+        assert_eq!(node.fabric_routes().len(), 1, "{:?}", node.fabric_routes());
+    }
+    let node = &mut cluster.nodes[0];
+    node.stop(nix::sys::signal::Signal::SIGTERM);
+    node.start();
+    let exited = wait_for(READY, || node.agent.as_ref().is_some_and(|a| a.has_exited()));
+    assert!(exited.is_some(), "started on a Network without its subnet:\n{}", node.log());
+    let last = node.log().lines().last().unwrap_or_default().to_string();
+    assert!(last.contains("10.244.77.0/24") && last.contains("10.245.0.0/16"), "{last}");
+
+    // Put back: it starts with its subnet, and the pods reach each other.
+    put(&cluster, config_key, &config(json!({ "Type": "host-gw" })).to_string());
+    let node = &mut cluster.nodes[0];
+    node.start();
+    let back = wait_for(READY, || node.run(&["status"]).stdout_text.contains("in sync"));
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(back.is_some() && !node.agent.as_ref().unwrap().has_exited(), "{}", node.log());
+    assert_eq!(node.subnet(), Some(subnets[0]));
+    mesh(&cluster, &pods);
 }

@@ -25,7 +25,9 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::flannel::{parse_subnet_key, subnet_key, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+use crate::flannel::{
+    parse_subnet_key, subnet_key, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData,
+};
 use crate::log::log;
 use crate::metrics::Metrics;
 
@@ -402,8 +404,12 @@ pub fn describe_config_change(old: &NetworkConfig, new: &NetworkConfig) -> Strin
     if lengths(old) != lengths(new) {
         changes.push(format!("SubnetLen {} -> {}", lengths(old), lengths(new)));
     }
-    if old.backend != new.backend {
-        changes.push(format!("Backend {:?} -> {:?}", old.backend, new.backend));
+    let backend = |c: &NetworkConfig| match c.backend {
+        BackendKind::Vxlan { direct_routing: true } => "vxlan (DirectRouting)".to_string(),
+        other => other.type_name().to_string(),
+    };
+    if backend(old) != backend(new) {
+        changes.push(format!("Backend {} -> {}", backend(old), backend(new)));
     }
     if (old.vni, old.port) != (new.vni, new.port) {
         changes.push(format!("VNI/Port {}/{} -> {}/{}", old.vni, old.port, new.vni, new.port));
