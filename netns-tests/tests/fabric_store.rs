@@ -352,7 +352,7 @@ fn hostile_store_round_two(backend: &str) {
         assert!(logged.is_some(), "{}: not all refused:\n{}", node.node.name, node.log());
     }
     assert_unharmed(&mut cluster, &subnets, &pods, &attacker);
-    assert_eq!(get(&cluster, &key_of(&s1)).contains(&format!("\"{ip1}\"")), true);
+    assert!(get(&cluster, &key_of(&s1)).contains(&format!("\"{ip1}\"")), "node 1's lease changed");
 
     // Agents restarted with all of it still in the store, node 0's lease overwritten again while it is down.
     for node in &mut cluster.nodes {
