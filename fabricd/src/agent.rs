@@ -131,6 +131,7 @@ impl Agent {
         if !ok {
             Metrics::inc(&self.metrics.reconcile_errors_total);
         }
+        Metrics::set(&self.metrics.ready, ok as u64);
         let underlay = self.dataplane_mut().underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
         let mtu = pod_mtu(&cluster.config, &underlay);
         self.masquerade_if_due(cluster);

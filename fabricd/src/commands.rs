@@ -1,10 +1,12 @@
 //! The one-shot commands: `status`, `cleanup`, and the hidden `acquire` (a client for tests).
 
 use crate::cli::Cli;
-use crate::dataplane;
+use crate::dataplane::diff::{Change, DeviceChange};
+use crate::dataplane::{self, Dataplane};
 use crate::error::{Error, Result};
 use crate::flannel::Family;
 use crate::log::{log, summary};
+use crate::node;
 use crate::plan::PeerPath;
 use crate::source::NodeIdentity;
 
@@ -83,8 +85,11 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
     let source = cli.source();
     let mut code = 0;
     let mut devices = Vec::new();
+    // The node's subnet: the store's, else the one subnet.env remembers.
+    let mut subnet = cli.previous().subnet;
     match source.current(&identity, cli.previous()).await {
         Ok(cluster) => {
+            subnet = Some(cluster.subnet);
             devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
             match source.release(&cluster).await {
                 Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
@@ -108,7 +113,17 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
             devices.push(link.name);
         }
     }
-    let removed = dataplane.cleanup(&devices).map_err(|e| Error::netlink("removing the data plane", e))?;
+    let mut removed = dataplane.cleanup(&devices).map_err(|e| Error::netlink("removing the data plane", e))?;
+    // The bridge's gateway address in the node's subnet, given by the conflist fabricd wrote: left, it would
+    // make the next pod on a new subnet fail ("cbr0 already has an IP address different from ...").
+    let subnets = subnet.map(|s| s.subnets()).unwrap_or_default();
+    match remove_gateway_addresses(&mut dataplane, &subnets) {
+        Ok(gone) => removed.extend(gone),
+        Err(e) => {
+            log!(error, "{}", Error::netlink(format!("removing the addresses of {}", node::BRIDGE), e));
+            code = 1;
+        }
+    }
     log!(info, "removed {} objects: {}", removed.len(), summary(&removed));
     if let Err(e) = cnicore::firewall::node_masq::teardown() {
         log!(error, "{}", Error::cni("removing the masquerade", e));
@@ -126,4 +141,19 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// Removes the addresses inside `subnets` from the conflist's bridge (absent bridge: nothing to do).
+fn remove_gateway_addresses(dataplane: &mut Dataplane, subnets: &[ipnet::IpNet]) -> std::io::Result<Vec<Change>> {
+    let nl = dataplane.netlink();
+    let Some(bridge) = nl.links()?.into_iter().find(|l| l.name == node::BRIDGE) else { return Ok(Vec::new()) };
+    let mut removed = Vec::new();
+    for address in nl.addresses(Some(bridge.index))? {
+        if subnets.iter().any(|s| s.contains(&address.addr.addr())) {
+            nl.del_address(bridge.index, address.addr)?;
+            removed
+                .push(Change::Device(DeviceChange::RemoveAddress { name: node::BRIDGE.into(), address: address.addr }));
+        }
+    }
+    Ok(removed)
 }

@@ -12,6 +12,8 @@ use crate::flannel::{Family, NetworkConfig, SubnetKey};
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
 pub const CONFLIST_NAME: &str = "10-fabric.conflist";
+/// The bridge of the conflist: its address is the pods' gateway in the node's subnet.
+pub const BRIDGE: &str = "cbr0";
 /// The network name: kubenet's, as in `conf/10-kubenet.conflist`, whose chain this is.
 pub const NETWORK_NAME: &str = "kubenet";
 
@@ -68,7 +70,7 @@ pub fn conflist(subnet: SubnetKey, mtu: u32, ipam_data_dir: Option<&Path>) -> St
         "plugins": [
             {
                 "type": "bridge",
-                "bridge": "cbr0",
+                "bridge": BRIDGE,
                 "mtu": mtu,
                 "isGateway": true,
                 "ipMasq": false,
