@@ -225,6 +225,14 @@ impl Agent {
             return;
         }
         let path = self.files.conflist_path();
+        if let Some(stale) = self.files.stale_conflist() {
+            match std::fs::remove_file(&stale) {
+                Ok(()) => {
+                    log!(info, "removed {}: the conflist goes by flannel's name, {}", stale.display(), path.display())
+                }
+                Err(e) => log!(error, "{}", Error::io(stale.display().to_string(), e)),
+            }
+        }
         let conflist = node::conflist(cluster.subnet, mtu, self.files.ipam_data_dir.as_deref());
         match node::write_if_changed(&path, &conflist) {
             Ok(true) => log!(info, "wrote {} (subnet {}, MTU {mtu})", path.display(), cluster.subnet),

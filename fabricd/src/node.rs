@@ -12,6 +12,9 @@ use crate::flannel::{Family, NetworkConfig, SubnetKey};
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
 pub const CONFLIST_NAME: &str = "10-fabric.conflist";
+/// flannel's conflist: on a node that has it, fabricd writes its conflist by that name, so that the node keeps
+/// one network (two conflists would hand out one range from two host-local dirs).
+pub const FLANNEL_CONFLIST_NAME: &str = "10-flannel.conflist";
 /// The bridge of the conflist: its address is the pods' gateway in the node's subnet.
 pub const BRIDGE: &str = "cbr0";
 /// The network name: kubenet's, as in `conf/10-kubenet.conflist`, whose chain this is.
@@ -27,8 +30,19 @@ pub struct Files {
 }
 
 impl Files {
+    /// Where the conflist goes: by flannel's name when the node has that conflist, else fabricd's.
     pub fn conflist_path(&self) -> PathBuf {
-        self.cni_conf_dir.join(CONFLIST_NAME)
+        let flannel = self.cni_conf_dir.join(FLANNEL_CONFLIST_NAME);
+        match flannel.exists() {
+            true => flannel,
+            false => self.cni_conf_dir.join(CONFLIST_NAME),
+        }
+    }
+
+    /// fabricd's own conflist when the conflist goes by flannel's name (written by an earlier run): removed.
+    pub fn stale_conflist(&self) -> Option<PathBuf> {
+        let own = self.cni_conf_dir.join(CONFLIST_NAME);
+        (self.conflist_path() != own && own.exists()).then_some(own)
     }
 }
 

@@ -265,8 +265,14 @@ impl FabricNode {
 
     /// The common flags: where this node's files go, then `args`.
     fn command(&self, extra: &[&str]) -> Command {
+        self.command_after(&[], extra)
+    }
+
+    /// `fabricd <first> <the common flags> <extra>`.
+    fn command_after(&self, first: &[&str], extra: &[&str]) -> Command {
         let mut command = clean_command(&self.node, bin("fabricd"));
         command
+            .args(first)
             .arg(format!("--subnet-file={}", self.subnet_file().display()))
             .arg(format!("--cni-conf-dir={}", self.conf_dir().display()))
             .arg(format!("--cni-ipam-data-dir={}", self.node.dir().join("ipam").display()))
@@ -297,6 +303,11 @@ impl FabricNode {
     /// Runs `fabricd <extra>` to completion (status, cleanup).
     pub fn run(&self, extra: &[&str]) -> PluginOutput {
         output(&mut self.command(extra), b"")
+    }
+
+    /// Runs `fabricd <subcommand> <the node's flags> <extra>`: the flags after the subcommand.
+    pub fn run_subcommand(&self, subcommand: &str, extra: &[&str]) -> PluginOutput {
+        output(&mut self.command_after(&[subcommand], extra), b"")
     }
 
     /// Waits for the agent to write the conflist; its subnet.
