@@ -70,7 +70,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
-    node::sysctls().map_err(|e| Error::io("sysctls", e))?;
+    node::sysctls(&cli.files().sysctl_record()).map_err(|e| Error::io("sysctls", e))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("SIGTERM handler", e))?;
 
@@ -116,7 +116,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
 impl Agent {
     /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
     async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
-        if let Err(e) = node::family_sysctls(&cluster.config) {
+        if let Err(e) = node::family_sysctls(&self.files.sysctl_record(), &cluster.config) {
             log!(error, "{}", Error::io("IPv6 forwarding", e));
         }
         let outcome = self.reconcile(cluster).await?;

@@ -130,6 +130,17 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
         code = 1;
     }
     let files = cli.files();
+    match node::restore_sysctls(&files.sysctl_record()) {
+        Ok(restored) => {
+            for (name, value) in restored {
+                log!(info, "put back {name}={value}");
+            }
+        }
+        Err(e) => {
+            log!(error, "{}", Error::io("putting back the sysctls", e));
+            code = 1;
+        }
+    }
     for path in [files.conflist_path(), files.subnet_file.clone()] {
         match std::fs::remove_file(&path) {
             Ok(()) => log!(info, "removed {}", path.display()),

@@ -30,6 +30,11 @@ pub struct Files {
 }
 
 impl Files {
+    /// The sysctls fabricd changed and their values before (for `cleanup`), beside subnet.env.
+    pub fn sysctl_record(&self) -> PathBuf {
+        self.subnet_file.with_file_name("fabricd-sysctls.env")
+    }
+
     /// Where the conflist goes: by flannel's name when the node has that conflist, else fabricd's.
     pub fn conflist_path(&self) -> PathBuf {
         let flannel = self.cni_conf_dir.join(FLANNEL_CONFLIST_NAME);
@@ -47,21 +52,57 @@ impl Files {
 }
 
 /// Forwarding on; bridged traffic through iptables where the br_netfilter module is loaded (kube-proxy's
-/// rules must see pod-to-pod traffic on the bridge).
-pub fn sysctls() -> std::io::Result<()> {
-    cnicore::sysctl::write_if_different("net/ipv4/ip_forward", "1")?;
+/// rules must see pod-to-pod traffic on the bridge). What this changes is remembered in `record` for
+/// `cleanup` to put back.
+pub fn sysctls(record: &Path) -> std::io::Result<()> {
+    set_remembered(record, "net/ipv4/ip_forward", "1")?;
     if Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists() {
-        cnicore::sysctl::write_if_different("net/bridge/bridge-nf-call-iptables", "1")?;
+        set_remembered(record, "net/bridge/bridge-nf-call-iptables", "1")?;
     }
     Ok(())
 }
 
-/// IPv6 forwarding, when the cluster has an IPv6 network (written only when it differs).
-pub fn family_sysctls(config: &NetworkConfig) -> std::io::Result<()> {
+/// IPv6 forwarding, when the cluster has an IPv6 network (written only when it differs, remembered).
+pub fn family_sysctls(record: &Path, config: &NetworkConfig) -> std::io::Result<()> {
     if config.v6.is_some() {
-        cnicore::sysctl::write_if_different("net/ipv6/conf/all/forwarding", "1")?;
+        set_remembered(record, "net/ipv6/conf/all/forwarding", "1")?;
     }
     Ok(())
+}
+
+/// The sysctls remembered in `record`: (name, value before fabricd changed it), one line `name=value` each.
+fn remembered(record: &Path) -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(record).unwrap_or_default();
+    text.lines().filter_map(|l| l.split_once('=')).map(|(n, v)| (n.to_string(), v.to_string())).collect()
+}
+
+/// Sets sysctl `name` to `value`; when that changes it, the value before is remembered in `record` (the
+/// first time only: the node's own value).
+fn set_remembered(record: &Path, name: &str, value: &str) -> std::io::Result<()> {
+    let before = cnicore::sysctl::read(name)?;
+    if before.trim() == value {
+        return Ok(());
+    }
+    let mut saved = remembered(record);
+    if !saved.iter().any(|(n, _)| n == name) {
+        saved.push((name.to_string(), before.trim().to_string()));
+        let text: String = saved.iter().map(|(n, v)| format!("{n}={v}\n")).collect();
+        write_if_changed(record, &text)?;
+    }
+    cnicore::sysctl::write(name, value)
+}
+
+/// Puts back the sysctls remembered in `record` and removes it; what was put back.
+pub fn restore_sysctls(record: &Path) -> std::io::Result<Vec<(String, String)>> {
+    let saved = remembered(record);
+    for (name, value) in &saved {
+        cnicore::sysctl::write_if_different(name, value)?;
+    }
+    match std::fs::remove_file(record) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    Ok(saved)
 }
 
 /// The kubenet chain of `conf/10-kubenet.conflist` (`conf/20-kubenet-dualstack.conflist` for two families)

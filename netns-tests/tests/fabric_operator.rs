@@ -1,6 +1,6 @@
 //! The path an operator walks with fabricd: the flags after the subcommand, one conflist by the name the node
 //! uses (flannel's, on a node that had it), `/metrics` and `/healthz`, etcd lost and found again in the log,
-//! `cleanup` and a rejoin whose first pod works.
+//! `cleanup` (the bridge's gateway address removed, ip_forward put back) and a rejoin whose first pod works.
 
 use std::net::SocketAddr;
 
@@ -21,6 +21,8 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     let flannels = json!({ "name": "cbr0", "cniVersion": "0.3.1",
         "plugins": [{ "type": "flannel", "delegate": { "hairpinMode": true, "isDefaultGateway": true } }] });
     std::fs::write(&flannel, flannels.to_string()).unwrap();
+    let forwarding = |node: &FabricNode| node.node.run(|| cnicore::sysctl::read("net/ipv4/ip_forward")).unwrap();
+    assert_eq!(forwarding(&cluster.nodes[0]), "0", "a new namespace forwards nothing");
     cluster.nodes[0].start();
     cluster.nodes[1].start();
     let subnet0 = cluster.nodes[0].wait_ready(READY);
@@ -72,6 +74,7 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     let cleanup = node0.run_subcommand("cleanup", &[]);
     assert!(cleanup.success(), "{}", cleanup.stderr);
     assert!(!gateway(node0).iter().any(|a| subnet0.contains(&a.addr())), "left: {:?}", gateway(node0));
+    assert_eq!(forwarding(node0), "0", "ip_forward not put back:\n{}", cleanup.stderr);
     node0.start();
     let rejoined = node0.wait_ready(READY);
     let (pod, ip) = node0.add_pod();
