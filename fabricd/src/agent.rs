@@ -2,7 +2,7 @@
 //! resync), reconciles the data plane with the latest cluster on a blocking thread, reports, keeps the node's
 //! masquerade and files, and schedules the next pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use crate::backend::pod_mtu;
 use crate::cli::Cli;
 use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
-use crate::flannel::Family;
+use crate::flannel::{Family, SubnetKey};
 use crate::log::{log, summary};
 use crate::metrics::Metrics;
 use crate::node::{self, Files};
@@ -45,6 +45,8 @@ struct Agent {
     last_masq: Option<(Instant, Cluster)>,
     /// Refused peers already logged, and why: each refusal is logged once.
     refusals: BTreeMap<IpNet, String>,
+    /// Second keys for a peer's subnet already logged.
+    second_keys: BTreeSet<SubnetKey>,
     next_resync: Instant,
     retry_delay: Duration,
 }
@@ -82,6 +84,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         files: cli.files(),
         last_masq: None,
         refusals: BTreeMap::new(),
+        second_keys: BTreeSet::new(),
         next_resync: Instant::now() + RESYNC,
         retry_delay: Duration::from_millis(100),
     };
@@ -122,7 +125,7 @@ impl Agent {
         let outcome = self.reconcile(cluster).await?;
         Metrics::inc(&self.metrics.reconciles_total);
         let ok = match outcome {
-            Ok(report) => self.record(&report, &trigger),
+            Ok(report) => self.record(cluster, &report, &trigger),
             Err(e) => {
                 log!(error, "reconcile: {e}");
                 false
@@ -159,7 +162,7 @@ impl Agent {
     }
 
     /// Counts and logs a pass; true when the kernel took every change.
-    fn record(&mut self, report: &Report, trigger: &Trigger) -> bool {
+    fn record(&mut self, cluster: &Cluster, report: &Report, trigger: &Trigger) -> bool {
         let changes = report.changes.len() as u64;
         Metrics::add(&self.metrics.changes_total, changes);
         if matches!(trigger, Trigger::Drift) && changes > 0 {
@@ -172,6 +175,7 @@ impl Agent {
             Metrics::set(&self.metrics.last_convergence_seconds, seen.elapsed().as_micros() as u64);
         }
         self.log_refusals(report);
+        self.log_second_keys(cluster);
         for error in &report.errors {
             log!(error, "{error}");
         }
@@ -196,6 +200,17 @@ impl Agent {
         }
         Metrics::set(&self.metrics.refused_peers, now.len() as u64);
         self.refusals = now;
+    }
+
+    /// Logs each key naming a subnet an older lease names once (the plan refuses it).
+    fn log_second_keys(&mut self, cluster: &Cluster) {
+        let now: BTreeMap<SubnetKey, SubnetKey> = crate::plan::second_keys(cluster).into_iter().collect();
+        for (key, holder) in &now {
+            if !self.second_keys.contains(key) {
+                log!(error, "refusing the lease of {key}: the older lease of {holder} names that subnet");
+            }
+        }
+        self.second_keys = now.into_keys().collect();
     }
 
     /// The masquerade rules, checked every 30 s and whenever the cluster's subnet or config changes.

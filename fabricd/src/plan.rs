@@ -16,7 +16,7 @@ use cnicore::netlink::Route;
 use ipnet::IpNet;
 
 use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
-use crate::flannel::{BackendKind, Family, FamilyNetwork};
+use crate::flannel::{BackendKind, Family, FamilyNetwork, SubnetKey};
 use crate::source::{derived_vtep_mac, Cluster, Peer};
 
 /// How one peer's pods of one family are reached.
@@ -223,6 +223,23 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
         let path = path(cluster.config.backend, public_ip, lease.vtep_mac, &lease.peer.attrs.backend_type, underlay);
         paths.insert(lease.subnet, path);
     }
+}
+
+/// Peer keys naming a subnet that an older peer's key (`holder`) also names, as (key, holder): the plan
+/// refuses them, and where the subnet is the same, `paths` keeps the holder's path and cannot show the refusal.
+pub fn second_keys(cluster: &Cluster) -> Vec<(SubnetKey, SubnetKey)> {
+    let mut peers: Vec<(&SubnetKey, &Peer)> = cluster.peers.iter().collect();
+    peers.sort_by_key(|(key, peer)| (peer.created, **key));
+    let mut seconds = Vec::new();
+    for (index, (key, _)) in peers.iter().enumerate() {
+        let holder = peers[..index].iter().find(|(older, _)| {
+            Family::ALL.into_iter().any(|f| matches!((older.get(f), key.get(f)), (Some(a), Some(b)) if a == b))
+        });
+        if let Some((holder, _)) = holder {
+            seconds.push((**key, **holder));
+        }
+    }
+    seconds
 }
 
 /// How the backend reaches a valid peer at `public_ip`.

@@ -346,6 +346,7 @@ fn hostile_store_round_two(backend: &str) {
         let logged = wait_for(CONVERGE, || {
             let log = node.log();
             aliases.iter().all(|a| log.contains(&format!("ignoring {a:?}")))
+                && (node.ip == ip1 || log.contains(&format!("the older lease of {s1} names that subnet")))
                 && count(&log, "larger than any lease") >= 5
                 && log.contains(&format!("its public address {pod_ip} is inside the cluster's Network"))
         });
@@ -373,6 +374,9 @@ fn hostile_store_round_two(backend: &str) {
             assert_eq!(count(&log, &format!("ignoring {alias:?}")), 2, "{alias:?} in {}:\n{log}", node.node.name);
         }
         assert_eq!(count(&log, "larger than any lease"), 10, "{}:\n{log}", node.node.name);
+        if node.ip != ip1 {
+            assert_eq!(count(&log, "names that subnet"), 2, "{}:\n{log}", node.node.name);
+        }
     }
     restart_all(&mut cluster);
     assert_unharmed(&mut cluster, &subnets, &pods, &attacker);
