@@ -58,6 +58,11 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let addresses: Vec<String> =
         Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
     log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
+    if cli.ip_masq {
+        if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
+            log!(warn, "{}", Error::io("listing the nf_tables tables", e));
+        }
+    }
     let firewall = match cli.ip_masq {
         true => {
             Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)
@@ -72,7 +77,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
-    node::sysctls(&cli.files().sysctl_record()).map_err(|e| Error::io("sysctls", e))?;
+    node::sysctls(&cli.files().node_record()).map_err(|e| Error::io("sysctls", e))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("SIGTERM handler", e))?;
 
@@ -119,7 +124,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
 impl Agent {
     /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
     async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
-        if let Err(e) = node::family_sysctls(&self.files.sysctl_record(), &cluster.config) {
+        if let Err(e) = node::family_sysctls(&self.files.node_record(), &cluster.config) {
             log!(error, "{}", Error::io("IPv6 forwarding", e));
         }
         let outcome = self.reconcile(cluster).await?;

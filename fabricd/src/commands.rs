@@ -130,14 +130,19 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
         code = 1;
     }
     let files = cli.files();
-    match node::restore_sysctls(&files.sysctl_record()) {
+    match node::restore(&files.node_record()) {
         Ok(restored) => {
-            for (name, value) in restored {
-                log!(info, "put back {name}={value}");
+            for change in restored {
+                match change {
+                    node::Changed::Sysctl { name, before } => log!(info, "put back {name}={before}"),
+                    node::Changed::Table { family, name } => {
+                        log!(info, "removed table {family} {name} (made for the masquerade, left empty)")
+                    }
+                }
             }
         }
         Err(e) => {
-            log!(error, "{}", Error::io("putting back the sysctls", e));
+            log!(error, "putting back what the agent changed on the node: {e}");
             code = 1;
         }
     }

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use cnicore::subnet_env::SubnetEnv;
 
+use crate::error::{Error, Result};
 use crate::flannel::{Family, NetworkConfig, SubnetKey};
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
@@ -30,9 +31,10 @@ pub struct Files {
 }
 
 impl Files {
-    /// The sysctls fabricd changed and their values before (for `cleanup`), beside subnet.env.
-    pub fn sysctl_record(&self) -> PathBuf {
-        self.subnet_file.with_file_name("fabricd-sysctls.env")
+    /// What fabricd changed on the node outside its own objects (sysctls, a nat table), for `cleanup`,
+    /// beside subnet.env.
+    pub fn node_record(&self) -> PathBuf {
+        self.subnet_file.with_file_name("fabricd-changed.txt")
     }
 
     /// Where the conflist goes: by flannel's name when the node has that conflist, else fabricd's.
@@ -70,39 +72,114 @@ pub fn family_sysctls(record: &Path, config: &NetworkConfig) -> std::io::Result<
     Ok(())
 }
 
-/// The sysctls remembered in `record`: (name, value before fabricd changed it), one line `name=value` each.
-fn remembered(record: &Path) -> Vec<(String, String)> {
-    let text = std::fs::read_to_string(record).unwrap_or_default();
-    text.lines().filter_map(|l| l.split_once('=')).map(|(n, v)| (n.to_string(), v.to_string())).collect()
+/// One thing fabricd changed on the node, as remembered in its record (one line each), for `cleanup` to put
+/// back: a sysctl and its value before (`sysctl net/ipv4/ip_forward=0`), or an nf_tables table that did not
+/// exist before the masquerade (`table ip nat`: iptables-nft makes it for the masquerade chain, and leaves it
+/// empty when the chain goes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    Sysctl { name: String, before: String },
+    Table { family: String, name: String },
 }
 
-/// Sets sysctl `name` to `value`; when that changes it, the value before is remembered in `record` (the
-/// first time only: the node's own value).
+impl Changed {
+    fn parse(line: &str) -> Option<Changed> {
+        match line.split_once(' ')? {
+            ("sysctl", rest) => {
+                let (name, before) = rest.split_once('=')?;
+                Some(Changed::Sysctl { name: name.into(), before: before.into() })
+            }
+            ("table", rest) => {
+                let (family, name) = rest.split_once(' ')?;
+                Some(Changed::Table { family: family.into(), name: name.into() })
+            }
+            _ => None,
+        }
+    }
+
+    fn line(&self) -> String {
+        match self {
+            Changed::Sysctl { name, before } => format!("sysctl {name}={before}\n"),
+            Changed::Table { family, name } => format!("table {family} {name}\n"),
+        }
+    }
+}
+
+/// What `record` remembers.
+fn remembered(record: &Path) -> Vec<Changed> {
+    let text = std::fs::read_to_string(record).unwrap_or_default();
+    text.lines().filter_map(Changed::parse).collect()
+}
+
+/// Adds `change` to `record` unless an entry for the same sysctl or table is there (the first is the node's
+/// own state).
+fn remember(record: &Path, change: Changed) -> std::io::Result<()> {
+    let mut saved = remembered(record);
+    let same = |c: &Changed| match (c, &change) {
+        (Changed::Sysctl { name: a, .. }, Changed::Sysctl { name: b, .. }) => a == b,
+        (a, b) => a == b,
+    };
+    if !saved.iter().any(same) {
+        saved.push(change);
+        write_if_changed(record, &saved.iter().map(Changed::line).collect::<String>())?;
+    }
+    Ok(())
+}
+
+/// Sets sysctl `name` to `value`; when that changes it, the value before is remembered in `record`.
 fn set_remembered(record: &Path, name: &str, value: &str) -> std::io::Result<()> {
     let before = cnicore::sysctl::read(name)?;
     if before.trim() == value {
         return Ok(());
     }
-    let mut saved = remembered(record);
-    if !saved.iter().any(|(n, _)| n == name) {
-        saved.push((name.to_string(), before.trim().to_string()));
-        let text: String = saved.iter().map(|(n, v)| format!("{n}={v}\n")).collect();
-        write_if_changed(record, &text)?;
-    }
+    remember(record, Changed::Sysctl { name: name.into(), before: before.trim().into() })?;
     cnicore::sysctl::write(name, value)
 }
 
-/// Puts back the sysctls remembered in `record` and removes it; what was put back.
-pub fn restore_sysctls(record: &Path) -> std::io::Result<Vec<(String, String)>> {
-    let saved = remembered(record);
-    for (name, value) in &saved {
-        cnicore::sysctl::write_if_different(name, value)?;
+/// The nat tables the masquerade may make (iptables-nft's), remembered in `record` when they do not exist yet.
+pub fn remember_absent_nat_tables(record: &Path) -> std::io::Result<()> {
+    let tables = cnicore::firewall::nfnl::tables()?;
+    for family in ["ip", "ip6"] {
+        if !tables.iter().any(|(f, n)| f == family && n == "nat") {
+            remember(record, Changed::Table { family: family.into(), name: "nat".into() })?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts back what `record` remembers (the sysctls; the tables fabricd made, removed when nothing is left in
+/// them) and removes it; what was put back.
+pub fn restore(record: &Path) -> Result<Vec<Changed>> {
+    let mut done = Vec::new();
+    for change in remembered(record) {
+        match &change {
+            Changed::Sysctl { name, before } => {
+                cnicore::sysctl::write_if_different(name, before).map_err(|e| Error::io(name.as_str(), e))?;
+            }
+            Changed::Table { family, name } => {
+                use cnicore::firewall::nftables;
+                let listing = nftables::list(&["table", family, name])
+                    .map_err(|f| Error::cni(format!("listing table {family} {name}"), f.to_error("nft list")))?;
+                let Some(listing) = listing else { continue };
+                let rules =
+                    listing["nftables"].as_array().map_or(0, |o| o.iter().filter(|o| o.get("rule").is_some()).count());
+                if rules > 0 {
+                    continue;
+                }
+                let mut script = nftables::Script::new();
+                script.push(format!("delete table {family} {name}"));
+                script
+                    .apply()
+                    .map_err(|f| Error::cni(format!("removing table {family} {name}"), f.to_error("nft delete")))?;
+            }
+        }
+        done.push(change);
     }
     match std::fs::remove_file(record) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(record.display().to_string(), e)),
         _ => {}
     }
-    Ok(saved)
+    Ok(done)
 }
 
 /// The kubenet chain of `conf/10-kubenet.conflist` (`conf/20-kubenet-dualstack.conflist` for two families)

@@ -1,6 +1,6 @@
 //! The path an operator walks with fabricd: the flags after the subcommand, one conflist by the name the node
 //! uses (flannel's, on a node that had it), `/metrics` and `/healthz`, etcd lost and found again in the log,
-//! `cleanup` (the bridge's gateway address removed, ip_forward put back) and a rejoin whose first pod works.
+//! `cleanup` (the bridge's gateway address removed, ip_forward put back, the empty nat table the masquerade made removed) and a rejoin whose first pod works.
 
 use std::net::SocketAddr;
 
@@ -13,7 +13,7 @@ use nix::sys::signal::Signal;
 fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     let mut cluster = Cluster::new(1);
     cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
-    cluster.add_node(0, &[]);
+    cluster.add_node(0, &["--ip-masq"]);
     cluster.add_node(0, &[]);
     // Node 1 ran flannel's plugin: its conflist is replaced by fabricd's under that name, not joined by a second.
     let flannel = cluster.nodes[1].conf_dir().join("10-flannel.conflist");
@@ -37,6 +37,18 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     wait_routes(&cluster, 1);
     let mut pods = pods(&mut cluster);
     mesh(&cluster, &pods);
+
+    // The masquerade (iptables-nft) made node 0's `table ip nat`.
+    let tables = |node: &FabricNode| {
+        String::from_utf8_lossy(&node.node.exec("nft", &["list", "tables"], &[], b"").stdout).into_owned()
+    };
+    let iptables_nft =
+        String::from_utf8_lossy(&std::process::Command::new("iptables").arg("-V").output().unwrap().stdout)
+            .contains("nf_tables");
+    if iptables_nft {
+        let made = wait_for(CONVERGE, || tables(&cluster.nodes[0]).contains("table ip nat"));
+        assert!(made.is_some(), "{}", tables(&cluster.nodes[0]));
+    }
 
     // The flags after the subcommand.
     let node0 = &cluster.nodes[0];
@@ -75,6 +87,12 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     assert!(cleanup.success(), "{}", cleanup.stderr);
     assert!(!gateway(node0).iter().any(|a| subnet0.contains(&a.addr())), "left: {:?}", gateway(node0));
     assert_eq!(forwarding(node0), "0", "ip_forward not put back:\n{}", cleanup.stderr);
+    assert!(
+        !tables(node0).contains("table ip nat"),
+        "the empty nat table left:\n{}\n{}",
+        tables(node0),
+        cleanup.stderr
+    );
     node0.start();
     let rejoined = node0.wait_ready(READY);
     let (pod, ip) = node0.add_pod();
