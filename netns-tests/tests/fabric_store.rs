@@ -395,13 +395,12 @@ fn hostile_store_round_two_on_host_gw() {
 /// A lease planted with a node's address before it joins (a plain put, with a VtepMAC of someone else) is
 /// adopted as flanneld does (a node reinstalled without its subnet.env gets its subnet back), and its value
 /// written again at once by the node on an etcd lease: what peers use is the node's own. The network config
-/// changed under running agents: a backend change (vxlan to host-gw) is applied by them, pods keep reaching
+/// changed under running agents: a backend change (`from` to `to`) is applied by them, pods keep reaching
 /// each other; a Network that no longer holds the nodes' subnets is reported once and not applied, and a
 /// restarted agent refuses to start with an error naming both; the config put back, it starts with its subnet.
-#[test]
-fn planted_lease_and_config_changes_under_running_agents() {
+fn planted_lease_and_config_changes(from: &str, to: &str) {
     let mut cluster = Cluster::new(1);
-    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.start_etcd(&config(json!({ "Type": from })), None);
     cluster.add_node(0, &[]);
     cluster.add_node(0, &[]);
     let planted = format!("{PREFIX}/10.244.77.0-24");
@@ -420,10 +419,13 @@ fn planted_lease_and_config_changes_under_running_agents() {
 
     // The backend: applied by the running agents.
     let config_key = "/coreos.com/network/config";
-    put(&cluster, config_key, &config(json!({ "Type": "host-gw" })).to_string());
+    put(&cluster, config_key, &config(json!({ "Type": to })).to_string());
     for (index, node) in cluster.nodes.iter().enumerate() {
-        let other = &cluster.nodes[1 - index];
-        let direct = format!("{} via {} dev eth0", subnets[1 - index], other.ip);
+        let peer = subnets[1 - index];
+        let direct = match to {
+            "host-gw" => format!("{peer} via {} dev eth0", cluster.nodes[1 - index].ip),
+            _ => format!("{peer} via {} dev flannel.1", peer.addr()),
+        };
         let applied = wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct)));
         assert!(applied.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
         assert!(node.log().contains("the network config changed: Backend"), "{}", node.log());
@@ -431,7 +433,7 @@ fn planted_lease_and_config_changes_under_running_agents() {
     mesh(&cluster, &pods);
 
     // A Network that does not hold the subnets: reported once, not applied.
-    let moved = json!({ "Network": "10.245.0.0/16", "SubnetLen": 24, "Backend": { "Type": "host-gw" } });
+    let moved = json!({ "Network": "10.245.0.0/16", "SubnetLen": 24, "Backend": { "Type": to } });
     put(&cluster, config_key, &moved.to_string());
     for node in &cluster.nodes {
         let reported = wait_for(CONVERGE, || node.log().contains("keeps running with the config it started with"));
@@ -452,7 +454,7 @@ fn planted_lease_and_config_changes_under_running_agents() {
     assert!(last.contains("10.244.77.0/24") && last.contains("10.245.0.0/16"), "{last}");
 
     // Put back: it starts with its subnet, and the pods reach each other.
-    put(&cluster, config_key, &config(json!({ "Type": "host-gw" })).to_string());
+    put(&cluster, config_key, &config(json!({ "Type": to })).to_string());
     let node = &mut cluster.nodes[0];
     node.start();
     let back = wait_for(READY, || node.run(&["status"]).stdout_text.contains("in sync"));
@@ -460,4 +462,14 @@ fn planted_lease_and_config_changes_under_running_agents() {
     assert!(back.is_some() && !node.agent.as_ref().unwrap().has_exited(), "{}", node.log());
     assert_eq!(node.subnet(), Some(subnets[0]));
     mesh(&cluster, &pods);
+}
+
+#[test]
+fn planted_lease_and_config_changes_from_vxlan_to_host_gw() {
+    planted_lease_and_config_changes("vxlan", "host-gw");
+}
+
+#[test]
+fn planted_lease_and_config_changes_from_host_gw_to_vxlan() {
+    planted_lease_and_config_changes("host-gw", "vxlan");
 }
