@@ -428,7 +428,7 @@ fn planted_lease_and_config_changes(from: &str, to: &str) {
         };
         let applied = wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct)));
         assert!(applied.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
-        assert!(node.log().contains("the network config changed: Backend"), "{}", node.log());
+        assert_eq!(count(&node.log(), "the network config changed: Backend"), 1, "{}", node.log());
     }
     mesh(&cluster, &pods);
 

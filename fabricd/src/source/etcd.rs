@@ -435,7 +435,14 @@ async fn running_config(
     let Some(running) = running else { return store.config().await };
     let new = text.as_deref().map(NetworkConfig::parse);
     match new {
-        Some(Ok(new)) if super::subnet_outside(&new, &running.subnet).is_none() => Ok(new),
+        Some(Ok(new)) if super::subnet_outside(&new, &running.subnet).is_none() => {
+            // Changed (seen by the watch, or while etcd was out of reach).
+            if new != running.config {
+                let changes = super::describe_config_change(&running.config, &new);
+                log!(info, "the network config changed: {changes}; applying it");
+            }
+            Ok(new)
+        }
         _ => {
             report_config(state, text.as_deref(), &running);
             Ok(running.config)
@@ -575,9 +582,8 @@ impl Watch<'_> {
         };
         match text.as_deref().map(NetworkConfig::parse) {
             Some(Ok(new)) if new == cluster.config => false,
+            // Applied (and logged) by the session, which reads the config again.
             Some(Ok(new)) if super::subnet_outside(&new, &cluster.subnet).is_none() => {
-                let changes = super::describe_config_change(&cluster.config, &new);
-                log!(info, "the network config changed: {changes}; applying it");
                 self.state.reported_config = None;
                 true
             }
