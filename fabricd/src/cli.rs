@@ -161,3 +161,24 @@ impl Cli {
         Previous { subnet, lease: env.lease.map(LeaseToken) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_go_before_or_after_the_subcommand() {
+        for args in [
+            &["fabricd", "status", "--etcd-endpoints=http://10.0.0.1:2379", "--subnet-file=/x/subnet.env"][..],
+            &["fabricd", "--etcd-endpoints=http://10.0.0.1:2379", "status", "--subnet-file=/x/subnet.env"],
+        ] {
+            let cli = Cli::parse_from(args);
+            assert!(matches!(cli.command, Some(Command::Status)), "{args:?}");
+            assert_eq!(cli.etcd_endpoints, vec!["http://10.0.0.1:2379".to_string()]);
+            assert_eq!(cli.subnet_file, PathBuf::from("/x/subnet.env"));
+        }
+        let cli = Cli::parse_from(["fabricd", "cleanup", "--cni-conf-dir", "/y"]);
+        assert!(matches!(cli.command, Some(Command::Cleanup)));
+        assert_eq!(cli.cni_conf_dir, PathBuf::from("/y"));
+    }
+}

@@ -117,3 +117,22 @@ pub async fn serve(address: String, metrics: Arc<Metrics>) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_healthz_and_nothing_else() {
+        let metrics = Metrics::default();
+        let status = |head: &str| answer(head.as_bytes(), &metrics).lines().next().unwrap_or_default().to_string();
+        assert_eq!(status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 200 OK");
+        assert_eq!(status("GET /healthz HTTP/1.1\r\n\r\n"), "HTTP/1.1 503 Service Unavailable");
+        Metrics::set(&metrics.ready, 1);
+        assert_eq!(status("GET /healthz?verbose HTTP/1.0\r\n\r\n"), "HTTP/1.1 200 OK");
+        for other in ["GET / HTTP/1.1\r\n\r\n", "GET /metricsx HTTP/1.1\r\n\r\n", "", "garbage"] {
+            assert_eq!(status(other), "HTTP/1.1 404 Not Found", "{other:?}");
+        }
+        assert!(answer(b"GET /metrics HTTP/1.1\r\n\r\n", &metrics).contains("fabricd_ready 1"));
+    }
+}

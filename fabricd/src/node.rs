@@ -296,4 +296,24 @@ mod tests {
             "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.3.1/24\nFLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:3::1/64\nFLANNEL_MTU=1430\nFLANNEL_IPMASQ=true\n"
         );
     }
+
+    #[test]
+    fn what_the_agent_changed_is_remembered_once_and_put_back() {
+        let record = std::env::temp_dir().join(format!("fabricd-changed-{}.txt", std::process::id()));
+        let _ = std::fs::remove_file(&record);
+        remember(&record, Changed::Sysctl { name: "net/ipv4/ip_forward".into(), before: "0".into() }).unwrap();
+        // A second change of the same sysctl keeps the first value: the node's own.
+        remember(&record, Changed::Sysctl { name: "net/ipv4/ip_forward".into(), before: "1".into() }).unwrap();
+        remember(&record, Changed::Table { family: "ip".into(), name: "nat".into() }).unwrap();
+        remember(&record, Changed::Table { family: "ip".into(), name: "nat".into() }).unwrap();
+        assert_eq!(std::fs::read_to_string(&record).unwrap(), "sysctl net/ipv4/ip_forward=0\ntable ip nat\n");
+        assert_eq!(
+            remembered(&record),
+            vec![
+                Changed::Sysctl { name: "net/ipv4/ip_forward".into(), before: "0".into() },
+                Changed::Table { family: "ip".into(), name: "nat".into() }
+            ]
+        );
+        std::fs::remove_file(&record).unwrap();
+    }
 }
