@@ -473,3 +473,30 @@ fn planted_lease_and_config_changes_from_vxlan_to_host_gw() {
 fn planted_lease_and_config_changes_from_host_gw_to_vxlan() {
     planted_lease_and_config_changes("host-gw", "vxlan");
 }
+
+/// Fifty values of 1.4 MB under the prefix (70 MB, past the 64 MiB that fabricd reads in one response): the
+/// listing is read again in smaller pages, a node starts and gets routes to its peer, `status` works, and each
+/// value is ignored and logged once.
+#[test]
+fn values_past_the_read_limit_are_listed_in_smaller_pages() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan" })), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(0, &[]);
+    let large = vec![b'x'; 1_400_000];
+    for i in 0..50 {
+        let key = format!("{PREFIX}/10.244.{}.0-24", 100 + i);
+        let out = cluster.etcd.as_ref().unwrap().ctl_in_with_stdin(&cluster.infra, &["put", &key], &large);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let subnets = start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let status = node.run(&["status"]);
+        assert!(status.success(), "{} {}", status.stdout_text, status.stderr);
+        assert!(status.stdout_text.contains(&format!("subnet {}", subnets[index])), "{}", status.stdout_text);
+        assert_eq!(count(&node.log(), "larger than any lease"), 50, "{}", node.log());
+    }
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+}
