@@ -313,6 +313,7 @@ fn hostile_store_round_two(backend: &str) {
     let node0 = &cluster.nodes[0];
     let back = wait_for(CONVERGE, || get(&cluster, &own).contains(&format!("\"{}\"", node0.ip)));
     assert!(back.is_some(), "not written back: {}\n{}", get(&cluster, &own), node0.log());
+    eprintln!("{backend}: the own lease written back {:?} after the overwrite", back.unwrap());
     assert_eq!(count(&node0.log(), "was overwritten by another writer"), 1, "{}", node0.log());
 
     // Aliases of node 1's key.
@@ -428,6 +429,11 @@ fn planted_lease_and_config_changes(from: &str, to: &str) {
         };
         let applied = wait_for(CONVERGE, || node.fabric_routes().iter().any(|r| r.starts_with(&direct)));
         assert!(applied.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        eprintln!(
+            "{from} -> {to}: {} on the new backend {:?} after the config change",
+            node.node.name,
+            applied.unwrap()
+        );
         assert_eq!(count(&node.log(), "the network config changed: Backend"), 1, "{}", node.log());
     }
     mesh(&cluster, &pods);
