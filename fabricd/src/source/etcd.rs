@@ -177,21 +177,20 @@ impl EtcdStore {
     }
 
     /// Reads one page of the leases: up to `limit` keys from `from` at `revision` (0: the current one). A page
-    /// larger than the client takes is read again in smaller pages; a single value larger than that is
-    /// skipped (its key read alone: then true).
-    async fn lease_page(&mut self, from: Vec<u8>, revision: i64) -> Result<(GetResponse, bool)> {
+    /// larger than the client takes is read again with half the keys (and `limit` stays there for the next
+    /// pages); a single value larger than that is skipped (its key read alone: then true).
+    async fn lease_page(&mut self, from: Vec<u8>, revision: i64, limit: &mut i64) -> Result<(GetResponse, bool)> {
         let end = prefix_end(self.subnets_prefix().as_bytes());
-        let mut limit = PAGE;
         loop {
-            let mut options = GetOptions::new().with_range(end.clone()).with_limit(limit);
+            let mut options = GetOptions::new().with_range(end.clone()).with_limit(*limit);
             if revision > 0 {
                 options = options.with_revision(revision);
             }
             let mut kv = self.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
             match kv.get(from.clone(), Some(options)).await {
-                Err(etcd_client::Error::GRpcStatus(status)) if too_large(&status) && limit > 1 => {
+                Err(etcd_client::Error::GRpcStatus(status)) if too_large(&status) && *limit > 1 => {
                     Metrics::inc(&self.metrics.etcd_requests_total);
-                    limit /= 2;
+                    *limit /= 2;
                 }
                 Err(etcd_client::Error::GRpcStatus(status)) if too_large(&status) => {
                     Metrics::inc(&self.metrics.etcd_requests_total);
@@ -239,8 +238,9 @@ impl LeaseStore for EtcdStore {
         let prefix = self.subnets_prefix();
         let mut listing = Listing::default();
         let mut from = prefix.clone().into_bytes();
+        let mut limit = PAGE;
         loop {
-            let (response, skipped) = self.lease_page(from, listing.revision).await?;
+            let (response, skipped) = self.lease_page(from, listing.revision, &mut limit).await?;
             if listing.revision == 0 {
                 listing.revision = response.header().map(|h| h.revision()).unwrap_or(0);
             }
@@ -324,9 +324,14 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     vec![0]
 }
 
-/// A response larger than the client takes.
+/// A response larger than the client takes (tonic's decoder says so with OutOfRange, which etcd also uses for
+/// a compacted or future revision: told apart by the message).
 fn too_large(status: &tonic::Status) -> bool {
-    matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted)
+    match status.code() {
+        tonic::Code::ResourceExhausted => true,
+        tonic::Code::OutOfRange => status.message().contains("message length too large"),
+        _ => false,
+    }
 }
 
 /// What one run of the source remembers across connections.
