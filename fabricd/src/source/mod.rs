@@ -310,12 +310,15 @@ pub async fn acquire<S: LeaseStore>(
             continue;
         }
         // The previous subnet: free, or held by the lease this node remembers (its address changed), or
-        // overwritten by someone else: by a plain put (no etcd lease: no node writes its lease so) or while the
-        // etcd lease this node remembers is still alive (the key was taken from it, not handed over).
+        // overwritten by someone else: by a plain put (no etcd lease: no node writes its lease so), or written
+        // over (not deleted and created afresh, as another node would) while the etcd lease this node remembers
+        // still lives.
         if let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) {
             let overwritten = match (listing.leases.get(&subnet), previous.lease) {
                 (Some(lease), _) if lease.token.0 == 0 => true,
-                (Some(lease), Some(remembered)) if lease.token != remembered => store.alive(remembered).await?,
+                (Some(lease), Some(remembered)) if lease.token != remembered && lease.revision > lease.created => {
+                    store.alive(remembered).await?
+                }
                 _ => false,
             };
             let outcome = match listing.leases.get(&subnet) {
@@ -747,8 +750,17 @@ mod tests {
             let lease = store.leases.get_mut(&subnet).unwrap();
             lease.attrs = node(98);
             lease.token = LeaseToken(7);
-            let (again, _) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            lease.revision += 1;
+            let (again, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
             assert_eq!(again, subnet);
+            // Deleted and created afresh by another node (its creation is its last write) while this node's
+            // remembered lease still lives: that node's now, not taken back.
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            store.leases.remove(&subnet);
+            store.create(subnet, &node(11)).await.unwrap();
+            let (other, _) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_ne!(other, subnet);
+            assert_eq!(store.leases[&subnet].attrs, node(11));
         });
     }
 
