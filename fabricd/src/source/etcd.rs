@@ -533,7 +533,7 @@ impl Watch<'_> {
                     match self.apply_events(&response, &own_key, cluster) {
                         OwnKey::Kept => {}
                         OwnKey::Deleted => {
-                            log!(warn, "the lease of {} was deleted (expired, revoked or removed): acquiring it again", cluster.subnet);
+                            log!(warn, "the lease of {} was deleted (expired, revoked or removed; maybe created afresh by someone else): acquiring it again", cluster.subnet);
                             return Ok(WatchEnd::OwnLost);
                         }
                         OwnKey::Overwritten { value, lease, revision } => self.write_back(cluster, value, lease, revision).await?,
@@ -620,6 +620,11 @@ impl Watch<'_> {
                         if kv.lease() == token.0 && LeaseAttrs::parse(kv.value()).ok().as_ref() == Some(self.attrs) =>
                     {
                         OwnKey::Kept
+                    }
+                    // Deleted and created afresh (by a node that found the subnet free, maybe): not ours to write
+                    // back; acquiring again decides, as at a start.
+                    EventType::Put if matches!(own, OwnKey::Deleted) || kv.create_revision() == kv.mod_revision() => {
+                        OwnKey::Deleted
                     }
                     EventType::Put => {
                         let shown = &kv.value()[..kv.value().len().min(200)];
