@@ -1,8 +1,6 @@
 //! fabricd's log: one line per event on stderr, `fabricd <level>: <message>`, and the short forms of what a
 //! line reports.
 
-use crate::dataplane::diff::Change;
-
 /// Logs one line on stderr: `fabricd <level>: <message>`.
 macro_rules! log {
     ($level:ident, $($arg:tt)*) => {
@@ -11,8 +9,8 @@ macro_rules! log {
 }
 pub(crate) use log;
 
-/// The first changes, for a log line.
-pub fn summary(changes: &[Change]) -> String {
+/// The first changes (or any items), for a log line.
+pub fn summary<T: std::fmt::Display>(changes: &[T]) -> String {
     const SHOWN: usize = 5;
     let mut text = changes.iter().take(SHOWN).map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
     if changes.len() > SHOWN {
