@@ -61,6 +61,14 @@ install_without_starting "the dhcp tests" dnsmasq-base
 # The fabric tests: etcd 3.4, started by each test in its own namespace on a temporary data dir.
 install_without_starting "the fabric tests" etcd-server
 
+# deploy/cni-rs.yaml is validated offline against Kubernetes' schemas (netns-tests/tests/deploy_manifest.rs):
+# PyPI's kubernetes-validate, which carries the schemas of each Kubernetes version.
+if ! command -v kubernetes-validate >/dev/null; then
+  echo "setup: installing kubernetes-validate (PyPI) for the manifest check"
+  python3 -m pip install --quiet kubernetes-validate==1.37.0 ||
+    { echo "setup: kubernetes-validate could not be installed (python3 -m pip)" >&2; exit 1; }
+fi
+
 command -v cargo >/dev/null || { echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2; exit 1; }
 
 # The static (musl) target the release plugins are built for (scripts/lib/binaries.sh: cni_build_release).

@@ -2,7 +2,7 @@
 //! resync), reconciles the data plane with the latest cluster on a blocking thread, reports, keeps the node's
 //! masquerade and files, and schedules the next pass.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +14,10 @@ use tokio::time::Instant;
 
 use crate::backend::pod_mtu;
 use crate::cli::Cli;
-use crate::commands::{open_dataplane, summary};
 use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
-use crate::flannel::Family;
-use crate::log;
+use crate::flannel::{Family, SubnetKey};
+use crate::log::{log, summary};
 use crate::metrics::Metrics;
 use crate::node::{self, Files};
 use crate::source::Cluster;
@@ -46,17 +45,24 @@ struct Agent {
     last_masq: Option<(Instant, Cluster)>,
     /// Refused peers already logged, and why: each refusal is logged once.
     refusals: BTreeMap<IpNet, String>,
+    /// Second keys for a peer's subnet already logged.
+    second_keys: BTreeSet<SubnetKey>,
     next_resync: Instant,
     retry_delay: Duration,
 }
 
 pub async fn run(cli: Cli) -> Result<i32> {
     let metrics = Arc::new(Metrics::default());
-    let (mut dataplane, identity) = open_dataplane(&cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let addresses: Vec<String> =
         Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
     log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
+    if cli.ip_masq {
+        if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
+            log!(warn, "{}", Error::io("listing the nf_tables tables", e));
+        }
+    }
     let firewall = match cli.ip_masq {
         true => {
             Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)
@@ -64,14 +70,14 @@ pub async fn run(cli: Cli) -> Result<i32> {
         false => None,
     };
     let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
-    cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
+    let mut source = cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
     if !cli.metrics_addr.is_empty() {
         tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone()));
     }
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
-    node::sysctls().map_err(|e| Error::io("sysctls", e))?;
+    node::sysctls(&cli.files().node_record()).map_err(|e| Error::io("sysctls", e))?;
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Error::io("SIGTERM handler", e))?;
 
@@ -83,6 +89,7 @@ pub async fn run(cli: Cli) -> Result<i32> {
         files: cli.files(),
         last_masq: None,
         refusals: BTreeMap::new(),
+        second_keys: BTreeSet::new(),
         next_resync: Instant::now() + RESYNC,
         retry_delay: Duration::from_millis(100),
     };
@@ -90,7 +97,11 @@ pub async fn run(cli: Cli) -> Result<i32> {
         let trigger = tokio::select! {
             changed = clusters.changed() => match changed {
                 Ok(()) => Trigger::Store(Instant::now()),
-                Err(_) => Trigger::Stop,
+                // The source ended (its sender went with it): its error is the agent's.
+                Err(_) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err((&mut source).await.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e))));
+                }
             },
             Some(()) = events.recv() => Trigger::Drift,
             _ = tokio::time::sleep_until(agent.next_resync) => Trigger::Resync,
@@ -113,13 +124,13 @@ pub async fn run(cli: Cli) -> Result<i32> {
 impl Agent {
     /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
     async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
-        if let Err(e) = node::family_sysctls(&cluster.config) {
+        if let Err(e) = node::family_sysctls(&self.files.node_record(), &cluster.config) {
             log!(error, "{}", Error::io("IPv6 forwarding", e));
         }
         let outcome = self.reconcile(cluster).await?;
         Metrics::inc(&self.metrics.reconciles_total);
         let ok = match outcome {
-            Ok(report) => self.record(&report, &trigger),
+            Ok(report) => self.record(cluster, &report, &trigger),
             Err(e) => {
                 log!(error, "reconcile: {e}");
                 false
@@ -128,6 +139,7 @@ impl Agent {
         if !ok {
             Metrics::inc(&self.metrics.reconcile_errors_total);
         }
+        Metrics::set(&self.metrics.ready, ok as u64);
         let underlay = self.dataplane_mut().underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
         let mtu = pod_mtu(&cluster.config, &underlay);
         self.masquerade_if_due(cluster);
@@ -155,7 +167,7 @@ impl Agent {
     }
 
     /// Counts and logs a pass; true when the kernel took every change.
-    fn record(&mut self, report: &Report, trigger: &Trigger) -> bool {
+    fn record(&mut self, cluster: &Cluster, report: &Report, trigger: &Trigger) -> bool {
         let changes = report.changes.len() as u64;
         Metrics::add(&self.metrics.changes_total, changes);
         if matches!(trigger, Trigger::Drift) && changes > 0 {
@@ -168,6 +180,7 @@ impl Agent {
             Metrics::set(&self.metrics.last_convergence_seconds, seen.elapsed().as_micros() as u64);
         }
         self.log_refusals(report);
+        self.log_second_keys(cluster);
         for error in &report.errors {
             log!(error, "{error}");
         }
@@ -192,6 +205,17 @@ impl Agent {
         }
         Metrics::set(&self.metrics.refused_peers, now.len() as u64);
         self.refusals = now;
+    }
+
+    /// Logs each key naming a subnet an older lease names once (the plan refuses it).
+    fn log_second_keys(&mut self, cluster: &Cluster) {
+        let now: BTreeMap<SubnetKey, SubnetKey> = crate::plan::second_keys(cluster).into_iter().collect();
+        for (key, holder) in &now {
+            if !self.second_keys.contains(key) {
+                log!(error, "refusing the lease of {key}: the older lease of {holder} names that subnet");
+            }
+        }
+        self.second_keys = now.into_keys().collect();
     }
 
     /// The masquerade rules, checked every 30 s and whenever the cluster's subnet or config changes.
@@ -221,6 +245,14 @@ impl Agent {
             return;
         }
         let path = self.files.conflist_path();
+        if let Some(stale) = self.files.stale_conflist() {
+            match std::fs::remove_file(&stale) {
+                Ok(()) => {
+                    log!(info, "removed {}: the conflist goes by flannel's name, {}", stale.display(), path.display())
+                }
+                Err(e) => log!(error, "{}", Error::io(stale.display().to_string(), e)),
+            }
+        }
         let conflist = node::conflist(cluster.subnet, mtu, self.files.ipam_data_dir.as_deref());
         match node::write_if_changed(&path, &conflist) {
             Ok(true) => log!(info, "wrote {} (subnet {}, MTU {mtu})", path.display(), cluster.subnet),

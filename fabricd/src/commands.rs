@@ -1,36 +1,18 @@
 //! The one-shot commands: `status`, `cleanup`, and the hidden `acquire` (a client for tests).
 
 use crate::cli::Cli;
-use crate::dataplane::diff::Change;
+use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::{self, Dataplane};
 use crate::error::{Error, Result};
 use crate::flannel::Family;
-use crate::log;
+use crate::log::{log, summary};
+use crate::node;
 use crate::plan::PeerPath;
 use crate::source::NodeIdentity;
 
-/// The node's identity and its data plane handle.
-pub fn open_dataplane(cli: &Cli) -> Result<(Dataplane, NodeIdentity)> {
-    let mut dataplane = Dataplane::new(cli.iface.clone(), cli.public_ip, cli.public_ipv6)
-        .map_err(|e| Error::netlink("opening netlink", e))?;
-    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-    let identity = NodeIdentity { public_ip: underlay.public_ip, public_ipv6: underlay.public_ipv6 };
-    Ok((dataplane, identity))
-}
-
-/// The first changes, for a log line.
-pub fn summary(changes: &[Change]) -> String {
-    const SHOWN: usize = 5;
-    let mut text = changes.iter().take(SHOWN).map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
-    if changes.len() > SHOWN {
-        text.push_str(&format!("; and {} more", changes.len() - SHOWN));
-    }
-    text
-}
-
 /// Own lease, each peer and how it is reached (or why it is refused), what differs; exit 3 when something does.
 pub async fn status(cli: &Cli) -> Result<i32> {
-    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let cluster = cli.source().current(&identity, cli.previous()).await?;
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let lease = cluster.lease.map(|token| format!("lease {token}")).unwrap_or_else(|| "static".into());
@@ -99,12 +81,15 @@ pub async fn acquire(cli: &Cli) -> Result<i32> {
 
 /// Removes everything fabricd made on this node, and its lease; exit 1 when some part failed.
 pub async fn cleanup(cli: &Cli) -> Result<i32> {
-    let (mut dataplane, identity) = open_dataplane(cli)?;
+    let (mut dataplane, identity) = cli.open_dataplane()?;
     let source = cli.source();
     let mut code = 0;
     let mut devices = Vec::new();
+    // The node's subnet: the store's, else the one subnet.env remembers.
+    let mut subnet = cli.previous().subnet;
     match source.current(&identity, cli.previous()).await {
         Ok(cluster) => {
+            subnet = Some(cluster.subnet);
             devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
             match source.release(&cluster).await {
                 Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
@@ -128,13 +113,39 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
             devices.push(link.name);
         }
     }
-    let removed = dataplane.cleanup(&devices).map_err(|e| Error::netlink("removing the data plane", e))?;
+    let mut removed = dataplane.cleanup(&devices).map_err(|e| Error::netlink("removing the data plane", e))?;
+    // The bridge's gateway address in the node's subnet, given by the conflist fabricd wrote: left, it would
+    // make the next pod on a new subnet fail ("cbr0 already has an IP address different from ...").
+    let subnets = subnet.map(|s| s.subnets()).unwrap_or_default();
+    match remove_gateway_addresses(&mut dataplane, &subnets) {
+        Ok(gone) => removed.extend(gone),
+        Err(e) => {
+            log!(error, "{}", Error::netlink(format!("removing the addresses of {}", node::BRIDGE), e));
+            code = 1;
+        }
+    }
     log!(info, "removed {} objects: {}", removed.len(), summary(&removed));
     if let Err(e) = cnicore::firewall::node_masq::teardown() {
         log!(error, "{}", Error::cni("removing the masquerade", e));
         code = 1;
     }
     let files = cli.files();
+    match node::restore(&files.node_record()) {
+        Ok(restored) => {
+            for change in restored {
+                match change {
+                    node::Changed::Sysctl { name, before } => log!(info, "put back {name}={before}"),
+                    node::Changed::Table { family, name } => {
+                        log!(info, "removed table {family} {name} (made for the masquerade, left empty)")
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            log!(error, "putting back what the agent changed on the node: {e}");
+            code = 1;
+        }
+    }
     for path in [files.conflist_path(), files.subnet_file.clone()] {
         match std::fs::remove_file(&path) {
             Ok(()) => log!(info, "removed {}", path.display()),
@@ -146,4 +157,19 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
         }
     }
     Ok(code)
+}
+
+/// Removes the addresses inside `subnets` from the conflist's bridge (absent bridge: nothing to do).
+fn remove_gateway_addresses(dataplane: &mut Dataplane, subnets: &[ipnet::IpNet]) -> std::io::Result<Vec<Change>> {
+    let nl = dataplane.netlink();
+    let Some(bridge) = nl.links()?.into_iter().find(|l| l.name == node::BRIDGE) else { return Ok(Vec::new()) };
+    let mut removed = Vec::new();
+    for address in nl.addresses(Some(bridge.index))? {
+        if subnets.iter().any(|s| s.contains(&address.addr.addr())) {
+            nl.del_address(bridge.index, address.addr)?;
+            removed
+                .push(Change::Device(DeviceChange::RemoveAddress { name: node::BRIDGE.into(), address: address.addr }));
+        }
+    }
+    Ok(removed)
 }

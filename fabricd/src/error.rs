@@ -89,6 +89,9 @@ pub enum Error {
     Config(String),
     /// The store holds something fabricd cannot use (no config, no free subnet, no lease of this node).
     Store(String),
+    /// The network config does not hold the node's subnet (its lease, or the one in subnet.env): the node
+    /// does not start, its pods would lose their addresses.
+    SubnetOutsideConfig { subnet: ipnet::IpNet, network: ipnet::IpNet, subnet_len: u8 },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -128,6 +131,12 @@ impl fmt::Display for Error {
             // cnicore's Display is the message and its details: the whole error.
             Error::Cni { what, source } => write!(f, "{what}: {source}"),
             Error::Config(text) | Error::Store(text) => f.write_str(text),
+            Error::SubnetOutsideConfig { subnet, network, subnet_len } => write!(
+                f,
+                "this node's subnet {subnet} is not a /{subnet_len} of the Network {network} in the network config \
+                 (changed since the node got it): its pods would lose their addresses. Put the config back, or \
+                 drain the node and run `fabricd cleanup` to move it to the new Network"
+            ),
         }
     }
 }

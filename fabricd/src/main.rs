@@ -8,6 +8,7 @@ mod commands;
 mod dataplane;
 mod error;
 mod flannel;
+mod log;
 mod metrics;
 mod node;
 mod plan;
@@ -16,14 +17,7 @@ mod source;
 use clap::Parser;
 
 use cli::{go_style_args, Cli, Command};
-
-/// Logs one line on stderr: `fabricd <level>: <message>`.
-#[macro_export]
-macro_rules! log {
-    ($level:ident, $($arg:tt)*) => {
-        eprintln!("fabricd {}: {}", stringify!($level), format!($($arg)*))
-    };
-}
+use log::log;
 
 fn main() {
     let cli = Cli::parse_from(go_style_args());

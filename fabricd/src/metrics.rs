@@ -6,6 +6,8 @@ use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::log::log;
+
 macro_rules! metrics {
     ($($name:ident: $kind:literal, $help:literal;)*) => {
         /// Every metric of the agent.
@@ -46,6 +48,9 @@ metrics! {
     watch_restarts_total: "counter", "Times the watch of leases was started again (relist after compaction or a lost stream).";
     lease_acquisitions_total: "counter", "Times this node's subnet lease was acquired or taken back.";
     store_connected: "gauge", "1 while the store is reachable.";
+    ready: "gauge", "1 while the data plane matches the store (the last pass applied every change); /healthz answers 200 then.";
+    ignored_store_keys: "gauge", "Entries under the leases' prefix that are not leases (an alias of a lease's key, a value larger than a lease).";
+    own_lease_rewrites_total: "counter", "Times this node wrote its lease back after another writer changed it.";
     last_convergence_seconds: "gauge", "Time from a change seen in the store to the data plane matching it, last time.";
 }
 
@@ -63,12 +68,30 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` (any path, in fact) on `address` until the process ends.
+/// The answer to a request head: `/metrics` in Prometheus' text format, `/healthz` 200 while the data plane
+/// matches the store (503 before the first good pass or after a failed one), anything else 404.
+fn answer(head: &[u8], metrics: &Metrics) -> String {
+    let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default()).into_owned();
+    let path = line.split_whitespace().nth(1).unwrap_or_default();
+    let path = path.split('?').next().unwrap_or_default();
+    let (status, kind, body) = match path {
+        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+        "/healthz" if metrics.ready.load(Ordering::Relaxed) == 1 => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/healthz" => ("503 Service Unavailable", "text/plain", "the data plane does not match the store yet\n".into()),
+        _ => ("404 Not Found", "text/plain", "not found: /metrics, /healthz\n".to_string()),
+    };
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Serves `/metrics` and `/healthz` on `address` until the process ends.
 pub async fn serve(address: String, metrics: Arc<Metrics>) {
     let listener = match TcpListener::bind(&address).await {
         Ok(listener) => listener,
         Err(e) => {
-            crate::log!(error, "metrics: cannot listen on {address}: {e}");
+            log!(error, "metrics: cannot listen on {address}: {e}");
             return;
         }
     };
@@ -86,14 +109,30 @@ pub async fn serve(address: String, metrics: Arc<Metrics>) {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
+                head
             };
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read_head).await;
-            let body = metrics.render();
-            let response = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let head = tokio::time::timeout(std::time::Duration::from_secs(5), read_head).await.unwrap_or_default();
+            let response = answer(&head, &metrics);
             let _ = stream.write_all(response.as_bytes()).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_healthz_and_nothing_else() {
+        let metrics = Metrics::default();
+        let status = |head: &str| answer(head.as_bytes(), &metrics).lines().next().unwrap_or_default().to_string();
+        assert_eq!(status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 200 OK");
+        assert_eq!(status("GET /healthz HTTP/1.1\r\n\r\n"), "HTTP/1.1 503 Service Unavailable");
+        Metrics::set(&metrics.ready, 1);
+        assert_eq!(status("GET /healthz?verbose HTTP/1.0\r\n\r\n"), "HTTP/1.1 200 OK");
+        for other in ["GET / HTTP/1.1\r\n\r\n", "GET /metricsx HTTP/1.1\r\n\r\n", "", "garbage"] {
+            assert_eq!(status(other), "HTTP/1.1 404 Not Found", "{other:?}");
+        }
+        assert!(answer(b"GET /metrics HTTP/1.1\r\n\r\n", &metrics).contains("fabricd_ready 1"));
     }
 }

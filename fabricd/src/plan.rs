@@ -16,7 +16,7 @@ use cnicore::netlink::Route;
 use ipnet::IpNet;
 
 use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
-use crate::flannel::{BackendKind, Family, FamilyNetwork};
+use crate::flannel::{BackendKind, Family, FamilyNetwork, SubnetKey};
 use crate::source::{derived_vtep_mac, Cluster, Peer};
 
 /// How one peer's pods of one family are reached.
@@ -43,6 +43,10 @@ pub enum Refusal {
     BadPublicIp { public_ip: IpAddr, why: &'static str },
     /// The public address is this node's.
     OwnPublicIp { public_ip: IpAddr },
+    /// The public address is inside a cluster Network (a pod's address, not a node's).
+    PublicIpInNetwork { public_ip: IpAddr, network: IpNet },
+    /// Another key names the same subnet: this node's own, or an older lease's (`holder`).
+    SubnetTaken { holder: Option<IpNet> },
     /// An older lease has this public address.
     PublicIpTaken { public_ip: IpAddr, holder: IpNet },
     /// The VTEP MAC is multicast or zero.
@@ -73,6 +77,13 @@ impl fmt::Display for Refusal {
             Refusal::NoPublicIp { family } => write!(f, "it has no public {family} address"),
             Refusal::BadPublicIp { public_ip, why } => write!(f, "its public address {public_ip} is {why}"),
             Refusal::OwnPublicIp { public_ip } => write!(f, "its public address {public_ip} is this node's"),
+            Refusal::PublicIpInNetwork { public_ip, network } => {
+                write!(f, "its public address {public_ip} is inside the cluster's Network {network} (a pod's address)")
+            }
+            Refusal::SubnetTaken { holder: None } => write!(f, "its subnet overlaps this node's own"),
+            Refusal::SubnetTaken { holder: Some(holder) } => {
+                write!(f, "its subnet overlaps that of the older lease of {holder} (another key names it)")
+            }
             Refusal::PublicIpTaken { public_ip, holder } => {
                 write!(f, "its public address {public_ip} is already that of the lease of {holder}")
             }
@@ -139,6 +150,9 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     let vxlan = matches!(cluster.config.backend, BackendKind::Vxlan { .. });
     let own_public = underlay.public(family);
     let own_mac = own_public.map(derived_vtep_mac);
+    let own_subnet = cluster.subnet.get(family);
+    let networks = cluster.config.networks();
+    let overlaps = |a: &IpNet, b: &IpNet| a.contains(&b.network()) || b.contains(&a.network());
     let leases: Vec<FamilyLease> = cluster
         .peers
         .iter()
@@ -159,6 +173,12 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
             Some(Refusal::NoPublicIp { family })
         } else if let Some(public_ip) = lease.public.filter(|ip| Some(*ip) == own_public) {
             Some(Refusal::OwnPublicIp { public_ip })
+        } else if let Some((public_ip, network)) =
+            lease.public.and_then(|ip| networks.iter().find(|n| n.contains(&ip)).map(|n| (ip, *n)))
+        {
+            Some(Refusal::PublicIpInNetwork { public_ip, network })
+        } else if own_subnet.is_some_and(|own| overlaps(&own, &lease.subnet)) {
+            Some(Refusal::SubnetTaken { holder: None })
         } else if let Some(vtep_mac) = lease.vtep_mac.filter(|m| vxlan && !is_unicast_mac(m)) {
             Some(Refusal::BadVtepMac { vtep_mac })
         } else {
@@ -175,8 +195,18 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
     let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
     let mut mac_holders: BTreeMap<[u8; 6], IpNet> = BTreeMap::new();
+    let mut subnet_holders: Vec<IpNet> = Vec::new();
     for lease in valid {
         let public_ip = lease.public.expect("checked");
+        if let Some(holder) = subnet_holders.iter().find(|held| overlaps(held, &lease.subnet)) {
+            // Two keys for one subnet (`10.244.1.0-24` and `10.244.1.0-24&<v6>` in an IPv4 cluster): the
+            // older speaks for it, the newer is refused, and keeps the older's entry in `paths`.
+            if paths.get(&lease.subnet).is_none() || *holder != lease.subnet {
+                paths.insert(lease.subnet, PeerPath::Refused(Refusal::SubnetTaken { holder: Some(*holder) }));
+            }
+            continue;
+        }
+        subnet_holders.push(lease.subnet);
         if let Some(holder) = ip_holders.get(&public_ip) {
             paths.insert(lease.subnet, PeerPath::Refused(Refusal::PublicIpTaken { public_ip, holder: *holder }));
             continue;
@@ -193,6 +223,23 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
         let path = path(cluster.config.backend, public_ip, lease.vtep_mac, &lease.peer.attrs.backend_type, underlay);
         paths.insert(lease.subnet, path);
     }
+}
+
+/// Peer keys naming a subnet that an older peer's key (`holder`) also names, as (key, holder): the plan
+/// refuses them, and where the subnet is the same, `paths` keeps the holder's path and cannot show the refusal.
+pub fn second_keys(cluster: &Cluster) -> Vec<(SubnetKey, SubnetKey)> {
+    let mut peers: Vec<(&SubnetKey, &Peer)> = cluster.peers.iter().collect();
+    peers.sort_by_key(|(key, peer)| (peer.created, **key));
+    let mut seconds = Vec::new();
+    for (index, (key, _)) in peers.iter().enumerate() {
+        let holder = peers[..index].iter().find(|(older, _)| {
+            Family::ALL.into_iter().any(|f| matches!((older.get(f), key.get(f)), (Some(a), Some(b)) if a == b))
+        });
+        if let Some((holder, _)) = holder {
+            seconds.push((**key, **holder));
+        }
+    }
+    seconds
 }
 
 /// How the backend reaches a valid peer at `public_ip`.
@@ -526,5 +573,43 @@ mod tests {
             path_of(&paths, "fd00:10:244:2::/64"),
             PeerPath::Refused(Refusal::RouteConflict { route: "fd00:10:244:2::/64 via fd00:50::99".into() })
         );
+    }
+
+    /// A store it does not trust, round two: a node address inside the cluster Network (a pod's), a key for
+    /// this node's own subnet, and a second key for a subnet another lease names: refused on both backends.
+    #[test]
+    fn pod_addresses_and_second_keys_for_a_subnet_are_refused() {
+        for backend in [r#"{"Type":"vxlan"}"#, r#"{"Type":"host-gw"}"#] {
+            let mut alias = peer("192.168.50.66", 5);
+            alias.attrs.public_ipv6 = Some("fd00:50::66".parse().unwrap());
+            let mut cluster = cluster(
+                backend,
+                vec![
+                    ("10.244.2.0/24", peer("192.168.50.11", 1)),
+                    ("10.244.4.0/24", peer("10.244.9.5", 3)),
+                    ("10.244.1.0/24", peer("192.168.50.67", 4)),
+                ],
+            );
+            // `10.244.2.0-24&fd00:10:244:7::-64`: a second key naming 10.244.2.0/24.
+            let dual = SubnetKey {
+                v4: Some("10.244.2.0/24".parse().unwrap()),
+                v6: Some("fd00:10:244:7::/64".parse().unwrap()),
+            };
+            cluster.peers.insert(dual, alias);
+            let paths = plan(&cluster, &underlay());
+            let gateway = ip("192.168.50.11");
+            assert!(
+                matches!(path_of(&paths, "10.244.2.0/24"), PeerPath::Direct { gateway: g } | PeerPath::Overlay { endpoint: g, .. } if g == gateway),
+                "{backend}: the older lease keeps its subnet: {paths:?}"
+            );
+            assert_eq!(
+                path_of(&paths, "10.244.4.0/24"),
+                PeerPath::Refused(Refusal::PublicIpInNetwork {
+                    public_ip: ip("10.244.9.5"),
+                    network: "10.244.0.0/16".parse().unwrap()
+                })
+            );
+            assert_eq!(path_of(&paths, "10.244.1.0/24"), PeerPath::Refused(Refusal::SubnetTaken { holder: None }));
+        }
     }
 }

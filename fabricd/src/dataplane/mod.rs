@@ -18,6 +18,7 @@ use ipnet::IpNet;
 
 use crate::backend;
 use crate::flannel::{BackendKind, Family};
+use crate::log::log;
 use crate::plan::{self, PeerPath, Refusal};
 use crate::source::Cluster;
 use diff::{Change, DeviceChange, Kept, Step};
@@ -335,7 +336,7 @@ pub fn watch_events(
                     }
                 }
                 Err(e) => {
-                    crate::log!(error, "netlink events: {e}");
+                    log!(error, "netlink events: {e}");
                     std::thread::sleep(Duration::from_secs(1));
                 }
             }

@@ -5,31 +5,34 @@
 //!   absent, replaced only at the revision read), so no two nodes ever get one subnet; a lost race retries.
 //! - Renewing: a keep-alive of the etcd lease when its remaining time is under the renew margin; an expired or
 //!   revoked lease, or our key deleted or taken, makes the node acquire again (not exit).
-//! - Peers: one range read, then a watch from the next revision. A compacted revision relists at once; a
+//! - Peers: one range read (pages of 10,000 keys at one revision, halved while a page is past the 64 MiB read
+//!   limit), then a watch from the next revision. A compacted revision relists at once; a
 //!   lost stream or connection reconnects with backoff (100 ms doubling to 5 s, plus up to half again at
 //!   random), and relists.
 //!
 //! Unlike flanneld, leases are read without a `TimeToLive` request per key (a cold start costs one range
 //! request, not one per node).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity, PutOptions, TlsOptions,
-    Txn, TxnOp, WatchOptions, WatchResponse, WatchStream,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, GetResponse, Identity, PutOptions,
+    TlsOptions, Txn, TxnOp, WatchOptions, WatchResponse, WatchStream,
 };
 
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use super::{
-    acquire, random_below, Cluster, LeaseStore, LeaseToken, Listing, NodeIdentity, Peer, Previous, StoredLease,
+    acquire, lease_entry, random_below, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity, NotALease,
+    Peer, Previous, StoredLease,
 };
 use crate::error::{Error, EtcdErrorKind, Result};
-use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
-use crate::log;
+use crate::flannel::{subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::log::log;
 use crate::metrics::Metrics;
 
 #[derive(Debug, Clone)]
@@ -74,6 +77,8 @@ pub struct EtcdStore {
     prefix: String,
     lease_ttl: Duration,
     metrics: Arc<Metrics>,
+    /// Entries under the leases' prefix that are not leases, logged once (kept across reconnections).
+    ignored: Arc<Mutex<IgnoredKeys>>,
 }
 
 impl EtcdStore {
@@ -96,6 +101,7 @@ impl EtcdStore {
             prefix: options.prefix.trim_end_matches('/').to_string(),
             lease_ttl: options.lease_ttl,
             metrics,
+            ignored: Arc::default(),
         };
         // The connection is lazy: a first request tells whether the endpoints (and TLS) work. With TLS 1.3 a
         // refused client certificate shows only as a connection closed after the handshake: say so.
@@ -158,12 +164,60 @@ impl EtcdStore {
         }
     }
 
-    /// Watches the leases from `revision` on.
+    /// Watches the network config and the leases from `revision` on.
     async fn watch_leases(&mut self, revision: i64) -> Result<WatchStream> {
         Metrics::inc(&self.metrics.watch_restarts_total);
         Metrics::inc(&self.metrics.etcd_requests_total);
         let options = WatchOptions::new().with_prefix().with_start_revision(revision);
-        self.client.watch(self.subnets_prefix(), Some(options)).await.map_err(|e| Error::etcd("watching the leases", e))
+        let mut watcher = self.client.watch_client().max_decoding_message_size(MAX_RESPONSE);
+        watcher
+            .watch(format!("{}/", self.prefix), Some(options))
+            .await
+            .map_err(|e| Error::etcd("watching the leases", e))
+    }
+
+    /// Reads one page of the leases: up to `limit` keys from `from` at `revision` (0: the current one). A page
+    /// larger than the client takes is read again with half the keys (and `limit` stays there for the next
+    /// pages); a single value larger than that is skipped (its key read alone: then true).
+    async fn lease_page(&mut self, from: Vec<u8>, revision: i64, limit: &mut i64) -> Result<(GetResponse, bool)> {
+        let end = prefix_end(self.subnets_prefix().as_bytes());
+        loop {
+            let mut options = GetOptions::new().with_range(end.clone()).with_limit(*limit);
+            if revision > 0 {
+                options = options.with_revision(revision);
+            }
+            let mut kv = self.client.kv_client().max_decoding_message_size(MAX_RESPONSE);
+            match kv.get(from.clone(), Some(options)).await {
+                Err(etcd_client::Error::GRpcStatus(status)) if too_large(&status) && *limit > 1 => {
+                    Metrics::inc(&self.metrics.etcd_requests_total);
+                    *limit /= 2;
+                }
+                Err(etcd_client::Error::GRpcStatus(status)) if too_large(&status) => {
+                    Metrics::inc(&self.metrics.etcd_requests_total);
+                    let keys = GetOptions::new().with_range(end.clone()).with_limit(1).with_keys_only();
+                    let keys = kv.get(from.clone(), Some(keys.with_revision(revision))).await;
+                    let keys = self.counted("reading the leases", keys)?;
+                    if let Some(key) = keys.kvs().first() {
+                        let name = String::from_utf8_lossy(key.key()).into_owned();
+                        self.ignore(&name, &NotALease::Unreadable { limit: MAX_RESPONSE });
+                    }
+                    return Ok((keys, true));
+                }
+                response => return Ok((self.counted("reading the leases", response)?, false)),
+            }
+        }
+    }
+
+    fn ignore(&self, key: &str, why: &NotALease) {
+        let mut ignored = self.ignored.lock().expect("not poisoned");
+        ignored.ignore(key, why);
+        Metrics::set(&self.metrics.ignored_store_keys, ignored.len() as u64);
+    }
+
+    fn forget(&self, key: &str) {
+        let mut ignored = self.ignored.lock().expect("not poisoned");
+        ignored.forget(key);
+        Metrics::set(&self.metrics.ignored_store_keys, ignored.len() as u64);
     }
 }
 
@@ -178,25 +232,37 @@ impl LeaseStore for EtcdStore {
         }
     }
 
+    /// Every lease, read in pages at one revision (a cluster's leases can outgrow one response, and values
+    /// written by hand can be of any size).
     async fn leases(&mut self) -> Result<Listing> {
-        let response = self.client.get(self.subnets_prefix(), Some(GetOptions::new().with_prefix())).await;
-        let response = self.counted("reading the leases", response)?;
-        let mut listing =
-            Listing { revision: response.header().map(|h| h.revision()).unwrap_or(0), ..Listing::default() };
-        for kv in response.kvs() {
-            let Some(subnet) = parse_subnet_key(&String::from_utf8_lossy(kv.key())) else { continue };
-            match LeaseAttrs::parse(kv.value()) {
-                Ok(attrs) => {
-                    let lease = StoredLease {
-                        attrs,
-                        token: LeaseToken(kv.lease()),
-                        revision: kv.mod_revision(),
-                        created: kv.create_revision(),
-                    };
-                    listing.leases.insert(subnet, lease);
-                }
-                Err(e) => log!(warn, "ignoring lease {subnet}: {e}"),
+        let prefix = self.subnets_prefix();
+        let mut listing = Listing::default();
+        let mut from = prefix.clone().into_bytes();
+        let mut limit = PAGE;
+        loop {
+            let (response, skipped) = self.lease_page(from, listing.revision, &mut limit).await?;
+            if listing.revision == 0 {
+                listing.revision = response.header().map(|h| h.revision()).unwrap_or(0);
             }
+            for kv in response.kvs().iter().filter(|_| !skipped) {
+                let key = String::from_utf8_lossy(kv.key());
+                match lease_entry(&prefix, &key, kv.value()) {
+                    Ok((subnet, attrs)) => {
+                        self.forget(&key);
+                        let lease = StoredLease {
+                            attrs,
+                            token: LeaseToken(kv.lease()),
+                            revision: kv.mod_revision(),
+                            created: kv.create_revision(),
+                        };
+                        listing.leases.insert(subnet, lease);
+                    }
+                    Err(why) => self.ignore(&key, &why),
+                }
+            }
+            let Some(last) = response.kvs().last().filter(|_| response.more()) else { break };
+            from = last.key().to_vec();
+            from.push(0);
         }
         Ok(listing)
     }
@@ -239,20 +305,69 @@ impl LeaseStore for EtcdStore {
     }
 }
 
-/// Runs the source forever: connects, acquires, publishes, watches, reconnects.
+/// The largest response read (a page of leases, a watch response): leases are small, but values written by
+/// hand need not be, and a response past the client's default 4 MiB would fail the whole listing.
+const MAX_RESPONSE: usize = 64 << 20;
+/// Keys per page of the lease listing: a cluster of 5,000 nodes (Kubernetes' limit) is one page of about 1.3 MB;
+/// a page past the response limit (values written by hand) is read again in halves.
+const PAGE: i64 = 10_000;
+
+/// The end of the range of keys starting with `prefix`.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A response larger than the client takes (tonic's decoder says so with OutOfRange, which etcd also uses for
+/// a compacted or future revision: told apart by the message).
+fn too_large(status: &tonic::Status) -> bool {
+    match status.code() {
+        tonic::Code::ResourceExhausted => true,
+        tonic::Code::OutOfRange => status.message().contains("message length too large"),
+        _ => false,
+    }
+}
+
+/// What one run of the source remembers across connections.
+#[derive(Default)]
+struct SourceState {
+    previous: Previous,
+    /// Since when etcd has been unreachable (logged when it is reachable again).
+    outage: Option<Instant>,
+    /// The last config change reported, so that each is logged once.
+    reported_config: Option<Vec<u8>>,
+    /// The last overwrite of the node's own lease reported.
+    reported_overwrite: Option<String>,
+    ignored: Arc<Mutex<IgnoredKeys>>,
+}
+
+/// Runs the source: connects, acquires, publishes, watches, reconnects, for as long as the agent runs. Returns
+/// only when the node must not start: its subnet does not fit the network config (its pods would lose their
+/// addresses).
 pub async fn run(
     options: EtcdOptions,
     node: NodeIdentity,
-    mut previous: Previous,
+    previous: Previous,
     tx: watch::Sender<Option<Cluster>>,
     metrics: Arc<Metrics>,
-) {
+) -> Error {
     let mut backoff = Duration::from_millis(100);
+    let mut state = SourceState { previous, ..SourceState::default() };
     loop {
         let started = Instant::now();
-        let Err(e) = session(&options, &node, &mut previous, &tx, &metrics).await;
+        let Err(e) = session(&options, &node, &mut state, &tx, &metrics).await;
+        if matches!(e, Error::SubnetOutsideConfig { .. }) && tx.borrow().is_none() {
+            return e;
+        }
         Metrics::set(&metrics.store_connected, 0);
         Metrics::inc(&metrics.etcd_errors_total);
+        state.outage.get_or_insert_with(Instant::now);
         log!(error, "{e}; the data plane is kept as it is, retrying in {backoff:?}");
         if started.elapsed() > Duration::from_secs(30) {
             backoff = Duration::from_millis(100);
@@ -267,117 +382,284 @@ enum Never {}
 
 /// Why watching the leases stopped without an error.
 enum WatchEnd {
-    /// Our lease expired, was revoked, deleted or taken: acquire again.
+    /// Our lease expired, was revoked or deleted: acquire again.
     OwnLost,
     /// The watch fell behind a compaction: list again.
     Relist,
+    /// The network config changed and still holds this node's subnet: apply it.
+    ConfigChanged,
 }
 
 /// One connection: acquire the node's lease, then list and watch until something fails.
 async fn session(
     options: &EtcdOptions,
     node: &NodeIdentity,
-    previous: &mut Previous,
+    state: &mut SourceState,
     tx: &watch::Sender<Option<Cluster>>,
     metrics: &Arc<Metrics>,
 ) -> Result<Never> {
     let mut store = EtcdStore::connect(options, metrics.clone()).await?;
+    store.ignored = state.ignored.clone();
     Metrics::set(&metrics.store_connected, 1);
-    let config = store.config().await?;
-    let attrs = node.attrs(&config)?;
+    if let Some(since) = state.outage.take() {
+        log!(info, "etcd {} is reachable again (after {:.1?})", options.endpoints.join(","), since.elapsed());
+    }
     loop {
-        let (subnet, token) = acquire(&mut store, &config, &attrs, *previous).await?;
+        let config = running_config(&mut store, state, tx).await?;
+        let attrs = node.attrs(&config)?;
+        let (subnet, token) = acquire(&mut store, &config, &attrs, state.previous).await?;
         Metrics::inc(&metrics.lease_acquisitions_total);
-        if previous.subnet != Some(subnet) {
+        if state.previous.subnet != Some(subnet) {
             log!(info, "acquired subnet {subnet} (etcd lease {token})");
         }
-        *previous = Previous { subnet: Some(subnet), lease: Some(token) };
+        state.previous = Previous { subnet: Some(subnet), lease: Some(token) };
         // The first keep-alive tells how long the lease (maybe an older one, kept) has left.
         let mut renew_at = Instant::now();
+        let mut cluster = Cluster { config: config.clone(), subnet, lease: Some(token), peers: BTreeMap::new() };
         loop {
             let listing = store.leases().await?;
-            let mut cluster =
-                Cluster { config: config.clone(), subnet, lease: Some(token), peers: listing.peers_of(subnet) };
+            cluster.peers = listing.peers_of(subnet);
             publish(tx, &cluster, metrics);
-            match watch_peers(&mut store, options, &mut cluster, listing.revision + 1, &mut renew_at, tx, metrics)
-                .await?
-            {
+            let watch = Watch { store: &mut store, options, attrs: &attrs, state: &mut *state, tx, metrics };
+            match watch.run(&mut cluster, listing.revision + 1, &mut renew_at).await? {
                 WatchEnd::Relist => continue,
-                WatchEnd::OwnLost => break,
+                WatchEnd::OwnLost | WatchEnd::ConfigChanged => break,
             }
         }
     }
 }
 
-/// Follows the leases from `revision`, publishing each change, and renews the node's lease when due.
-async fn watch_peers(
+/// The network config to run with: the store's, unless the node is running and the store's no longer holds
+/// its subnet (then the running one is kept, and the change reported once). At start, a config that does not
+/// hold the node's subnet is an error ([`super::acquire`] tells).
+async fn running_config(
     store: &mut EtcdStore,
-    options: &EtcdOptions,
-    cluster: &mut Cluster,
-    revision: i64,
-    renew_at: &mut Instant,
+    state: &mut SourceState,
     tx: &watch::Sender<Option<Cluster>>,
-    metrics: &Arc<Metrics>,
-) -> Result<WatchEnd> {
-    let token = cluster.lease.expect("acquired");
-    let own_key = store.lease_key(&cluster.subnet);
-    let mut stream = store.watch_leases(revision).await?;
-    loop {
-        tokio::select! {
-            message = stream.message() => {
-                let Some(response) = message.map_err(|e| Error::etcd("watching the leases", e))? else {
-                    return Err(Error::Etcd { what: "watching the leases".into(), kind: EtcdErrorKind::Watch, message: "the stream ended".into() });
-                };
-                if response.compact_revision() > 0 {
-                    log!(warn, "watch fell behind compaction (revision {}): relisting", response.compact_revision());
-                    return Ok(WatchEnd::Relist);
-                }
-                if response.canceled() {
-                    return Err(Error::Etcd { what: "watching the leases".into(), kind: EtcdErrorKind::Watch, message: format!("canceled: {}", response.cancel_reason()) });
-                }
-                if !apply_events(&response, &own_key, token, cluster) {
-                    log!(warn, "lease of {} expired, was revoked or taken: acquiring again", cluster.subnet);
-                    return Ok(WatchEnd::OwnLost);
-                }
-                publish(tx, cluster, metrics);
+) -> Result<NetworkConfig> {
+    let text = store.config_text().await?;
+    let running = tx.borrow().clone();
+    let Some(running) = running else { return store.config().await };
+    let new = text.as_deref().map(NetworkConfig::parse);
+    match new {
+        Some(Ok(new)) if super::subnet_outside(&new, &running.subnet).is_none() => {
+            // Changed (seen by the watch, or while etcd was out of reach).
+            if new != running.config {
+                let changes = super::describe_config_change(&running.config, &new);
+                log!(info, "the network config changed: {changes}; applying it");
             }
-            _ = tokio::time::sleep_until(*renew_at) => {
-                let Some(remaining) = store.renew(token).await? else {
-                    log!(warn, "etcd lease {token} of {} is gone: acquiring again", cluster.subnet);
-                    return Ok(WatchEnd::OwnLost);
-                };
-                *renew_at = Instant::now() + remaining.saturating_sub(options.renew_margin).max(Duration::from_secs(1));
-            }
+            Ok(new)
+        }
+        _ => {
+            report_config(state, text.as_deref(), &running);
+            Ok(running.config)
         }
     }
 }
 
-/// Applies a watch response's events to the peers; false when the node's own key was deleted or written by
-/// someone else.
-fn apply_events(response: &WatchResponse, own_key: &str, token: LeaseToken, cluster: &mut Cluster) -> bool {
-    let mut own_kept = true;
-    for event in response.events() {
-        let Some(kv) = event.kv() else { continue };
-        let key = String::from_utf8_lossy(kv.key());
-        let Some(subnet) = parse_subnet_key(&key) else { continue };
-        if key == own_key {
-            // Deleted (expired, revoked, removed by hand) or overwritten by someone else.
-            own_kept &= event.event_type() == EventType::Put && kv.lease() == token.0;
-            continue;
+/// Logs once that the config in the store changed to `text` and is not applied: not valid, or not holding
+/// the node's subnet.
+fn report_config(state: &mut SourceState, text: Option<&[u8]>, running: &Cluster) {
+    let key = text.map(<[u8]>::to_vec).unwrap_or_default();
+    if state.reported_config.as_ref() == Some(&key) {
+        return;
+    }
+    state.reported_config = Some(key);
+    let why = match text.map(NetworkConfig::parse) {
+        None => "it was deleted".to_string(),
+        Some(Err(e)) => format!("it is not valid ({e})"),
+        Some(Ok(new)) => {
+            let changes = super::describe_config_change(&running.config, &new);
+            let misfit = super::subnet_outside(&new, &running.subnet).map(|e| e.to_string()).unwrap_or_default();
+            format!("{changes}, and {misfit}")
         }
-        match event.event_type() {
-            EventType::Put => match LeaseAttrs::parse(kv.value()) {
-                Ok(attrs) => {
+    };
+    log!(
+        error,
+        "the network config changed: {why}; this node keeps running with the config it started with (subnet {}, \
+         network {}); a restart refuses to start until the config holds its subnet again or the node is cleaned up",
+        running.subnet,
+        running.config.networks().iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")
+    );
+}
+
+/// Following the store while the node holds its lease.
+struct Watch<'a> {
+    store: &'a mut EtcdStore,
+    options: &'a EtcdOptions,
+    /// The node's lease value, written back when someone else overwrites it.
+    attrs: &'a LeaseAttrs,
+    state: &'a mut SourceState,
+    tx: &'a watch::Sender<Option<Cluster>>,
+    metrics: &'a Arc<Metrics>,
+}
+
+/// What happened to the node's own key in a watch response.
+enum OwnKey {
+    Kept,
+    Deleted,
+    /// Written by someone else: its value (as read) and its etcd lease, at `revision`.
+    Overwritten {
+        value: String,
+        lease: i64,
+        revision: i64,
+    },
+}
+
+impl Watch<'_> {
+    /// Follows the store from `revision`, publishing each change, renews the node's lease when due, and
+    /// writes its value back when another writer changed it.
+    async fn run(mut self, cluster: &mut Cluster, revision: i64, renew_at: &mut Instant) -> Result<WatchEnd> {
+        let own_key = self.store.lease_key(&cluster.subnet);
+        let config_key = format!("{}/config", self.store.prefix);
+        let mut stream = self.store.watch_leases(revision).await?;
+        loop {
+            let token = cluster.lease.expect("acquired");
+            tokio::select! {
+                message = stream.message() => {
+                    let Some(response) = message.map_err(|e| Error::etcd("watching the leases", e))? else {
+                        return Err(Error::Etcd { what: "watching the leases".into(), kind: EtcdErrorKind::Watch, message: "the stream ended".into() });
+                    };
+                    if response.compact_revision() > 0 {
+                        log!(warn, "watch fell behind compaction (revision {}): relisting", response.compact_revision());
+                        return Ok(WatchEnd::Relist);
+                    }
+                    if response.canceled() {
+                        return Err(Error::Etcd { what: "watching the leases".into(), kind: EtcdErrorKind::Watch, message: format!("canceled: {}", response.cancel_reason()) });
+                    }
+                    if self.config_changed(&response, &config_key, cluster) {
+                        return Ok(WatchEnd::ConfigChanged);
+                    }
+                    match self.apply_events(&response, &own_key, cluster) {
+                        OwnKey::Kept => {}
+                        OwnKey::Deleted => {
+                            log!(warn, "the lease of {} was deleted (expired, revoked or removed; maybe created afresh by someone else): acquiring it again", cluster.subnet);
+                            return Ok(WatchEnd::OwnLost);
+                        }
+                        OwnKey::Overwritten { value, lease, revision } => self.write_back(cluster, value, lease, revision).await?,
+                    }
+                    publish(self.tx, cluster, self.metrics);
+                }
+                _ = tokio::time::sleep_until(*renew_at) => {
+                    let Some(remaining) = self.store.renew(token).await? else {
+                        log!(warn, "etcd lease {token} of {} is gone: acquiring again", cluster.subnet);
+                        return Ok(WatchEnd::OwnLost);
+                    };
+                    *renew_at = Instant::now() + remaining.saturating_sub(self.options.renew_margin).max(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// The node's key was written by someone else: the node keeps its subnet (its pods have their addresses
+    /// from it) and writes its value back at once, on a new etcd lease; who wrote it is logged once.
+    async fn write_back(&mut self, cluster: &mut Cluster, value: String, lease: i64, revision: i64) -> Result<()> {
+        let who = format!("value {value}, etcd lease {lease:x}");
+        if self.state.reported_overwrite.as_ref() != Some(&who) {
+            log!(
+                error,
+                "the lease of this node's subnet {} was overwritten by another writer ({who}): writing it back",
+                cluster.subnet
+            );
+            self.state.reported_overwrite = Some(who);
+        }
+        Metrics::inc(&self.metrics.own_lease_rewrites_total);
+        let old = cluster.lease.expect("acquired");
+        // Written only over the value just seen: a newer write is seen by the watch, and answered in turn.
+        if let Some(token) = self.store.replace(cluster.subnet, self.attrs, revision).await? {
+            if old.0 != lease {
+                self.store.revoke(old).await;
+            }
+            cluster.lease = Some(token);
+            self.state.previous.lease = Some(token);
+        }
+        Ok(())
+    }
+
+    /// True when the network config changed into one to apply now; a change that is not applied is logged.
+    fn config_changed(&mut self, response: &WatchResponse, config_key: &str, cluster: &Cluster) -> bool {
+        let Some(event) =
+            response.events().iter().rev().find(|e| e.kv().is_some_and(|kv| kv.key() == config_key.as_bytes()))
+        else {
+            return false;
+        };
+        let text = match event.event_type() {
+            EventType::Put => event.kv().map(|kv| kv.value().to_vec()),
+            EventType::Delete => None,
+        };
+        match text.as_deref().map(NetworkConfig::parse) {
+            Some(Ok(new)) if new == cluster.config => false,
+            // Applied (and logged) by the session, which reads the config again.
+            Some(Ok(new)) if super::subnet_outside(&new, &cluster.subnet).is_none() => {
+                self.state.reported_config = None;
+                true
+            }
+            _ => {
+                report_config(self.state, text.as_deref(), cluster);
+                false
+            }
+        }
+    }
+
+    /// Applies a watch response's lease events to the peers; what became of the node's own key.
+    fn apply_events(&mut self, response: &WatchResponse, own_key: &str, cluster: &mut Cluster) -> OwnKey {
+        let prefix = self.store.subnets_prefix();
+        let token = cluster.lease.expect("acquired");
+        let mut own = OwnKey::Kept;
+        for event in response.events() {
+            let Some(kv) = event.kv() else { continue };
+            let key = String::from_utf8_lossy(kv.key());
+            if !key.starts_with(&prefix) {
+                continue;
+            }
+            if key == own_key {
+                own = match event.event_type() {
+                    EventType::Delete => OwnKey::Deleted,
+                    // Ours: on our etcd lease with our value.
+                    EventType::Put
+                        if kv.lease() == token.0 && LeaseAttrs::parse(kv.value()).ok().as_ref() == Some(self.attrs) =>
+                    {
+                        OwnKey::Kept
+                    }
+                    // Deleted and created afresh (by a node that found the subnet free, maybe): not ours to write
+                    // back; acquiring again decides, as at a start.
+                    EventType::Put if matches!(own, OwnKey::Deleted) || kv.create_revision() == kv.mod_revision() => {
+                        OwnKey::Deleted
+                    }
+                    EventType::Put => {
+                        let shown = &kv.value()[..kv.value().len().min(200)];
+                        OwnKey::Overwritten {
+                            value: String::from_utf8_lossy(shown).into_owned(),
+                            lease: kv.lease(),
+                            revision: kv.mod_revision(),
+                        }
+                    }
+                };
+                continue;
+            }
+            if event.event_type() == EventType::Delete {
+                self.store.forget(&key);
+                if let Ok((subnet, _)) = lease_entry(&prefix, &key, b"{}") {
+                    cluster.peers.remove(&subnet);
+                }
+                continue;
+            }
+            match lease_entry(&prefix, &key, kv.value()) {
+                Ok((subnet, attrs)) => {
+                    self.store.forget(&key);
                     cluster.peers.insert(subnet, Peer { attrs, created: kv.create_revision() });
                 }
-                Err(e) => log!(warn, "ignoring lease {subnet}: {e}"),
-            },
-            EventType::Delete => {
-                cluster.peers.remove(&subnet);
+                Err(why) => {
+                    self.store.ignore(&key, &why);
+                    // A lease's key whose value is no longer a lease: that subnet has no peer any more.
+                    if let Ok((subnet, _)) = lease_entry(&prefix, &key, b"{}") {
+                        cluster.peers.remove(&subnet);
+                    }
+                }
             }
         }
+        own
     }
-    own_kept
 }
 
 fn publish(tx: &watch::Sender<Option<Cluster>>, cluster: &Cluster, metrics: &Metrics) {

@@ -84,7 +84,9 @@ impl LeaseStore for MemoryStore {
     }
 
     async fn alive(&mut self, token: LeaseToken) -> Result<bool> {
-        Ok(!self.expired.contains(&token) && !self.revoked.contains(&token))
+        // Only a lease granted here lives (as in etcd, where an unknown id has no time to live).
+        let granted = (101..=self.next_token).contains(&token.0);
+        Ok(granted && !self.expired.contains(&token) && !self.revoked.contains(&token))
     }
 
     async fn revoke(&mut self, token: LeaseToken) {

@@ -25,9 +25,93 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
-use crate::log;
+use crate::flannel::{
+    parse_subnet_key, subnet_key, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData,
+};
+use crate::log::log;
 use crate::metrics::Metrics;
+
+/// The largest value read as a lease. A lease that fabricd or flanneld writes is under 400 bytes (a dual-stack
+/// vxlan lease with both families' data); a larger value is not a lease, and is not kept in memory.
+pub const MAX_LEASE_VALUE: usize = 4096;
+
+/// Why an entry under the leases' prefix is not read as a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotALease {
+    /// The key is not exactly the key fabricd writes for a subnet; `canonical`: that key, when the key is an
+    /// alias of one.
+    Key { canonical: Option<String> },
+    /// The value is larger than any lease.
+    TooLarge { bytes: usize },
+    /// The value is larger than a response fabricd reads.
+    Unreadable { limit: usize },
+    /// The value is not a lease.
+    Value(String),
+}
+
+impl std::fmt::Display for NotALease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotALease::Key { canonical: Some(canonical) } => {
+                write!(f, "not a lease key (the key of that subnet is exactly .../subnets/{canonical})")
+            }
+            NotALease::Key { canonical: None } => write!(f, "not a lease key (.../subnets/<address>-<length>)"),
+            NotALease::TooLarge { bytes } => {
+                write!(f, "its value is {bytes} bytes, larger than any lease ({MAX_LEASE_VALUE})")
+            }
+            NotALease::Unreadable { limit } => write!(f, "its value is larger than {limit} bytes"),
+            NotALease::Value(why) => f.write_str(why),
+        }
+    }
+}
+
+/// A lease read from the store: its subnets, when `key` is exactly the key fabricd writes for them under
+/// `subnets_prefix` and the value is no larger than a lease. Anything else names no subnet: an alias of a
+/// subnet's key (`10.244.1.0-024`, `10.244.1.0-+24`, a trailing space, a nested `subnets/x/10.244.1.0-24`)
+/// would otherwise let a second key speak for a node's subnet.
+pub fn lease_entry(subnets_prefix: &str, key: &str, value: &[u8]) -> Result<(SubnetKey, LeaseAttrs), NotALease> {
+    let last = key.strip_prefix(subnets_prefix).unwrap_or(key);
+    let subnet = parse_subnet_key(last).filter(|subnet| !last.contains('/') && subnet_key(subnet) == last);
+    let Some(subnet) = subnet else {
+        let alias = last.rsplit('/').next().map(str::trim).and_then(|l| {
+            let (address, length) = l.rsplit_once('-')?;
+            let length: u8 = length.trim_start_matches('+').parse().ok()?;
+            parse_subnet_key(&format!("{address}-{length}"))
+        });
+        return Err(NotALease::Key { canonical: alias.map(|s| subnet_key(&s)) });
+    };
+    if value.len() > MAX_LEASE_VALUE {
+        return Err(NotALease::TooLarge { bytes: value.len() });
+    }
+    let attrs = LeaseAttrs::parse(value).map_err(NotALease::Value)?;
+    Ok((subnet, attrs))
+}
+
+/// Entries under the leases' prefix that are not used, each logged once (again when the reason changes).
+#[derive(Debug, Default)]
+pub struct IgnoredKeys {
+    logged: BTreeMap<String, String>,
+}
+
+impl IgnoredKeys {
+    /// Logs `key` as ignored for `reason`, unless it already was for that reason.
+    pub fn ignore(&mut self, key: &str, reason: &NotALease) {
+        let reason = reason.to_string();
+        if self.logged.get(key) != Some(&reason) {
+            log!(error, "ignoring {key:?} under the leases: {reason}");
+            self.logged.insert(key.to_string(), reason);
+        }
+    }
+
+    /// `key` was deleted or is a lease again.
+    pub fn forget(&mut self, key: &str) {
+        self.logged.remove(key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.logged.len()
+    }
+}
 
 /// The store's handle of a node's lease (etcd: the id of the etcd lease holding the key). Written to
 /// `subnet.env` as `FABRIC_LEASE`, so that a node whose address changed recognises its own lease.
@@ -201,6 +285,11 @@ pub async fn acquire<S: LeaseStore>(
     let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
     for attempt in 0u32.. {
         let listing = store.leases().await?;
+        // A node keeps the subnet its pods have their addresses from, or does not start.
+        let held = own_by_address(&listing, address, previous, |_| true).map(|(subnet, _)| *subnet);
+        if let Some(error) = held.or(previous.subnet).and_then(|subnet| subnet_outside(config, &subnet)) {
+            return Err(error);
+        }
         // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
         let mine = own_by_address(&listing, address, previous, |subnet| config.allows(subnet));
         if let Some((subnet, lease)) = mine {
@@ -220,10 +309,30 @@ pub async fn acquire<S: LeaseStore>(
             previous = Previous { subnet: Some(*stale), lease: None };
             continue;
         }
-        // The previous subnet: free, or held by the lease this node remembers (its address changed).
+        // The previous subnet: free, or held by the lease this node remembers (its address changed), or
+        // overwritten by someone else: by a plain put (no etcd lease: no node writes its lease so), or written
+        // over (not deleted and created afresh, as another node would) while the etcd lease this node remembers
+        // still lives.
         if let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) {
+            let overwritten = match (listing.leases.get(&subnet), previous.lease) {
+                (Some(lease), _) if lease.token.0 == 0 => true,
+                (Some(lease), Some(remembered)) if lease.token != remembered && lease.revision > lease.created => {
+                    store.alive(remembered).await?
+                }
+                _ => false,
+            };
             let outcome = match listing.leases.get(&subnet) {
                 None => store.create(subnet, attrs).await?,
+                Some(lease) if overwritten => {
+                    log!(
+                        error,
+                        "the lease of this node's subnet {subnet} was overwritten by another writer ({}, etcd lease \
+                         {}): writing it back",
+                        lease.attrs.to_json(),
+                        lease.token
+                    );
+                    store.replace(subnet, attrs, lease.revision).await?
+                }
                 Some(lease) if Some(lease.token) == previous.lease => {
                     let taken = store.replace(subnet, attrs, lease.revision).await?;
                     if taken.is_some() {
@@ -272,6 +381,46 @@ pub async fn acquire<S: LeaseStore>(
         }
     }
     unreachable!()
+}
+
+/// The error that keeps a node from starting when `config` does not hold `subnet` (a family both enable
+/// whose subnet is not of the config's Network and SubnetLen); None when it does.
+pub fn subnet_outside(config: &NetworkConfig, subnet: &SubnetKey) -> Option<Error> {
+    config.families().find_map(|plan| {
+        let subnet = subnet.get(plan.family())?;
+        (!plan.allows(&subnet)).then_some(Error::SubnetOutsideConfig {
+            subnet,
+            network: plan.network,
+            subnet_len: plan.subnet_len,
+        })
+    })
+}
+
+/// What differs between two network configs, for a log line.
+pub fn describe_config_change(old: &NetworkConfig, new: &NetworkConfig) -> String {
+    let mut changes = Vec::new();
+    let networks = |c: &NetworkConfig| c.networks().iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ");
+    if networks(old) != networks(new) {
+        changes.push(format!("Network {} -> {}", networks(old), networks(new)));
+    }
+    let lengths = |c: &NetworkConfig| c.families().map(|f| f.subnet_len.to_string()).collect::<Vec<_>>().join(" ");
+    if lengths(old) != lengths(new) {
+        changes.push(format!("SubnetLen {} -> {}", lengths(old), lengths(new)));
+    }
+    let backend = |c: &NetworkConfig| match c.backend {
+        BackendKind::Vxlan { direct_routing: true } => "vxlan (DirectRouting)".to_string(),
+        other => other.type_name().to_string(),
+    };
+    if backend(old) != backend(new) {
+        changes.push(format!("Backend {} -> {}", backend(old), backend(new)));
+    }
+    if (old.vni, old.port) != (new.vni, new.port) {
+        changes.push(format!("VNI/Port {}/{} -> {}/{}", old.vni, old.port, new.vni, new.port));
+    }
+    if changes.is_empty() {
+        changes.push("SubnetMin/SubnetMax".to_string());
+    }
+    changes.join(", ")
 }
 
 /// The lease with this node's public address: the one at the previous subnet when there are several (another
@@ -330,31 +479,28 @@ pub enum SourceConfig {
 
 impl SourceConfig {
     /// Starts the task publishing the cluster on `tx`. A static file that cannot be read fails at once (later
-    /// broken edits keep the last state).
+    /// broken edits keep the last state). The task ends only with the error that keeps the node from starting.
     pub fn spawn(
         &self,
         node: NodeIdentity,
         previous: Previous,
         tx: watch::Sender<Option<Cluster>>,
         metrics: Arc<Metrics>,
-    ) -> Result<()> {
-        match self {
+    ) -> Result<tokio::task::JoinHandle<Error>> {
+        Ok(match self {
             SourceConfig::Static(path) => {
-                static_file::load(path).map_err(Error::Config)?;
-                tokio::spawn(static_file::run(path.clone(), tx));
+                static_file::load(path)?;
+                tokio::spawn(static_file::run(path.clone(), tx))
             }
-            SourceConfig::Etcd(options) => {
-                tokio::spawn(etcd::run(options.clone(), node, previous, tx, metrics));
-            }
-        }
-        Ok(())
+            SourceConfig::Etcd(options) => tokio::spawn(etcd::run(options.clone(), node, previous, tx, metrics)),
+        })
     }
 
     /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
     /// IP, else by the lease it remembers).
     pub async fn current(&self, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
         match self {
-            SourceConfig::Static(path) => static_file::load(path).map_err(Error::Config),
+            SourceConfig::Static(path) => static_file::load(path),
             SourceConfig::Etcd(options) => {
                 let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
                 snapshot(&mut store, node, previous).await
@@ -563,6 +709,78 @@ mod tests {
             assert!(error.to_string().contains("no lease in the store"), "{error}");
             store.release(a, Some(a_token)).await.unwrap();
             assert!(!store.leases.contains_key(&a));
+        });
+    }
+
+    #[test]
+    fn only_the_canonical_key_of_a_subnet_names_it() {
+        let prefix = "/coreos.com/network/subnets/";
+        let value = node(10).to_json();
+        let (subnet, _) = lease_entry(prefix, &format!("{prefix}10.244.1.0-24"), value.as_bytes()).unwrap();
+        assert_eq!(subnet, net("10.244.1.0/24"));
+        for alias in ["10.244.1.0-024", "10.244.1.0-+24", "x/10.244.1.0-24", "10.244.1.0-24 ", " 10.244.1.0-24"] {
+            let error = lease_entry(prefix, &format!("{prefix}{alias}"), value.as_bytes()).unwrap_err();
+            assert_eq!(error, NotALease::Key { canonical: Some("10.244.1.0-24".into()) }, "{alias:?}");
+        }
+        assert_eq!(
+            lease_entry(prefix, &format!("{prefix}garbage"), value.as_bytes()).unwrap_err(),
+            NotALease::Key { canonical: None }
+        );
+        let large = vec![b' '; MAX_LEASE_VALUE + 1];
+        let error = lease_entry(prefix, &format!("{prefix}10.244.1.0-24"), &large).unwrap_err();
+        assert_eq!(error, NotALease::TooLarge { bytes: MAX_LEASE_VALUE + 1 });
+    }
+
+    #[test]
+    fn a_lease_overwritten_by_a_plain_put_or_while_ours_lives_is_taken_back() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            // Another PublicIP written over it without an etcd lease (etcdctl put).
+            let lease = store.leases.get_mut(&subnet).unwrap();
+            lease.attrs = node(99);
+            lease.token = LeaseToken(0);
+            let (again, _) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_eq!(again, subnet);
+            assert_eq!(store.leases[&subnet].attrs, node(10));
+            // On another etcd lease, while the one this node remembers still lives.
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            let lease = store.leases.get_mut(&subnet).unwrap();
+            lease.attrs = node(98);
+            lease.token = LeaseToken(7);
+            lease.revision += 1;
+            let (again, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_eq!(again, subnet);
+            // Deleted and created afresh by another node (its creation is its last write) while this node's
+            // remembered lease still lives: that node's now, not taken back.
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            store.leases.remove(&subnet);
+            store.create(subnet, &node(11)).await.unwrap();
+            let (other, _) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
+            assert_ne!(other, subnet);
+            assert_eq!(store.leases[&subnet].attrs, node(11));
+        });
+    }
+
+    #[test]
+    fn a_node_whose_subnet_left_the_network_does_not_start() {
+        run(async {
+            let mut store = MemoryStore::new(config());
+            let (subnet, token) = acquire(&mut store, &config(), &node(10), Previous::default()).await.unwrap();
+            let moved =
+                NetworkConfig::parse(br#"{"Network":"10.245.0.0/22","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#)
+                    .unwrap();
+            let previous = Previous { subnet: Some(subnet), lease: Some(token) };
+            let error = acquire(&mut store, &moved, &node(10), previous).await.unwrap_err();
+            let text = error.to_string();
+            assert!(text.contains(&subnet.to_string()) && text.contains("10.245.0.0/22"), "{text}");
+            // Widened: the lease still fits and is kept.
+            let wider =
+                NetworkConfig::parse(br#"{"Network":"10.244.0.0/21","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#)
+                    .unwrap();
+            assert_eq!(acquire(&mut store, &wider, &node(10), previous).await.unwrap().0, subnet);
         });
     }
 }

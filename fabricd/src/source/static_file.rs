@@ -21,8 +21,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::{derived_vtep_mac, Cluster, Peer};
+use crate::error::{Error, Result};
 use crate::flannel::{parse_mac, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
-use crate::log;
+use crate::log::log;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -45,13 +46,13 @@ struct PeerEntry {
 }
 
 /// Reads and checks the file.
-pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
-    let fail = |e: String| format!("{}: {e}", path.display());
-    let text = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+pub fn load(path: &std::path::Path) -> Result<Cluster> {
+    let fail = |e: String| Error::Config(format!("static config {}: {e}", path.display()));
+    let text = std::fs::read(path).map_err(|e| Error::io(format!("static config {}", path.display()), e))?;
     let config = NetworkConfig::parse(&text).map_err(fail)?;
     let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(e.to_string()))?;
     // Each subnet must be one of its family's network, for exactly the families the config enables.
-    let check = |what: &str, key: SubnetKey| -> Result<SubnetKey, String> {
+    let check = |what: &str, key: SubnetKey| -> Result<SubnetKey> {
         for family in Family::ALL {
             match (config.family(family), key.get(family)) {
                 (Some(plan), Some(subnet)) if subnet.trunc() == subnet && plan.network.contains(&subnet) => {}
@@ -69,7 +70,7 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     };
     let own = check("Subnet", SubnetKey { v4: file.subnet, v6: file.ipv6subnet })?;
     let vxlan = matches!(config.backend, BackendKind::Vxlan { .. });
-    let data = |public: Option<IpAddr>, mac: Option<String>| -> Result<Option<VxlanData>, String> {
+    let data = |public: Option<IpAddr>, mac: Option<String>| -> Result<Option<VxlanData>> {
         let Some(public) = public.filter(|_| vxlan) else { return Ok(None) };
         let vtep_mac = match mac {
             Some(text) => parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?,
@@ -95,8 +96,8 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     Ok(Cluster { config, subnet: own, lease: None, peers })
 }
 
-/// Publishes the file's content, and again whenever it changes.
-pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) {
+/// Publishes the file's content, and again whenever it changes; never returns.
+pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) -> Error {
     let mut seen: Option<SystemTime> = None;
     loop {
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
@@ -111,7 +112,7 @@ pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) {
                     });
                 }
                 // A broken edit keeps the last good state.
-                Err(e) => log!(error, "static config: {e}"),
+                Err(e) => log!(error, "{e}"),
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -122,7 +123,7 @@ pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) {
 mod tests {
     use super::*;
 
-    fn load_text(text: &str) -> Result<Cluster, String> {
+    fn load_text(text: &str) -> Result<Cluster> {
         let path = std::env::temp_dir().join(format!("fabricd-static-{}-{}.json", std::process::id(), text.len()));
         std::fs::write(&path, text).unwrap();
         let loaded = load(&path);
@@ -156,6 +157,6 @@ mod tests {
         let missing = load_text(
             r#"{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Subnet":"10.244.1.0/24","Backend":{"Type":"vxlan"}}"#,
         );
-        assert!(missing.unwrap_err().contains("no IPv6 subnet"));
+        assert!(missing.unwrap_err().to_string().contains("no IPv6 subnet"));
     }
 }
