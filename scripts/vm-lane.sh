@@ -27,7 +27,7 @@ source scripts/lib/vm.sh
 # timeout, and what it exercises is firewalld's D-Bus API, not the kernel.
 declare -A MATRIX=(
   [6.1]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
-    fabric:host_gw_on_one_l2,vxlan_across_routed_segments,dual_stack,ipv6_only_cluster'
+    fabric:host_gw_on_one_l2,vxlan_across_routed_segments fabric_dual:!turning_ipv6_on'
   [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals macvlan nfnl firewall:!firewalld'
 )
 ORDER=(6.1 6.12)
