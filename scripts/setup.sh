@@ -65,8 +65,14 @@ install_without_starting "the fabric tests" etcd-server
 # PyPI's kubernetes-validate, which carries the schemas of each Kubernetes version.
 if ! command -v kubernetes-validate >/dev/null; then
   echo "setup: installing kubernetes-validate (PyPI) for the manifest check"
-  python3 -m pip install --quiet kubernetes-validate==1.37.0 ||
-    { echo "setup: kubernetes-validate could not be installed (python3 -m pip)" >&2; exit 1; }
+  if ! python3 -m pip install --quiet kubernetes-validate==1.37.0 2>/dev/null; then
+    # Debian's own python3 has no pip, or refuses installs into the system's site (PEP 668): a venv of ours.
+    venv=/var/tmp/cni-rs-tools
+    dpkg -s python3-venv >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    python3 -m venv "$venv" && "$venv/bin/pip" install --quiet kubernetes-validate==1.37.0 ||
+      { echo "setup: kubernetes-validate could not be installed (pip, or a venv in $venv)" >&2; exit 1; }
+    ln -sf "$venv/bin/kubernetes-validate" /usr/local/bin/kubernetes-validate
+  fi
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2; exit 1; }
