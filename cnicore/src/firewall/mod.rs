@@ -10,6 +10,8 @@
 //! - [`nftables`]: one `nft -f -` transaction per call; state is read with `nft -j list ...` when needed. The
 //!   usual ADD and DEL (elements only) and the deletion by owner tag go over netlink instead ([`nfnl`]: one
 //!   nf_tables batch, no `nft` process).
+//! - [`element`]: the typed set and map elements both of those speak (rendered as `nft` text by the one,
+//!   encoded as netlink data by the other).
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
@@ -22,6 +24,7 @@
 
 pub mod conditions;
 pub mod conntrack;
+pub mod element;
 mod exec;
 pub mod iptables;
 pub mod masq;
