@@ -4,7 +4,15 @@
 //! the interface, deleting the link and releasing the lease on failure. DEL releases the lease and deletes the
 //! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`
 //! ([`crate::check::pod_link_of_kind`]).
+//!
+//! bridge and ptp share the veth pair's pieces: [`create_veth`] (the pod end made in the pod under its final
+//! name), [`find_pod_veth`] for DEL, [`require_free_name`] and [`random_veth_name`].
 
+use std::io;
+
+use ipnet::IpNet;
+
+use crate::ip::is_global_unicast;
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
 use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
 use crate::netns::NetNs;
@@ -60,7 +68,7 @@ impl Sockets {
 /// The interface of the first default route of `nl`'s namespace (IPv4 first, then IPv6), as the reference
 /// picks a `master` that is not configured.
 pub fn default_route_interface(nl: &mut Netlink) -> Result<String> {
-    for family in [IpFamily::V4, IpFamily::V6] {
+    for family in IpFamily::ALL {
         let routes = nl.routes(family, RT_TABLE_MAIN).context("failed to list routes")?;
         if let Some(oif) = routes.iter().filter(|r| r.dst.prefix_len() == 0).find_map(|r| r.oif) {
             let link = nl.link_by_index(oif).context("failed to look up the default route's interface")?;
@@ -94,9 +102,7 @@ pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<()> {
 pub fn add(attachment: Attachment, sockets: &mut Sockets) -> Result<CniResult> {
     let ctx = attachment.ctx;
     let ifname = ctx.env.ifname.as_str();
-    if sockets.pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-        return Err(already_in_pod(ctx));
-    }
+    require_free_name(&mut sockets.pod, ctx)?;
     if matches!(attachment.addresses, Addresses::Ipam) {
         // A missing IPAM plugin is known before anything is touched.
         ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
@@ -116,9 +122,18 @@ pub fn add(attachment: Attachment, sockets: &mut Sockets) -> Result<CniResult> {
     outcome
 }
 
-fn already_in_pod(ctx: &Context) -> Error {
+/// The error of an ADD that finds `CNI_IFNAME` taken in the pod.
+pub fn already_in_pod(ctx: &Context) -> Error {
     let netns = ctx.env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
     Error::internal(format!("an interface named {:?} already exists in netns {netns:?}", ctx.env.ifname))
+}
+
+/// Refuses an ADD whose `CNI_IFNAME` is taken in the pod, before anything is made.
+pub fn require_free_name(pod: &mut Netlink, ctx: &Context) -> Result<()> {
+    if pod.link_by_name(&ctx.env.ifname).context("failed to look at the pod's links")?.is_some() {
+        return Err(already_in_pod(ctx));
+    }
+    Ok(())
 }
 
 /// Creates the link directly in the pod under its final name (the kernel checks names in the namespace the
@@ -249,6 +264,83 @@ pub fn random_veth_name() -> Result<String> {
         return Err(Error::os("failed to generate a random veth name", std::io::Error::last_os_error()));
     }
     Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
+}
+
+/// Attempts at a free random host veth name.
+const VETH_NAME_ATTEMPTS: usize = 10;
+
+/// The veth pair of bridge and ptp (as the reference's `ip.SetupVeth`): `CNI_IFNAME` created directly in the
+/// pod (with `pod_mac` when given), `veth<random>` on the node; returns the host end.
+pub fn create_veth(
+    node: &mut Netlink,
+    pod: &mut Netlink,
+    pod_ns: &NetNs,
+    ctx: &Context,
+    mtu: Option<u32>,
+    pod_mac: Option<[u8; 6]>,
+) -> Result<Link> {
+    let ifname = ctx.env.ifname.as_str();
+    for _ in 0..VETH_NAME_ATTEMPTS {
+        let name = random_veth_name()?;
+        match node.create_veth(&name, ifname, pod_ns, mtu, pod_mac) {
+            Ok(host) => return Ok(host),
+            // Either the pod's name is taken (a concurrent ADD?) or, rarely, the random host name.
+            Err(e) if is_exists(&e) => require_free_name(pod, ctx)?,
+            Err(e) => return Err(Error::os("failed to make veth pair", e)),
+        }
+    }
+    Err(Error::internal("failed to find a unique veth name"))
+}
+
+/// The pod end of one of our veth pairs (bridge, ptp), with the global unicast addresses it has: what DEL
+/// deletes and releases.
+pub struct PodVeth {
+    netlink: Netlink,
+    index: u32,
+    pub addresses: Vec<IpNet>,
+}
+
+impl PodVeth {
+    /// Deletes the pod end, which deletes the host end, its addresses and host routes with it.
+    pub fn delete(mut self, ifname: &str) -> Result<()> {
+        delete_link(&mut self.netlink, self.index, ifname)
+    }
+}
+
+/// DEL's look at the pod: its `CNI_IFNAME` if the netns and the link are still there and the link is the pod
+/// end of one of our veth pairs (its peer a veth in the node namespace whose own peer it is); anything else
+/// under that name is not ours to delete. A netns path that no longer exists, or a file that is no longer a
+/// namespace (left behind after the namespace was unmounted), means the pod's network is gone.
+pub fn find_pod_veth(ctx: &Context) -> Result<Option<PodVeth>> {
+    let Some(path) = &ctx.env.netns else { return Ok(None) };
+    let pod_ns = match NetNs::open(path) {
+        Ok(pod_ns) => pod_ns,
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput) => return Ok(None),
+        Err(e) => return Err(Error::os(format!("failed to open netns {:?}", path.display().to_string()), e)),
+    };
+    let ifname = ctx.env.ifname.as_str();
+    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
+    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
+        return Ok(None);
+    };
+    if link.kind.as_deref() != Some("veth") || !peer_is_on_node(link.index, link.peer_index) {
+        crate::warn!("{ifname:?} in the pod is not a veth connected to this node; leaving it alone");
+        return Ok(None);
+    }
+    let addresses =
+        pod.addresses(Some(link.index)).with_context(|| format!("failed to get IP addresses of {ifname:?}"))?;
+    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global_unicast(a.addr())).collect();
+    Ok(Some(PodVeth { netlink: pod, index: link.index, addresses }))
+}
+
+/// True if the veth peer `peer_index` is, in the node namespace, a veth whose own peer is `pod_index`.
+fn peer_is_on_node(pod_index: u32, peer_index: Option<u32>) -> bool {
+    let Some(peer_index) = peer_index else { return false };
+    let Ok(mut node) = Netlink::new() else { return false };
+    match node.link_by_index(peer_index) {
+        Ok(Some(peer)) => peer.kind.as_deref() == Some("veth") && peer.peer_index == Some(pod_index),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

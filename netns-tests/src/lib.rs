@@ -6,6 +6,15 @@
 //!
 //! Plugins are the workspace's built binaries ([`bin`]); build them first with
 //! `cargo build --workspace --bins`.
+//!
+//! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
+//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd.
+//! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
+//!   [`traffic`]: TCP servers and clients between namespaces.
+//! - [`upstream`]: the reference plugins and upstream cnitool; [`recorder`]: what a runtime sends its plugins.
+//! - [`daemon`]: a daemon a test starts, in its own mount namespace, ended by PID; [`containerd`],
+//!   [`podman`], [`podman_macvlan`]: those runtimes on a test node; [`runtimes`]: what their tests share;
+//!   [`images`]: container images built offline.
 
 use std::ffi::OsStr;
 use std::fs;

@@ -107,12 +107,12 @@ impl Element {
         self
     }
 
-    /// The key in nft syntax (`tcp . 8080`), as [`Listed::key`] has it (interface names aside: quoted here).
+    /// The key in nft syntax (`tcp . 8080`), as [`Listed::key`](super::nftables::Listed::key) has it (interface names aside: quoted here).
     pub fn key_text(&self) -> String {
         render_data(&self.key)
     }
 
-    /// The value in nft syntax, as [`Listed::value`] has it.
+    /// The value in nft syntax, as [`Listed::value`](super::nftables::Listed::value) has it.
     pub fn value_text(&self) -> Option<String> {
         self.value.as_ref().map(MapValue::render)
     }

@@ -41,12 +41,8 @@ pub use wire::{Reply, Request};
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
 const DUMP_ATTEMPTS: usize = 5;
 
-/// IP version of addresses and routes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+/// IP version of addresses and routes (one type with the firewall's `Family`).
+pub use crate::ip::IpFamily;
 
 /// Scope of an address or route (`RT_SCOPE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
