@@ -14,7 +14,7 @@ use ipnet::IpNet;
 
 use crate::ip::is_global_unicast;
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{is_exists, is_not_found, IpFamily, KindData, Link, LinkKind, Netlink, NewLink, RT_TABLE_MAIN};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
 use crate::{failpoint, sysctl};
@@ -94,6 +94,84 @@ pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<()> {
             Err(Error::config(format!("invalid MTU {mtu}, must be [0, master MTU({})]", master.mtu)))
         }
         _ => Ok(()),
+    }
+}
+
+/// Where a master-link plugin's master is.
+pub enum Master {
+    /// The configured name (or, for ipvlan chained without one, the single interface of `prevResult`).
+    Named(String),
+    /// The interface of the default route where the master lives, as the reference picks it.
+    DefaultRoute,
+}
+
+/// What a master-link plugin (macvlan, ipvlan, vlan) says about its pod link; the verbs' bodies are
+/// [`MasterLink::add`], [`del`] and [`MasterLink::check`]. Each plugin only parses its config, names the kind
+/// with its options ([`NewLink`]'s kind) and tells its own options apart at CHECK.
+pub struct MasterLink {
+    /// The kind as netlink names it (`macvlan`): what DEL deletes and CHECK expects.
+    pub kind: &'static str,
+    /// The master; `None` (ipvlan's CHECK without a configured master): not looked at.
+    pub master: Option<Master>,
+    /// The master is a link of the pod's namespace, not the node's (`linkInContainer`).
+    pub in_container: bool,
+    pub mtu: Option<u32>,
+    /// The MTU may not exceed the master's (macvlan, vlan: [`check_mtu`]).
+    pub mtu_at_most_master: bool,
+    /// An IPAM plugin is configured ([`ipam_configured`]).
+    pub layer3: bool,
+    /// `dns` of the config, which replaces IPAM's in the result.
+    pub dns: Option<Dns>,
+}
+
+impl MasterLink {
+    fn master_name(&self, sockets: &mut Sockets) -> Result<Option<String>> {
+        match &self.master {
+            None => Ok(None),
+            Some(Master::Named(name)) => Ok(Some(name.clone())),
+            Some(Master::DefaultRoute) => default_route_interface(sockets.master_side(self.in_container)).map(Some),
+        }
+    }
+
+    /// ADD: the master looked up (its MTU the bound of ours where the kind has it), then a link of `kind` on
+    /// it with `mac`, made in the pod ([`add`]).
+    pub fn add(&self, ctx: &Context, kind: LinkKind, mac: Option<[u8; 6]>, addresses: Addresses) -> Result<CniResult> {
+        let mut sockets = Sockets::open(ctx)?;
+        let name = match self.master_name(&mut sockets)? {
+            Some(name) => name,
+            None => default_route_interface(sockets.master_side(self.in_container))?,
+        };
+        let master = lookup_master(sockets.master_side(self.in_container), &name)?;
+        if self.mtu_at_most_master {
+            check_mtu(self.mtu, &master)?;
+        }
+        let attachment = Attachment {
+            ctx,
+            link: NewLink { kind, parent: Some(master.index), mtu: self.mtu, mac },
+            in_container: self.in_container,
+            addresses,
+            dns: self.dns.clone(),
+        };
+        add(attachment, &mut sockets)
+    }
+
+    /// CHECK: IPAM's CHECK, the master still there, and the pod link as `prevResult` has it, of the plugin's
+    /// kind, its own options judged by `expected` ([`crate::check::pod_link_of_kind`]); `no_prev_result` is the
+    /// plugin's message for a CHECK without `prevResult`. The pod link, for the plugin's further checks.
+    pub fn check(
+        &self,
+        ctx: &Context,
+        no_prev_result: &str,
+        expected: impl FnOnce(&KindData) -> Result<()>,
+    ) -> Result<Link> {
+        let mut sockets = Sockets::open(ctx)?;
+        let master = self.master_name(&mut sockets)?;
+        ipam::exec_if(self.layer3, ctx, Command::Check)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config(no_prev_result))?;
+        if let Some(master) = master {
+            lookup_master(sockets.master_side(self.in_container), &master)?;
+        }
+        crate::check::pod_link_of_kind(ctx, &prev, self.kind, expected)
     }
 }
 
