@@ -439,85 +439,126 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
             Some((true, ns)) => ns,
             None => None,
         };
-        let times = Times::of(&held.ack);
-        let elapsed = held.elapsed();
-        let action = match (timing::next_action(elapsed, &times), retry_at) {
-            (Action::Expired, _) => Action::Expired,
-            (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
-            (a, _) => a,
-        };
-        let wait = match (action, &netns) {
-            (Action::Wait(d), _) => d,
-            (Action::Expired, _) => {
-                // The address may still be ours to have: asked for once before the interface goes down.
-                let outcome = match &netns {
-                    Some(ns) => extend(settings, ns, &held, Action::Expired),
-                    None => Outcome::Failed("the netns cannot be read".into()),
-                };
-                match outcome {
-                    Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
-                        bound_again(settings, shared, ack, "INIT-REBOOT after the expiry");
-                        retry_at = None;
-                        continue;
-                    }
-                    Outcome::Bound(ack) => log(&held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
-                    Outcome::Nak(msg) => log(&held, format_args!("INIT-REBOOT refused: {msg}")),
-                    Outcome::Failed(e) => log(&held, format_args!("INIT-REBOOT failed: {e}")),
-                }
-                log(&held, format_args!("lease expired, bringing {} down", held.ifname));
-                if let Some(ns) = &netns {
-                    if let Ok(mut nl) = Netlink::in_netns(ns) {
-                        if let Ok(link) = nl.require_link(&held.ifname) {
-                            let _ = nl.set_down(link.index);
-                        }
-                    }
-                }
-                forget(settings, &held);
-                return;
-            }
-            (_, None) => Duration::from_secs(1),
-            (_, Some(ns)) => {
-                let what = if action == Action::Renew { "renewing" } else { "rebinding" };
-                match extend(settings, ns, &held, action) {
-                    Outcome::Bound(ack) => {
-                        bound_again(settings, shared, ack, what);
-                        retry_at = None;
-                        continue;
-                    }
-                    Outcome::Nak(msg) => {
-                        log(&held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
-                        if let Ok(mut nl) = Netlink::in_netns(ns) {
-                            if let Ok(link) = nl.require_link(&held.ifname) {
-                                let _ = nl.set_down(link.index);
-                            }
-                        }
-                        forget(settings, &held);
-                        return;
-                    }
-                    Outcome::Failed(e) => {
-                        let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
-                        log(&held, format_args!("{what} failed: {e}; again in {wait:?}"));
-                        retry_at = Some(elapsed + wait);
-                        wait
-                    }
-                }
-            }
+        let wait = match step(settings, shared, &held, netns.as_ref(), &mut retry_at) {
+            Next::Again => continue,
+            Next::Wait(wait) => wait,
+            Next::Stop => return,
         };
         let done = match stop.recv_timeout(wait.min(LINK_CHECK)) {
             Err(RecvTimeoutError::Timeout) => continue,
             Ok(done) => Some(done),
             Err(RecvTimeoutError::Disconnected) => None,
         };
-        // Forgotten first: a daemon that dies now must not resume a lease the server has freed.
-        let held = shared.lock().unwrap().clone();
-        forget(settings, &held);
-        let socket = release(settings, &held);
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
-        drop(socket);
+        release_on_stop(settings, shared, done);
         return;
     }
+}
+
+/// What the lease thread does after a step.
+enum Next {
+    /// Look at the lease again now (it was just bound again).
+    Again,
+    /// Wait this long for a DEL (looking at the interface at least every [`LINK_CHECK`]).
+    Wait(Duration),
+    /// The lease is lost and given up: the thread ends.
+    Stop,
+}
+
+/// One look at the lease: what its times ask for now (wait, renew, rebind, or try once more after the expiry),
+/// done. A failed renewal or rebinding is tried again at `retry_at` (elapsed since the ACK).
+fn step(
+    settings: &Settings,
+    shared: &Arc<Mutex<Held>>,
+    held: &Held,
+    netns: Option<&NetNs>,
+    retry_at: &mut Option<Duration>,
+) -> Next {
+    let times = Times::of(&held.ack);
+    let elapsed = held.elapsed();
+    let action = match (timing::next_action(elapsed, &times), *retry_at) {
+        (Action::Expired, _) => Action::Expired,
+        (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
+        (a, _) => a,
+    };
+    match (action, netns) {
+        (Action::Wait(d), _) => Next::Wait(d),
+        (Action::Expired, _) => after_expiry(settings, shared, held, netns, retry_at),
+        (_, None) => Next::Wait(Duration::from_secs(1)),
+        (_, Some(ns)) => {
+            let what = if action == Action::Renew { "renewing" } else { "rebinding" };
+            match extend(settings, ns, held, action) {
+                Outcome::Bound(ack) => {
+                    bound_again(settings, shared, ack, what);
+                    *retry_at = None;
+                    Next::Again
+                }
+                Outcome::Nak(msg) => {
+                    log(held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
+                    give_up(settings, held, Some(ns));
+                    Next::Stop
+                }
+                Outcome::Failed(e) => {
+                    let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
+                    log(held, format_args!("{what} failed: {e}; again in {wait:?}"));
+                    *retry_at = Some(elapsed + wait);
+                    Next::Wait(wait)
+                }
+            }
+        }
+    }
+}
+
+/// The lease expired: the address may still be ours to have, asked for once (INIT-REBOOT) before the
+/// interface goes down.
+fn after_expiry(
+    settings: &Settings,
+    shared: &Arc<Mutex<Held>>,
+    held: &Held,
+    netns: Option<&NetNs>,
+    retry_at: &mut Option<Duration>,
+) -> Next {
+    let outcome = match netns {
+        Some(ns) => extend(settings, ns, held, Action::Expired),
+        None => Outcome::Failed("the netns cannot be read".into()),
+    };
+    match outcome {
+        Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
+            bound_again(settings, shared, ack, "INIT-REBOOT after the expiry");
+            *retry_at = None;
+            return Next::Again;
+        }
+        Outcome::Bound(ack) => log(held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
+        Outcome::Nak(msg) => log(held, format_args!("INIT-REBOOT refused: {msg}")),
+        Outcome::Failed(e) => log(held, format_args!("INIT-REBOOT failed: {e}")),
+    }
+    log(held, format_args!("lease expired, bringing {} down", held.ifname));
+    give_up(settings, held, netns);
+    Next::Stop
+}
+
+/// A lease lost (expired, or refused by the server): its interface set down, as the reference does (the
+/// address is not the pod's to use any more), and its file removed.
+fn give_up(settings: &Settings, held: &Held, netns: Option<&NetNs>) {
+    if let Some(ns) = netns {
+        if let Ok(mut nl) = Netlink::in_netns(ns) {
+            if let Ok(link) = nl.require_link(&held.ifname) {
+                let _ = nl.set_down(link.index);
+            }
+        }
+    }
+    forget(settings, held);
+}
+
+/// A DEL (answered on `done` once the RELEASE is sent) or the daemon's end: the lease given back.
+fn release_on_stop(settings: &Settings, shared: &Arc<Mutex<Held>>, done: Option<Stop>) {
+    // Forgotten first: a daemon that dies now must not resume a lease the server has freed.
+    let held = shared.lock().unwrap().clone();
+    forget(settings, &held);
+    let socket = release(settings, &held);
+    if let Some(done) = done {
+        let _ = done.send(());
+    }
+    drop(socket);
 }
 
 /// A socket a RELEASE went out on, to be closed after the caller is answered.

@@ -167,16 +167,7 @@ fn add<'a>(
     let masq_ahead = backend.map(|b| masq::start_ahead(b, &masq::expected_families(ctx.conf.ipam.as_ref())));
     let lease = ipam::add_undoable(ctx, undo)?;
     failpoint::hit("ptp/after-ipam");
-    let mut gateways = Vec::new();
-    for ip in &lease.ips {
-        let gw = ip.gateway.ok_or_else(|| {
-            Error::internal(format!("IPAM gave {} no gateway: ptp routes the pod through one", ip.address))
-        })?;
-        if gw.is_ipv4() != ip.address.addr().is_ipv4() {
-            return Err(Error::internal(format!("gateway {gw} is not of the family of {}", ip.address)));
-        }
-        gateways.push(gw);
-    }
+    require_gateways(&lease)?;
     let v4 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv4());
     let v6 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv6());
     enable_forwarding(v4, v6)?;
@@ -191,23 +182,7 @@ fn add<'a>(
     failpoint::hit("ptp/after-veth");
     let pod_link = pod.require_link(ifname).with_context(|| format!("failed to find {ifname:?} in the pod"))?;
 
-    let mut result = CniResult {
-        interfaces: vec![
-            Interface { name: host.name.clone(), mac: mac_of(&host), ..Default::default() },
-            Interface {
-                name: ifname.to_string(),
-                mac: mac_of(&pod_link),
-                sandbox: ctx.netns()?.display().to_string(),
-                ..Default::default()
-            },
-        ],
-        ips: lease.ips,
-        routes: lease.routes,
-        dns: lease.dns,
-    };
-    for ip in &mut result.ips {
-        ip.interface = Some(POD_INTERFACE);
-    }
+    let mut result = result_of(ctx, &host, &pod_link, lease)?;
     if result.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
         // The node sends neighbour solicitations only from a link-local address that passed DAD (a second or
         // two after link-up): without DAD on this point-to-point link the pod is reachable when ADD returns.
@@ -232,6 +207,41 @@ fn add<'a>(
     }
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+/// Every address of the lease with a gateway of its family: ptp routes the pod through it.
+fn require_gateways(lease: &CniResult) -> Result<()> {
+    for ip in &lease.ips {
+        let gw = ip.gateway.ok_or_else(|| {
+            Error::internal(format!("IPAM gave {} no gateway: ptp routes the pod through one", ip.address))
+        })?;
+        if gw.is_ipv4() != ip.address.addr().is_ipv4() {
+            return Err(Error::internal(format!("gateway {gw} is not of the family of {}", ip.address)));
+        }
+    }
+    Ok(())
+}
+
+/// The result: the host veth and the pod's interface, the lease's addresses on the latter.
+fn result_of(ctx: &Context, host: &Link, pod_link: &Link, lease: CniResult) -> Result<CniResult> {
+    let mut result = CniResult {
+        interfaces: vec![
+            Interface { name: host.name.clone(), mac: mac_of(host), ..Default::default() },
+            Interface {
+                name: ctx.env.ifname.clone(),
+                mac: mac_of(pod_link),
+                sandbox: ctx.netns()?.display().to_string(),
+                ..Default::default()
+            },
+        ],
+        ips: lease.ips,
+        routes: lease.routes,
+        dns: lease.dns,
+    };
+    for ip in &mut result.ips {
+        ip.interface = Some(POD_INTERFACE);
     }
     Ok(result)
 }
