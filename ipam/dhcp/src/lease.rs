@@ -417,17 +417,8 @@ fn interface_present(settings: &Settings, held: &Held) -> Option<(bool, Option<N
     }
 }
 
-/// A new ACK for the lease: kept, saved, logged (`what` done).
-fn bound_again(settings: &Settings, shared: &Arc<Mutex<Held>>, ack: ServerMessage, what: &str) {
-    let mut h = shared.lock().unwrap();
-    h.ack = ack;
-    h.bound_at_ms = now_ms();
-    save(settings, &h);
-    log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
-}
-
 fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
-    let mut retry_at: Option<Duration> = None;
+    let mut keeper = Keeper { settings, shared, retry_at: None };
     loop {
         let held = shared.lock().unwrap().clone();
         let netns = match interface_present(settings, &held) {
@@ -439,7 +430,7 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
             Some((true, ns)) => ns,
             None => None,
         };
-        let wait = match step(settings, shared, &held, netns.as_ref(), &mut retry_at) {
+        let wait = match keeper.step(&held, netns.as_ref()) {
             Next::Again => continue,
             Next::Wait(wait) => wait,
             Next::Stop => return,
@@ -464,76 +455,80 @@ enum Next {
     Stop,
 }
 
-/// One look at the lease: what its times ask for now (wait, renew, rebind, or try once more after the expiry),
-/// done. A failed renewal or rebinding is tried again at `retry_at` (elapsed since the ACK).
-fn step(
-    settings: &Settings,
-    shared: &Arc<Mutex<Held>>,
-    held: &Held,
-    netns: Option<&NetNs>,
-    retry_at: &mut Option<Duration>,
-) -> Next {
-    let times = Times::of(&held.ack);
-    let elapsed = held.elapsed();
-    let action = match (timing::next_action(elapsed, &times), *retry_at) {
-        (Action::Expired, _) => Action::Expired,
-        (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
-        (a, _) => a,
-    };
-    match (action, netns) {
-        (Action::Wait(d), _) => Next::Wait(d),
-        (Action::Expired, _) => after_expiry(settings, shared, held, netns, retry_at),
-        (_, None) => Next::Wait(Duration::from_secs(1)),
-        (_, Some(ns)) => {
-            let what = if action == Action::Renew { "renewing" } else { "rebinding" };
-            match extend(settings, ns, held, action) {
-                Outcome::Bound(ack) => {
-                    bound_again(settings, shared, ack, what);
-                    *retry_at = None;
-                    Next::Again
-                }
-                Outcome::Nak(msg) => {
-                    log(held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
-                    give_up(settings, held, Some(ns));
-                    Next::Stop
-                }
-                Outcome::Failed(e) => {
-                    let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
-                    log(held, format_args!("{what} failed: {e}; again in {wait:?}"));
-                    *retry_at = Some(elapsed + wait);
-                    Next::Wait(wait)
+/// The lease thread between its steps.
+struct Keeper<'a> {
+    settings: &'a Settings,
+    shared: &'a Arc<Mutex<Held>>,
+    /// When a failed renewal or rebinding is tried again (elapsed since the ACK).
+    retry_at: Option<Duration>,
+}
+
+impl Keeper<'_> {
+    /// One look at the lease: what its times ask for now (wait, renew, rebind, or try once more after the expiry),
+    /// done.
+    fn step(&mut self, held: &Held, netns: Option<&NetNs>) -> Next {
+        let settings = self.settings;
+        let times = Times::of(&held.ack);
+        let elapsed = held.elapsed();
+        let action = match (timing::next_action(elapsed, &times), self.retry_at) {
+            (Action::Expired, _) => Action::Expired,
+            (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
+            (a, _) => a,
+        };
+        match (action, netns) {
+            (Action::Wait(d), _) => Next::Wait(d),
+            (Action::Expired, _) => self.after_expiry(held, netns),
+            (_, None) => Next::Wait(Duration::from_secs(1)),
+            (_, Some(ns)) => {
+                let what = if action == Action::Renew { "renewing" } else { "rebinding" };
+                match extend(settings, ns, held, action) {
+                    Outcome::Bound(ack) => self.bound_again(ack, what),
+                    Outcome::Nak(msg) => {
+                        log(held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
+                        give_up(settings, held, Some(ns));
+                        Next::Stop
+                    }
+                    Outcome::Failed(e) => {
+                        let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
+                        log(held, format_args!("{what} failed: {e}; again in {wait:?}"));
+                        self.retry_at = Some(elapsed + wait);
+                        Next::Wait(wait)
+                    }
                 }
             }
         }
     }
-}
 
-/// The lease expired: the address may still be ours to have, asked for once (INIT-REBOOT) before the
-/// interface goes down.
-fn after_expiry(
-    settings: &Settings,
-    shared: &Arc<Mutex<Held>>,
-    held: &Held,
-    netns: Option<&NetNs>,
-    retry_at: &mut Option<Duration>,
-) -> Next {
-    let outcome = match netns {
-        Some(ns) => extend(settings, ns, held, Action::Expired),
-        None => Outcome::Failed("the netns cannot be read".into()),
-    };
-    match outcome {
-        Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
-            bound_again(settings, shared, ack, "INIT-REBOOT after the expiry");
-            *retry_at = None;
-            return Next::Again;
+    /// The lease expired: the address may still be ours to have, asked for once (INIT-REBOOT) before the
+    /// interface goes down.
+    fn after_expiry(&mut self, held: &Held, netns: Option<&NetNs>) -> Next {
+        let outcome = match netns {
+            Some(ns) => extend(self.settings, ns, held, Action::Expired),
+            None => Outcome::Failed("the netns cannot be read".into()),
+        };
+        match outcome {
+            Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
+                return self.bound_again(ack, "INIT-REBOOT after the expiry")
+            }
+            Outcome::Bound(ack) => log(held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
+            Outcome::Nak(msg) => log(held, format_args!("INIT-REBOOT refused: {msg}")),
+            Outcome::Failed(e) => log(held, format_args!("INIT-REBOOT failed: {e}")),
         }
-        Outcome::Bound(ack) => log(held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
-        Outcome::Nak(msg) => log(held, format_args!("INIT-REBOOT refused: {msg}")),
-        Outcome::Failed(e) => log(held, format_args!("INIT-REBOOT failed: {e}")),
+        log(held, format_args!("lease expired, bringing {} down", held.ifname));
+        give_up(self.settings, held, netns);
+        Next::Stop
     }
-    log(held, format_args!("lease expired, bringing {} down", held.ifname));
-    give_up(settings, held, netns);
-    Next::Stop
+
+    /// A new ACK for the lease: kept, saved, logged (`what` done); looked at again at once.
+    fn bound_again(&mut self, ack: ServerMessage, what: &str) -> Next {
+        let mut h = self.shared.lock().unwrap();
+        h.ack = ack;
+        h.bound_at_ms = now_ms();
+        save(self.settings, &h);
+        log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
+        self.retry_at = None;
+        Next::Again
+    }
 }
 
 /// A lease lost (expired, or refused by the server): its interface set down, as the reference does (the
