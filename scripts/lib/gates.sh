@@ -7,7 +7,9 @@
 #   3. no import circle between the modules of a crate (scripts/lib/circles.awk says what counts);
 #   4. every public module of a library crate is named in its crate doc (the map a newcomer reads first);
 #   5. product code speaks netlink and runs no shell: no `ip`, `tc`, `nft`, `iptables` or `sh` processes
-#      (cnicore::firewall::exec runs the iptables binaries the config names, by path, with no shell).
+#      (cnicore::firewall::exec runs the iptables binaries the config names, by path, with no shell);
+#   6. a plugin's stdout is the runtime's: only cnicore's entry point writes to it (the result or the error
+#      object), so no print!/println!/stdout() in plugins/ and ipam/.
 # Product code is every crate's src/ except the test rig (netns-tests/, with its cri-client) and fuzz/, minus
 # #[cfg(test)] items: tests may build strings, shell out and inspect with `ip`.
 set -uo pipefail
@@ -71,6 +73,11 @@ done)
 processes=$(grep -E 'Command::new\("(ip|tc|nft|iptables|ip6tables|bridge|ethtool|sysctl|sh|bash)"' "$product")
 [[ -z $processes ]] || fail "product code runs a tool or a shell: use cnicore's netlink layer (cnicore::netlink,
   cnicore::tc, cnicore::firewall::nfnl), cnicore::sysctl, and Command with arguments, never sh -c" <<<"$processes"
+
+# 6. Plugins write nothing to stdout themselves.
+printing=$(grep -E '^(plugins|ipam)/' "$product" | grep -E '(^|[^a-z_])(print!|println!|std::io::stdout\(\)|io::stdout\(\))')
+[[ -z $printing ]] || fail "a plugin writes to stdout, which is the runtime's (the result or the error object): use
+  cnicore::warn! or eprintln! for messages" <<<"$printing"
 
 if [[ $failed == 0 ]]; then echo "gates: ok"; fi
 exit $failed
