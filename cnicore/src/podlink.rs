@@ -214,31 +214,77 @@ pub fn require_free_name(pod: &mut Netlink, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// Creates the link directly in the pod under its final name (the kernel checks names in the namespace the
-/// link is created in, so a node link of the same name is no obstacle).
+/// Creates the link directly in the pod under its final name: one request where the reference makes it under a
+/// temporary name and renames it.
+///
+/// Kernels before 6.15 (Debian's 6.1 and 6.12 among them) look the name of a link created from the node into
+/// another namespace up in the node's namespace, so a node link of that name (the node's own `eth0`, on most
+/// nodes) makes the kernel answer EEXIST although the pod has none: then the link is made under a temporary name
+/// and renamed in the pod, as the reference always does. Newer kernels look in the pod, and take the first path.
 fn create(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link> {
     let ctx = attachment.ctx;
     let ifname = ctx.env.ifname.as_str();
     let kind = &attachment.link.kind;
-    let created = if attachment.in_container || attachment.link.parent.is_none() {
-        sockets.pod.create_kind(ifname, &attachment.link, None)
-    } else {
-        let Sockets { node, pod_ns, .. } = sockets;
-        node.create_kind(ifname, &attachment.link, Some(pod_ns))
-    };
+    let from_node = !attachment.in_container && attachment.link.parent.is_some();
+    let created = create_named(attachment, sockets, ifname, from_node);
     match created {
         Ok(()) => {}
-        Err(e) if is_unsupported_kind(&e) => {
-            return Err(Error::internal(missing_support(kind))
-                .with_details(format!("creating a {} link answered: {e}", kind.name())))
+        Err(e) if is_exists(&e) && from_node => {
+            require_free_name(&mut sockets.pod, ctx)?;
+            return create_renamed(attachment, sockets);
         }
-        Err(e) if is_exists(&e) => return Err(already_in_pod(ctx)),
-        Err(e) => return Err(Error::os(format!("failed to create {}", kind.name()), e)),
+        Err(e) => return Err(create_error(attachment, e)),
     }
     sockets
         .pod
         .require_link(ifname)
         .with_context(|| format!("failed to find the new {} {ifname:?} in the pod", kind.name()))
+}
+
+/// One creation request for the attachment's link named `name`, sent from the node into the pod (`from_node`)
+/// or in the pod.
+fn create_named(attachment: &Attachment, sockets: &mut Sockets, name: &str, from_node: bool) -> std::io::Result<()> {
+    if from_node {
+        let Sockets { node, pod_ns, .. } = sockets;
+        node.create_kind(name, &attachment.link, Some(pod_ns))
+    } else {
+        sockets.pod.create_kind(name, &attachment.link, None)
+    }
+}
+
+/// The CNI error for a creation the kernel refused.
+fn create_error(attachment: &Attachment, e: std::io::Error) -> Error {
+    let kind = &attachment.link.kind;
+    if is_unsupported_kind(&e) {
+        Error::internal(missing_support(kind)).with_details(format!("creating a {} link answered: {e}", kind.name()))
+    } else if is_exists(&e) {
+        already_in_pod(attachment.ctx)
+    } else {
+        Error::os(format!("failed to create {}", kind.name()), e)
+    }
+}
+
+/// The older kernels' path of [`create`]: the link made in the pod under a random temporary name, then renamed
+/// (it is still down, as a rename needs); deleted again if the rename fails.
+fn create_renamed(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link> {
+    let ifname = attachment.ctx.env.ifname.as_str();
+    let kind = attachment.link.kind.name();
+    let temporary = random_veth_name()?;
+    create_named(attachment, sockets, &temporary, true).map_err(|e| create_error(attachment, e))?;
+    let link = sockets
+        .pod
+        .require_link(&temporary)
+        .with_context(|| format!("failed to find the new {kind} {temporary:?} in the pod"))?;
+    if let Err(e) = sockets.pod.rename(link.index, ifname) {
+        let deleted = sockets.pod.delete_link(link.index).context("netlink");
+        crate::spec::report_rollback(format!("delete {temporary:?}"), deleted);
+        return Err(if is_exists(&e) {
+            already_in_pod(attachment.ctx)
+        } else {
+            Error::os(format!("failed to rename the new {kind} {temporary:?} to {ifname:?}"), e)
+        });
+    }
+    sockets.pod.require_link(ifname).with_context(|| format!("failed to find the new {kind} {ifname:?} in the pod"))
 }
 
 /// Addresses and routes from IPAM or `prevResult`, or just the link up; the result.

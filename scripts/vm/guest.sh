@@ -11,6 +11,11 @@ release=$(cat /run/vm/release)
 cache=$(cat /run/vm/cache)
 mkdir -p /dev/pts /dev/shm /run/netns /run/lock
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+# What udev makes on a real machine (`nft -f -` opens /dev/stdin).
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
 mount -t tmpfs shm /dev/shm
 mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null || true
 [[ -d /var/lib/cni ]] && mount -t tmpfs cni /var/lib/cni
@@ -23,8 +28,10 @@ exec /usr/sbin/modprobe -d $cache/$release/root "\$@"
 MODPROBE
 chmod 0755 /run/vm/bin/modprobe
 echo /run/vm/bin/modprobe >/proc/sys/kernel/modprobe
-# nf_tables' set hashing needs crc32c; the kernel does not request it by itself.
-modprobe -a crc32c_generic 2>/dev/null
+# nf_tables' set hashing needs crc32c; the kernel does not request it by itself. br_netfilter: a Kubernetes
+# node loads it (kubeadm's prerequisites; this machine's kernel has it built in), so bridged pod traffic goes
+# through iptables as kube-proxy and the bridge's hairpin tests expect.
+modprobe -a crc32c_generic br_netfilter
 ip link set lo up
 set -a
 # shellcheck disable=SC1091
