@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Code-health gates first (a second, no build): stringly errors, long files, import circles, crate docs, tool
-# processes in product code. Each failure says what to do.
+# processes and printing to stdout in product code (scripts/lib/gates.sh). Each failure says what to do.
 scripts/lib/gates.sh
 scripts/setup.sh
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
