@@ -399,9 +399,28 @@ pub fn run_binary(
     env: &[(&str, &str)],
     stdin: &Value,
 ) -> PluginOutput {
-    let mut command = upstream::clean_command(ns, binary);
+    let mut command = clean_command(ns, binary);
     command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
-    upstream::output(&mut command, stdin.to_string().as_bytes())
+    output(&mut command, stdin.to_string().as_bytes())
+}
+
+/// A command that runs in `ns` with an empty environment but `PATH`.
+pub fn clean_command(ns: &TestNetns, program: impl AsRef<OsStr>) -> Command {
+    let mut command = ns.command(program);
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    command
+}
+
+/// Runs `command` to completion with `stdin` and collects what it printed.
+pub fn output(command: &mut Command, stdin: &[u8]) -> PluginOutput {
+    let output = run_with_stdin(command, stdin);
+    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
+    PluginOutput {
+        status: output.status,
+        stdout: serde_json::from_str(&stdout_text).unwrap_or(serde_json::Value::Null),
+        stdout_text,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
 /// Runs `binary` in the node namespace as a runtime does for the attachment (`container`, `ifname`) of `pod`;
