@@ -70,9 +70,7 @@ impl Config {
             dns: ctx.conf.dns.clone(),
         })
     }
-}
 
-impl Config {
     /// What podlink needs of the link (the reference does not bound ipvlan's MTU by the master's).
     fn master_link(&self, master: Option<Master>) -> MasterLink {
         MasterLink {

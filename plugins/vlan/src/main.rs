@@ -53,9 +53,7 @@ impl Config {
         }
         Ok(Config { master, vlan_id, mtu, in_container: raw.link_in_container, dns: ctx.conf.dns.clone() })
     }
-}
 
-impl Config {
     /// What podlink needs of the link: on the configured master, its MTU at most the master's, with IPAM.
     fn master_link(&self) -> MasterLink {
         MasterLink {
