@@ -3,6 +3,9 @@
 # Every netns test makes its own namespaces and state directory and removes them, even on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Code-health gates first (a second, no build): stringly errors, long files, import circles, crate docs, tool
+# processes and printing to stdout in product code (scripts/lib/gates.sh). Each failure says what to do.
+scripts/lib/gates.sh
 scripts/setup.sh
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
 # Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.

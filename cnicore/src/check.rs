@@ -57,7 +57,7 @@ pub fn addresses_and_routes(nl: &mut Netlink, prev: &CniResult, index: u32, ifna
         }
     }
     let mut routes = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
+    for family in IpFamily::ALL {
         if prev.routes.iter().any(|r| r.dst.addr().is_ipv4() == (family == IpFamily::V4)) {
             routes.extend(nl.routes(family, RT_TABLE_MAIN).context("netlink")?);
         }

@@ -8,11 +8,20 @@
 //! - [`state`]: atomic files, locks and validation of names that become paths.
 //! - [`mac`]: Ethernet addresses as configs and results spell them.
 //! - [`undo`]: the undo list of an ADD; [`tuntap`]: persistent tap devices.
+//! - [`ip`]: address families, link-local and global unicast addresses.
+//! - [`podlink`]: the shared path of the link plugins (macvlan, ipvlan, vlan, dummy) and the veth pair of
+//!   bridge and ptp.
+//! - [`firewall`]: iptables and nftables rules (portmap's host ports, ipMasq, the firewall plugin's backends),
+//!   nf_tables over netlink, conntrack.
+//! - [`tc`]: traffic control over rtnetlink (bandwidth's qdiscs and filters).
+//! - [`subnet_env`]: flannel's `subnet.env`, written by fabricd and read by the flannel plugin.
+//! - [`failpoint`]: named fail points for the crash-consistency tests (feature `failpoints`).
 
 pub mod check;
 pub mod failpoint;
 pub mod firewall;
 pub mod iface;
+pub mod ip;
 pub mod mac;
 pub mod netlink;
 pub mod netns;

@@ -4,9 +4,17 @@
 //! the interface, deleting the link and releasing the lease on failure. DEL releases the lease and deletes the
 //! link if it is of the plugin's kind; CHECK compares the pod with `prevResult`
 //! ([`crate::check::pod_link_of_kind`]).
+//!
+//! bridge and ptp share the veth pair's pieces: [`create_veth`] (the pod end made in the pod under its final
+//! name), [`find_pod_veth`] for DEL, [`require_free_name`] and [`random_veth_name`].
 
+use std::io;
+
+use ipnet::IpNet;
+
+use crate::ip::is_global_unicast;
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{is_exists, is_not_found, IpFamily, KindData, Link, LinkKind, Netlink, NewLink, RT_TABLE_MAIN};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
 use crate::{failpoint, sysctl};
@@ -60,7 +68,7 @@ impl Sockets {
 /// The interface of the first default route of `nl`'s namespace (IPv4 first, then IPv6), as the reference
 /// picks a `master` that is not configured.
 pub fn default_route_interface(nl: &mut Netlink) -> Result<String> {
-    for family in [IpFamily::V4, IpFamily::V6] {
+    for family in IpFamily::ALL {
         let routes = nl.routes(family, RT_TABLE_MAIN).context("failed to list routes")?;
         if let Some(oif) = routes.iter().filter(|r| r.dst.prefix_len() == 0).find_map(|r| r.oif) {
             let link = nl.link_by_index(oif).context("failed to look up the default route's interface")?;
@@ -89,14 +97,90 @@ pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<()> {
     }
 }
 
+/// Where a master-link plugin's master is.
+pub enum Master {
+    /// The configured name (or, for ipvlan chained without one, the single interface of `prevResult`).
+    Named(String),
+    /// The interface of the default route where the master lives, as the reference picks it.
+    DefaultRoute,
+}
+
+/// What a master-link plugin (macvlan, ipvlan, vlan) says about its pod link; the verbs' bodies are
+/// [`MasterLink::add`], [`del`] and [`MasterLink::check`]. Each plugin only parses its config, names the kind
+/// with its options ([`NewLink`]'s kind) and tells its own options apart at CHECK.
+pub struct MasterLink {
+    /// The kind as netlink names it (`macvlan`): what DEL deletes and CHECK expects.
+    pub kind: &'static str,
+    /// The master; `None` (ipvlan's CHECK without a configured master): not looked at.
+    pub master: Option<Master>,
+    /// The master is a link of the pod's namespace, not the node's (`linkInContainer`).
+    pub in_container: bool,
+    pub mtu: Option<u32>,
+    /// The MTU may not exceed the master's (macvlan, vlan: [`check_mtu`]).
+    pub mtu_at_most_master: bool,
+    /// An IPAM plugin is configured ([`ipam_configured`]).
+    pub layer3: bool,
+    /// `dns` of the config, which replaces IPAM's in the result.
+    pub dns: Option<Dns>,
+}
+
+impl MasterLink {
+    fn master_name(&self, sockets: &mut Sockets) -> Result<Option<String>> {
+        match &self.master {
+            None => Ok(None),
+            Some(Master::Named(name)) => Ok(Some(name.clone())),
+            Some(Master::DefaultRoute) => default_route_interface(sockets.master_side(self.in_container)).map(Some),
+        }
+    }
+
+    /// ADD: the master looked up (its MTU the bound of ours where the kind has it), then a link of `kind` on
+    /// it with `mac`, made in the pod ([`add`]).
+    pub fn add(&self, ctx: &Context, kind: LinkKind, mac: Option<[u8; 6]>, addresses: Addresses) -> Result<CniResult> {
+        let mut sockets = Sockets::open(ctx)?;
+        let name = match self.master_name(&mut sockets)? {
+            Some(name) => name,
+            None => default_route_interface(sockets.master_side(self.in_container))?,
+        };
+        let master = lookup_master(sockets.master_side(self.in_container), &name)?;
+        if self.mtu_at_most_master {
+            check_mtu(self.mtu, &master)?;
+        }
+        let attachment = Attachment {
+            ctx,
+            link: NewLink { kind, parent: Some(master.index), mtu: self.mtu, mac },
+            in_container: self.in_container,
+            addresses,
+            dns: self.dns.clone(),
+        };
+        add(attachment, &mut sockets)
+    }
+
+    /// CHECK: IPAM's CHECK, the master still there, and the pod link as `prevResult` has it, of the plugin's
+    /// kind, its own options judged by `expected` ([`crate::check::pod_link_of_kind`]); `no_prev_result` is the
+    /// plugin's message for a CHECK without `prevResult`. The pod link, for the plugin's further checks.
+    pub fn check(
+        &self,
+        ctx: &Context,
+        no_prev_result: &str,
+        expected: impl FnOnce(&KindData) -> Result<()>,
+    ) -> Result<Link> {
+        let mut sockets = Sockets::open(ctx)?;
+        let master = self.master_name(&mut sockets)?;
+        ipam::exec_if(self.layer3, ctx, Command::Check)?;
+        let prev = ctx.prev_result()?.ok_or_else(|| Error::config(no_prev_result))?;
+        if let Some(master) = master {
+            lookup_master(sockets.master_side(self.in_container), &master)?;
+        }
+        crate::check::pod_link_of_kind(ctx, &prev, self.kind, expected)
+    }
+}
+
 /// ADD of one attachment: the link in the pod, then its addresses. On failure nothing is left: the link is
 /// deleted and the lease released.
 pub fn add(attachment: Attachment, sockets: &mut Sockets) -> Result<CniResult> {
     let ctx = attachment.ctx;
     let ifname = ctx.env.ifname.as_str();
-    if sockets.pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-        return Err(already_in_pod(ctx));
-    }
+    require_free_name(&mut sockets.pod, ctx)?;
     if matches!(attachment.addresses, Addresses::Ipam) {
         // A missing IPAM plugin is known before anything is touched.
         ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
@@ -116,9 +200,18 @@ pub fn add(attachment: Attachment, sockets: &mut Sockets) -> Result<CniResult> {
     outcome
 }
 
-fn already_in_pod(ctx: &Context) -> Error {
+/// The error of an ADD that finds `CNI_IFNAME` taken in the pod.
+pub fn already_in_pod(ctx: &Context) -> Error {
     let netns = ctx.env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
     Error::internal(format!("an interface named {:?} already exists in netns {netns:?}", ctx.env.ifname))
+}
+
+/// Refuses an ADD whose `CNI_IFNAME` is taken in the pod, before anything is made.
+pub fn require_free_name(pod: &mut Netlink, ctx: &Context) -> Result<()> {
+    if pod.link_by_name(&ctx.env.ifname).context("failed to look at the pod's links")?.is_some() {
+        return Err(already_in_pod(ctx));
+    }
+    Ok(())
 }
 
 /// Creates the link directly in the pod under its final name: one request where the reference makes it under a
@@ -137,9 +230,7 @@ fn create(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link> {
     match created {
         Ok(()) => {}
         Err(e) if is_exists(&e) && from_node => {
-            if sockets.pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-                return Err(already_in_pod(ctx));
-            }
+            require_free_name(&mut sockets.pod, ctx)?;
             return create_renamed(attachment, sockets);
         }
         Err(e) => return Err(create_error(attachment, e)),
@@ -297,6 +388,83 @@ pub fn random_veth_name() -> Result<String> {
         return Err(Error::os("failed to generate a random veth name", std::io::Error::last_os_error()));
     }
     Ok(format!("veth{:02x}{:02x}{:02x}{:02x}", bytes[0], bytes[1], bytes[2], bytes[3]))
+}
+
+/// Attempts at a free random host veth name.
+const VETH_NAME_ATTEMPTS: usize = 10;
+
+/// The veth pair of bridge and ptp (as the reference's `ip.SetupVeth`): `CNI_IFNAME` created directly in the
+/// pod (with `pod_mac` when given), `veth<random>` on the node; returns the host end.
+pub fn create_veth(
+    node: &mut Netlink,
+    pod: &mut Netlink,
+    pod_ns: &NetNs,
+    ctx: &Context,
+    mtu: Option<u32>,
+    pod_mac: Option<[u8; 6]>,
+) -> Result<Link> {
+    let ifname = ctx.env.ifname.as_str();
+    for _ in 0..VETH_NAME_ATTEMPTS {
+        let name = random_veth_name()?;
+        match node.create_veth(&name, ifname, pod_ns, mtu, pod_mac) {
+            Ok(host) => return Ok(host),
+            // Either the pod's name is taken (a concurrent ADD?) or, rarely, the random host name.
+            Err(e) if is_exists(&e) => require_free_name(pod, ctx)?,
+            Err(e) => return Err(Error::os("failed to make veth pair", e)),
+        }
+    }
+    Err(Error::internal("failed to find a unique veth name"))
+}
+
+/// The pod end of one of our veth pairs (bridge, ptp), with the global unicast addresses it has: what DEL
+/// deletes and releases.
+pub struct PodVeth {
+    netlink: Netlink,
+    index: u32,
+    pub addresses: Vec<IpNet>,
+}
+
+impl PodVeth {
+    /// Deletes the pod end, which deletes the host end, its addresses and host routes with it.
+    pub fn delete(mut self, ifname: &str) -> Result<()> {
+        delete_link(&mut self.netlink, self.index, ifname)
+    }
+}
+
+/// DEL's look at the pod: its `CNI_IFNAME` if the netns and the link are still there and the link is the pod
+/// end of one of our veth pairs (its peer a veth in the node namespace whose own peer it is); anything else
+/// under that name is not ours to delete. A netns path that no longer exists, or a file that is no longer a
+/// namespace (left behind after the namespace was unmounted), means the pod's network is gone.
+pub fn find_pod_veth(ctx: &Context) -> Result<Option<PodVeth>> {
+    let Some(path) = &ctx.env.netns else { return Ok(None) };
+    let pod_ns = match NetNs::open(path) {
+        Ok(pod_ns) => pod_ns,
+        Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput) => return Ok(None),
+        Err(e) => return Err(Error::os(format!("failed to open netns {:?}", path.display().to_string()), e)),
+    };
+    let ifname = ctx.env.ifname.as_str();
+    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
+    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
+        return Ok(None);
+    };
+    if link.kind.as_deref() != Some("veth") || !peer_is_on_node(link.index, link.peer_index) {
+        crate::warn!("{ifname:?} in the pod is not a veth connected to this node; leaving it alone");
+        return Ok(None);
+    }
+    let addresses =
+        pod.addresses(Some(link.index)).with_context(|| format!("failed to get IP addresses of {ifname:?}"))?;
+    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global_unicast(a.addr())).collect();
+    Ok(Some(PodVeth { netlink: pod, index: link.index, addresses }))
+}
+
+/// True if the veth peer `peer_index` is, in the node namespace, a veth whose own peer is `pod_index`.
+fn peer_is_on_node(pod_index: u32, peer_index: Option<u32>) -> bool {
+    let Some(peer_index) = peer_index else { return false };
+    let Ok(mut node) = Netlink::new() else { return false };
+    match node.link_by_index(peer_index) {
+        Ok(Some(peer)) => peer.kind.as_deref() == Some("veth") && peer.peer_index == Some(pod_index),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

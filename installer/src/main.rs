@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use cnicore::spec::{io_error, Error, Result};
 use cnicore::state::write_atomic;
 
 /// The mode of an installed plugin.
@@ -67,22 +68,22 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: &Cli) -> Result<(), String> {
-    let binaries = binaries_in(&cli.source).map_err(|e| format!("list {}: {e}", cli.source.display()))?;
+fn run(cli: &Cli) -> Result<()> {
+    let binaries = binaries_in(&cli.source).map_err(io_error(format!("list {}", cli.source.display())))?;
     if binaries.is_empty() {
-        return Err(format!("no binaries in {}", cli.source.display()));
+        return Err(Error::io(format!("no binaries in {}", cli.source.display())));
     }
-    cnicore::state::ensure_dir(&cli.bin_dir, 0o755).map_err(|e| format!("create {}: {e}", cli.bin_dir.display()))?;
+    cnicore::state::ensure_dir(&cli.bin_dir, 0o755).map_err(io_error(format!("create {}", cli.bin_dir.display())))?;
     let (mut installed, mut unchanged) = (0, 0);
     for source in &binaries {
         let name = source.file_name().expect("a directory entry has a name");
         let dest = cli.bin_dir.join(name);
-        match install_file(source, &dest, BINARY_MODE).map_err(|e| format!("install {}: {e}", dest.display()))? {
+        match install_file(source, &dest, BINARY_MODE).map_err(io_error(format!("install {}", dest.display())))? {
             Outcome::Installed => installed += 1,
             Outcome::Unchanged => unchanged += 1,
         }
     }
-    sync_dir(&cli.bin_dir).map_err(|e| format!("sync {}: {e}", cli.bin_dir.display()))?;
+    sync_dir(&cli.bin_dir).map_err(io_error(format!("sync {}", cli.bin_dir.display())))?;
     println!("cni-installer: {installed} binaries installed, {unchanged} unchanged in {}", cli.bin_dir.display());
 
     if !cli.skip_conflist {
@@ -90,16 +91,16 @@ fn run(cli: &Cli) -> Result<(), String> {
             Some(name) => name.clone(),
             None => cli.conflist.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         };
-        cnicore::state::validate_path_component("conflist name", &name).map_err(|e| e.msg)?;
-        let text = fs::read(&cli.conflist).map_err(|e| format!("read {}: {e}", cli.conflist.display()))?;
+        cnicore::state::validate_path_component("conflist name", &name)?;
+        let text = fs::read(&cli.conflist).map_err(io_error(format!("read {}", cli.conflist.display())))?;
         // A conflist that does not parse would hide the node's network from the runtime: refuse it here.
-        serde_json_check(&text).map_err(|e| format!("{}: {e}", cli.conflist.display()))?;
+        serde_json_check(&text).map_err(|e| e.within(cli.conflist.display()))?;
         cnicore::state::ensure_dir(&cli.conf_dir, 0o755)
-            .map_err(|e| format!("create {}: {e}", cli.conf_dir.display()))?;
+            .map_err(io_error(format!("create {}", cli.conf_dir.display())))?;
         let dest = cli.conf_dir.join(&name);
         let outcome =
-            install_file(&cli.conflist, &dest, CONFLIST_MODE).map_err(|e| format!("write {}: {e}", dest.display()))?;
-        sync_dir(&cli.conf_dir).map_err(|e| format!("sync {}: {e}", cli.conf_dir.display()))?;
+            install_file(&cli.conflist, &dest, CONFLIST_MODE).map_err(io_error(format!("write {}", dest.display())))?;
+        sync_dir(&cli.conf_dir).map_err(io_error(format!("sync {}", cli.conf_dir.display())))?;
         let what = if outcome == Outcome::Installed { "written" } else { "unchanged" };
         println!("cni-installer: {} {what}", dest.display());
     }
@@ -162,11 +163,11 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Checks that `text` is one JSON object (the conflist's own fields are the runtime's to judge).
-fn serde_json_check(text: &[u8]) -> Result<(), String> {
+fn serde_json_check(text: &[u8]) -> Result<()> {
     match serde_json::from_slice::<serde_json::Value>(text) {
         Ok(value) if value.is_object() => Ok(()),
-        Ok(_) => Err("not a JSON object".into()),
-        Err(e) => Err(format!("not JSON: {e}")),
+        Ok(_) => Err(Error::decode("not a JSON object")),
+        Err(e) => Err(Error::decode(format!("not JSON: {e}"))),
     }
 }
 

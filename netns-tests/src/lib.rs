@@ -6,6 +6,15 @@
 //!
 //! Plugins are the workspace's built binaries ([`bin`]); build them first with
 //! `cargo build --workspace --bins`.
+//!
+//! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
+//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd.
+//! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
+//!   [`traffic`]: TCP servers and clients between namespaces.
+//! - [`upstream`]: the reference plugins and upstream cnitool; [`recorder`]: what a runtime sends its plugins.
+//! - [`daemon`]: a daemon a test starts, in its own mount namespace, ended by PID; [`containerd`],
+//!   [`podman`], [`podman_macvlan`]: those runtimes on a test node; [`runtimes`]: what their tests share;
+//!   [`images`]: container images built offline.
 
 use std::ffi::OsStr;
 use std::fs;
@@ -390,9 +399,28 @@ pub fn run_binary(
     env: &[(&str, &str)],
     stdin: &Value,
 ) -> PluginOutput {
-    let mut command = upstream::clean_command(ns, binary);
+    let mut command = clean_command(ns, binary);
     command.env("CNI_COMMAND", cni_command).env("CNI_PATH", bin_dir()).envs(env.iter().copied());
-    upstream::output(&mut command, stdin.to_string().as_bytes())
+    output(&mut command, stdin.to_string().as_bytes())
+}
+
+/// A command that runs in `ns` with an empty environment but `PATH`.
+pub fn clean_command(ns: &TestNetns, program: impl AsRef<OsStr>) -> Command {
+    let mut command = ns.command(program);
+    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+    command
+}
+
+/// Runs `command` to completion with `stdin` and collects what it printed.
+pub fn output(command: &mut Command, stdin: &[u8]) -> PluginOutput {
+    let output = run_with_stdin(command, stdin);
+    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
+    PluginOutput {
+        status: output.status,
+        stdout: serde_json::from_str(&stdout_text).unwrap_or(serde_json::Value::Null),
+        stdout_text,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
 /// Runs `binary` in the node namespace as a runtime does for the attachment (`container`, `ifname`) of `pod`;

@@ -12,7 +12,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::{run_with_stdin, PluginOutput, TestNetns};
+pub use crate::{clean_command, output};
+use crate::{PluginOutput, TestNetns};
 
 /// Debian's reference plugins (containernetworking-plugins v1.1.1).
 pub const REFERENCE_DIR: &str = "/usr/lib/cni";
@@ -62,25 +63,6 @@ pub fn plugin_dir(dir: &Path, plugins: &[(&str, &Path)]) -> PathBuf {
         symlink(binary, &link).unwrap_or_else(|e| panic!("symlink {} -> {}: {e}", link.display(), binary.display()));
     }
     dir.to_path_buf()
-}
-
-/// A command that runs in `ns` with an empty environment but `PATH`.
-pub fn clean_command(ns: &TestNetns, program: impl AsRef<OsStr>) -> Command {
-    let mut command = ns.command(program);
-    command.env_clear().env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
-    command
-}
-
-/// Runs `command` to completion with `stdin` and collects what it printed.
-pub fn output(command: &mut Command, stdin: &[u8]) -> PluginOutput {
-    let output = run_with_stdin(command, stdin);
-    let stdout_text = String::from_utf8_lossy(&output.stdout).into_owned();
-    PluginOutput {
-        status: output.status,
-        stdout: serde_json::from_str(&stdout_text).unwrap_or(serde_json::Value::Null),
-        stdout_text,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
 }
 
 /// Runs `program args` in `ns` with exactly `env` (plus `PATH`) and the raw bytes `stdin`: for tests of the

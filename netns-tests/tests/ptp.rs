@@ -236,6 +236,24 @@ fn check_finds_drift() {
     rig.del(Impl::Ours, Some(&pod.path), "d", &conf, &result);
 }
 
+/// DEL deletes the pod's interface only when it is the pod end of a veth pair with the node (as bridge's DEL,
+/// one function in cnicore::podlink): an `eth0` veth to another namespace is someone else's and stays.
+#[test]
+fn del_leaves_a_veth_to_elsewhere_alone() {
+    let rig = rig();
+    let conf = conf(&rig, "1.0.0", json!({}));
+    let pod = rig.node.pod_netns();
+    let elsewhere = TestNetns::new("ptp-else");
+    // The peer's index is one the node has none of: the check follows the peer's index into the node (indexes
+    // are per namespace, and a fresh namespace's first links share theirs with the node's).
+    elsewhere
+        .ip(&["link", "add", "peer0", "index", "4000", "type", "veth", "peer", "name", "eth0", "netns", &pod.name]);
+    pod.ip(&["addr", "add", "10.41.0.2/24", "dev", "eth0"]);
+    rig.run(Impl::Ours, "DEL", Some(&pod.path), "x", &conf, "").expect_ok();
+    assert!(pod.links().contains(&"eth0".to_string()), "DEL deleted a veth that is not ours: {:?}", pod.links());
+    assert!(link_details(&elsewhere, "peer0").is_some(), "its peer went too");
+}
+
 #[test]
 fn failed_adds_leave_node_and_pod_unchanged() {
     let rig = rig();

@@ -286,7 +286,7 @@ pub fn check(backend: Backend, pod: &Attachment) -> Result<()> {
 /// the RCU grace period that a deleting nf_tables transaction waits for when its socket closes).
 pub fn teardown(pod: &Attachment) -> Result<()> {
     validate_owner(pod.network, pod.container_id)?;
-    let families = if pod.ips.is_empty() { vec![Family::V4, Family::V6] } else { families_of(pod.ips) };
+    let families = if pod.ips.is_empty() { Family::ALL.to_vec() } else { families_of(pod.ips) };
     let outcomes = std::thread::scope(|s| {
         let mut workers = Vec::new();
         for family in families {
@@ -328,7 +328,7 @@ pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
     crate::spec::validate_network_name(network)?;
     let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
     let mut errors = Errors::new();
-    for family in [Family::V4, Family::V6] {
+    for family in Family::ALL {
         if iptables::available(family) {
             errors.record(iptables_gc(family, network, &valid));
         }

@@ -10,6 +10,8 @@
 //! - [`nftables`]: one `nft -f -` transaction per call; state is read with `nft -j list ...` when needed. The
 //!   usual ADD and DEL (elements only) and the deletion by owner tag go over netlink instead ([`nfnl`]: one
 //!   nf_tables batch, no `nft` process).
+//! - [`element`]: the typed set and map elements both of those speak (rendered as `nft` text by the one,
+//!   encoded as netlink data by the other).
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
@@ -22,6 +24,7 @@
 
 pub mod conditions;
 pub mod conntrack;
+pub mod element;
 mod exec;
 pub mod iptables;
 pub mod masq;
@@ -31,7 +34,6 @@ pub mod node_masq;
 pub mod reference_nft;
 
 use std::fmt;
-use std::net::IpAddr;
 
 use ipnet::IpNet;
 use sha2::{Digest, Sha512};
@@ -115,25 +117,11 @@ impl fmt::Display for Backend {
     }
 }
 
-/// IP version of a rule set (iptables vs ip6tables; `ip` vs `ip6` in nftables).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    V4,
-    V6,
-}
+/// IP version of a rule set (iptables vs ip6tables; `ip` vs `ip6` in nftables): [`crate::ip::IpFamily`], with
+/// the firewall's names for it below.
+pub use crate::ip::IpFamily as Family;
 
 impl Family {
-    pub fn of(ip: IpAddr) -> Family {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    pub fn of_net(net: &IpNet) -> Family {
-        Family::of(net.addr())
-    }
-
     /// `"ip"` or `"ip6"`: the nftables payload keyword of this family.
     pub fn nft_keyword(self) -> &'static str {
         match self {

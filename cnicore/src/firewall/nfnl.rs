@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use netlink_packet_core::NLM_F_DUMP;
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::nftables::{Datum, Element, MapValue};
+use super::element::{Datum, Element, MapValue};
 use crate::netlink::wire::{self, Received, Request, NLA_F_NESTED};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -167,6 +167,30 @@ impl std::fmt::Display for BatchError {
     }
 }
 
+/// What nf_tables cannot carry in an element (the batch is not sent; the same element as `nft` text is then
+/// refused or applied by `nft`, as it would have been without netlink).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unencodable {
+    /// A jump target that is empty, longer than nf_tables' 255 bytes or holds a NUL.
+    ChainName(String),
+    /// A comment longer than the 254 bytes of libnftnl's userdata, or holding a NUL.
+    Comment(String),
+    /// An interface name longer than IFNAMSIZ or holding a NUL.
+    Ifname(String),
+}
+
+impl std::fmt::Display for Unencodable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unencodable::ChainName(chain) => write!(f, "chain name {chain:?} cannot be sent"),
+            Unencodable::Comment(comment) => write!(f, "comment {comment:?} cannot be sent (too long or with a NUL)"),
+            Unencodable::Ifname(name) => write!(f, "interface name {name:?} cannot be a set key"),
+        }
+    }
+}
+
+impl std::error::Error for Unencodable {}
+
 /// One transaction of element additions and deletions in one `inet` table.
 #[derive(Debug, Clone)]
 pub struct Batch {
@@ -174,7 +198,7 @@ pub struct Batch {
     /// Each message with its netlink flags.
     messages: Vec<(Request, u16)>,
     /// Why an element could not be encoded (the batch is then not sent: the caller's `nft` text applies it).
-    unencodable: Option<String>,
+    unencodable: Option<Unencodable>,
 }
 
 impl Batch {
@@ -496,7 +520,7 @@ fn encode_element(
     element: &Element,
     with_value: bool,
     comment: Option<&str>,
-) -> Result<Request, String> {
+) -> Result<Request, Unencodable> {
     let key = encode_data(&element.key)?;
     let value = element.value.as_ref().filter(|_| with_value);
     encode_message(table, command, &element.set, &key, value, comment)
@@ -510,7 +534,7 @@ fn encode_message(
     key: &[u8],
     value: Option<&MapValue>,
     comment: Option<&str>,
-) -> Result<Request, String> {
+) -> Result<Request, Unencodable> {
     let mut request = Request::new((NFNL_SUBSYS_NFTABLES << 8) | command, &[NFPROTO_INET, 0, 0, 0]);
     request.attr_str(NFTA_SET_ELEM_LIST_TABLE, table).attr_str(NFTA_SET_ELEM_LIST_SET, set);
     let elements = request.begin_nested(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED);
@@ -530,7 +554,7 @@ fn encode_message(
                 request.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
                 if let MapValue::Jump(chain) = value {
                     if chain.is_empty() || chain.len() > CHAIN_MAX || chain.contains('\0') {
-                        return Err(format!("chain name {chain:?} cannot be sent"));
+                        return Err(Unencodable::ChainName(chain.clone()));
                     }
                     request.attr_str(NFTA_VERDICT_CHAIN, chain);
                 }
@@ -548,10 +572,11 @@ fn encode_message(
 }
 
 /// libnftnl's userdata holding one comment: type, length (with the NUL), the string, NUL.
-fn comment_userdata(comment: &str) -> Result<Vec<u8>, String> {
-    let len = u8::try_from(comment.len() + 1).map_err(|_| format!("comment {comment:?} too long"))?;
+fn comment_userdata(comment: &str) -> Result<Vec<u8>, Unencodable> {
+    let unencodable = || Unencodable::Comment(comment.to_string());
+    let len = u8::try_from(comment.len() + 1).map_err(|_| unencodable())?;
     if comment.contains('\0') {
-        return Err(format!("comment {comment:?} holds a NUL"));
+        return Err(unencodable());
     }
     let mut out = vec![UDATA_COMMENT, len];
     out.extend_from_slice(comment.as_bytes());
@@ -561,7 +586,7 @@ fn comment_userdata(comment: &str) -> Result<Vec<u8>, String> {
 
 /// A key or data value: one datum as its type's bytes, or a concatenation with each part padded to a
 /// register.
-fn encode_data(parts: &[Datum]) -> Result<Vec<u8>, String> {
+fn encode_data(parts: &[Datum]) -> Result<Vec<u8>, Unencodable> {
     let mut out = Vec::new();
     for part in parts {
         out.extend_from_slice(&encode_datum(part)?);
@@ -574,7 +599,7 @@ fn encode_data(parts: &[Datum]) -> Result<Vec<u8>, String> {
 
 /// One datum in nf_tables' byte order: addresses and ports in network order, the protocol as its byte,
 /// interface names zero-padded to IFNAMSIZ.
-fn encode_datum(datum: &Datum) -> Result<Vec<u8>, String> {
+fn encode_datum(datum: &Datum) -> Result<Vec<u8>, Unencodable> {
     Ok(match datum {
         Datum::Addr(std::net::IpAddr::V4(ip)) => ip.octets().to_vec(),
         Datum::Addr(std::net::IpAddr::V6(ip)) => ip.octets().to_vec(),
@@ -583,7 +608,7 @@ fn encode_datum(datum: &Datum) -> Result<Vec<u8>, String> {
         Datum::Ifname(name) => {
             let name = name.as_str();
             if name.len() > IFNAMSIZ || name.contains('\0') {
-                return Err(format!("interface name {name:?} cannot be a set key"));
+                return Err(Unencodable::Ifname(name.to_string()));
             }
             let mut bytes = name.as_bytes().to_vec();
             bytes.resize(IFNAMSIZ, 0);

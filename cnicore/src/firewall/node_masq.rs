@@ -132,7 +132,7 @@ pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<bool> {
 /// there is fine.
 pub fn teardown() -> Result<()> {
     let mut errors = Errors::new();
-    for family in [Family::V4, Family::V6] {
+    for family in Family::ALL {
         if iptables::available(family) {
             errors.record(iptables::cleanup(
                 family,

@@ -48,12 +48,8 @@ const DUMP_MIN_ATTEMPTS: u32 = 12;
 /// How long an interrupted dump is retried in all before the caller gets the error.
 const DUMP_PATIENCE: std::time::Duration = std::time::Duration::from_secs(3);
 
-/// IP version of addresses and routes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+/// IP version of addresses and routes (one type with the firewall's `Family`).
+pub use crate::ip::IpFamily;
 
 /// Scope of an address or route (`RT_SCOPE_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -325,6 +325,26 @@ impl<'de, I: Iterator<Item = Entry<'de>>> MapAccess<'de> for Entries<'de, '_, I>
     }
 }
 
+/// serde_json's message, with a long middle cut out: its "invalid type" errors quote the offending string whole,
+/// which for hostile input can be a megabyte. The end ("at line 1 column 181") is kept.
+pub fn shorten_json_error(e: &serde_json::Error) -> String {
+    const MAX: usize = 200;
+    const TAIL: usize = 60;
+    let text = e.to_string();
+    if text.len() <= MAX {
+        return text;
+    }
+    let mut head = MAX - TAIL;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - TAIL;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…{}", &text[..head], &text[tail..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -142,7 +142,7 @@ impl CniResult {
         let bad = |e: serde_json::Error| {
             Error::new(
                 codes::DECODE,
-                format!("failed to parse {version} result: {}", super::config::shorten_json_error(&e)),
+                format!("failed to parse {version} result: {}", super::gojson::shorten_json_error(&e)),
             )
         };
         if version.legacy_result() {

@@ -4,8 +4,9 @@
 
 use crate::conf::{self, DEFAULT_SOCKET_PATH};
 use crate::lease::{self, Lease, Settings, Wanted};
+use crate::log::say;
 use crate::rpc::{self, Request};
-use cnicore::spec::{codes, parse_cni_args, CniResult, Error, Result};
+use cnicore::spec::{codes, io_error, parse_cni_args, CniResult, Error, Result};
 use std::collections::HashMap;
 use std::os::fd::FromRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,24 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/dhcp";
-
-/// Go's `log` format, as the reference daemon writes: `2006/01/02 15:04:05 message` (UTC).
-pub fn say(msg: std::fmt::Arguments) {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (h, m, s) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    eprintln!("{year:04}/{month:02}/{day:02} {h:02}:{m:02}:{s:02} dhcp daemon: {msg}");
-}
 
 #[derive(Debug, PartialEq)]
 struct Flags {
@@ -86,8 +69,26 @@ fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(total).ok()
 }
 
+/// Why the flags were not parsed: help asked for (usage on stdout, exit 0) or a bad flag (Go's `flag`
+/// message, usage on stderr, exit 2).
+#[derive(Debug, PartialEq)]
+enum FlagError {
+    Help,
+    Invalid(String),
+}
+
+impl std::fmt::Display for FlagError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlagError::Help => f.write_str("help requested"),
+            FlagError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Go's `flag` package rules: `-name value`, `-name=value`, one or two dashes, booleans without a value.
-fn parse_flags(args: &[String]) -> std::result::Result<Flags, String> {
+fn parse_flags(args: &[String]) -> std::result::Result<Flags, FlagError> {
+    let invalid = FlagError::Invalid;
     let mut f = Flags {
         pidfile: String::new(),
         host_prefix: String::new(),
@@ -109,26 +110,27 @@ fn parse_flags(args: &[String]) -> std::result::Result<Flags, String> {
             None => (body, None),
         };
         if name == "h" || name == "help" {
-            return Err(String::new());
+            return Err(FlagError::Help);
         }
         if name == "broadcast" {
             f.broadcast = match inline.as_deref() {
                 None | Some("1" | "t" | "T" | "true" | "TRUE" | "True") => true,
                 Some("0" | "f" | "F" | "false" | "FALSE" | "False") => false,
-                Some(v) => return Err(format!("invalid boolean value {v:?} for -broadcast")),
+                Some(v) => return Err(invalid(format!("invalid boolean value {v:?} for -broadcast"))),
             };
             continue;
         }
         if !["pidfile", "hostprefix", "socketpath", "statedir", "timeout", "resendmax", "resendtimeout"].contains(&name)
         {
-            return Err(format!("flag provided but not defined: -{name}"));
+            return Err(invalid(format!("flag provided but not defined: -{name}")));
         }
         let value = match inline {
             Some(v) => v,
-            None => it.next().cloned().ok_or_else(|| format!("flag needs an argument: -{name}"))?,
+            None => it.next().cloned().ok_or_else(|| invalid(format!("flag needs an argument: -{name}")))?,
         };
-        let duration =
-            |v: &str| parse_duration(v).ok_or_else(|| format!("invalid value {v:?} for flag -{name}: parse error"));
+        let duration = |v: &str| {
+            parse_duration(v).ok_or_else(|| invalid(format!("invalid value {v:?} for flag -{name}: parse error")))
+        };
         match name {
             "pidfile" => f.pidfile = value,
             "hostprefix" => f.host_prefix = value,
@@ -181,7 +183,7 @@ impl Daemon {
                     options: conf.options,
                     priority: conf.priority,
                 };
-                let lease = Arc::new(lease::acquire(self.settings.clone(), wanted).map_err(Error::internal)?);
+                let lease = Arc::new(lease::acquire(self.settings.clone(), wanted)?);
                 let held = lease.held.clone();
                 // Two ADDs of one attachment at once: the later lease stays, the other is given back.
                 let replaced = self.leases.lock().unwrap().insert(client_id, lease);
@@ -191,7 +193,7 @@ impl Daemon {
                 held
             }
         };
-        let result = held.lock().unwrap().result().map_err(Error::internal)?;
+        let result = held.lock().unwrap().result()?;
         Ok(Some(result))
     }
 
@@ -264,26 +266,26 @@ impl Daemon {
 
 /// The socket systemd passed (LISTEN_FDS=1), else a new one at `path`. A socket file left by a daemon that
 /// died is replaced; one a live daemon answers on is not.
-fn listener(path: &Path) -> std::result::Result<UnixListener, String> {
+fn listener(path: &Path) -> Result<UnixListener> {
     let ours = std::env::var("LISTEN_PID").ok().and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id());
     match std::env::var("LISTEN_FDS").ok().filter(|_| ours).as_deref() {
         Some("1") => {
             // SAFETY: systemd hands fd 3 to this process for it to own (sd_listen_fds(3)).
             return Ok(unsafe { UnixListener::from_raw_fd(3) });
         }
-        Some(n) if n != "0" => return Err(format!("Too many ({n}) FDs passed through socket activation")),
+        Some(n) if n != "0" => return Err(Error::io(format!("Too many ({n}) FDs passed through socket activation"))),
         _ => {}
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(io_error(format!("creating {}", dir.display())))?;
     }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
-            return Err(format!("a daemon is already listening on {}", path.display()));
+            return Err(Error::io(format!("a daemon is already listening on {}", path.display())));
         }
         let _ = std::fs::remove_file(path);
     }
-    UnixListener::bind(path).map_err(|e| format!("listen unix {}: {e}", path.display()))
+    UnixListener::bind(path).map_err(io_error(format!("listen unix {}", path.display())))
 }
 
 fn fail(msg: &str) -> ! {
@@ -294,7 +296,7 @@ fn fail(msg: &str) -> ! {
 pub fn main(args: &[String]) -> ! {
     let flags = match parse_flags(args) {
         Ok(f) => f,
-        Err(e) if e.is_empty() => {
+        Err(FlagError::Help) => {
             eprintln!("{USAGE}");
             std::process::exit(0)
         }
@@ -398,9 +400,9 @@ mod tests {
         assert!(!f.broadcast);
         assert_eq!(f.socket_path, DEFAULT_SOCKET_PATH);
         assert_eq!(f.state_dir, "/s");
-        assert!(parse_flags(&args(&["-nope"])).unwrap_err().contains("not defined"));
-        assert!(parse_flags(&args(&["-timeout"])).unwrap_err().contains("needs an argument"));
+        assert!(parse_flags(&args(&["-nope"])).unwrap_err().to_string().contains("not defined"));
+        assert!(parse_flags(&args(&["-timeout"])).unwrap_err().to_string().contains("needs an argument"));
         assert!(parse_flags(&args(&["-timeout", "x"])).is_err());
-        assert_eq!(parse_flags(&args(&["-h"])).unwrap_err(), "");
+        assert_eq!(parse_flags(&args(&["-h"])).unwrap_err(), FlagError::Help);
     }
 }

@@ -3,12 +3,12 @@
 //! restarted daemon resumes renewing it and a DEL after the restart still releases it.
 
 use crate::client::{self, PacketSocket, Path};
-use crate::daemon::say;
+use crate::log::say;
 use crate::packet::{ClientMessage, MessageType, ServerMessage};
 use crate::timing::{self, Action, Times};
 use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
-use cnicore::spec::{CniResult, IpConfig, Route};
+use cnicore::spec::{CniResult, Error, ErrorContext, IpConfig, Result, Route};
 use ipnet::{IpNet, Ipv4Net};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -58,6 +58,11 @@ pub struct Held {
     pub bound_at_ms: u64,
 }
 
+/// A failure of the DHCP exchange or of the lease's data, as the daemon answers it (code 999, its text).
+fn internal(e: impl std::fmt::Display) -> Error {
+    Error::internal(e.to_string())
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
@@ -81,7 +86,7 @@ impl Held {
         }
     }
 
-    pub fn result(&self) -> Result<CniResult, String> {
+    pub fn result(&self) -> Result<CniResult> {
         result_of(&self.ack, self.priority)
     }
 }
@@ -95,13 +100,14 @@ fn prefix_of(mask: Ipv4Addr) -> Option<u8> {
 /// The CNI result of an ACK, as the reference makes it: the address with its mask, the first router as
 /// gateway; routes from option 121 alone when present (RFC 3442; on-link ones with scope link), else option
 /// 33 and a default route via the router; `priority` on every route. No DNS, as theirs.
-pub fn result_of(ack: &ServerMessage, priority: u32) -> Result<CniResult, String> {
-    let mask = ack.subnet_mask.ok_or("DHCP option Subnet Mask not found in DHCPACK")?;
-    let prefix = prefix_of(mask).ok_or_else(|| format!("DHCP subnet mask {mask} is not contiguous"))?;
-    let address = IpNet::V4(Ipv4Net::new(ack.yiaddr, prefix).map_err(|e| e.to_string())?);
+pub fn result_of(ack: &ServerMessage, priority: u32) -> Result<CniResult> {
+    let mask = ack.subnet_mask.ok_or_else(|| Error::internal("DHCP option Subnet Mask not found in DHCPACK"))?;
+    let prefix =
+        prefix_of(mask).ok_or_else(|| Error::internal(format!("DHCP subnet mask {mask} is not contiguous")))?;
+    let address = IpNet::V4(Ipv4Net::new(ack.yiaddr, prefix).map_err(internal)?);
     let gateway = ack.routers.first().copied();
-    let route = |dst: Ipv4Addr, prefix: u8, gw: Ipv4Addr| -> Result<Route, String> {
-        let dst = Ipv4Net::new(dst, prefix).map_err(|e| e.to_string())?.trunc();
+    let route = |dst: Ipv4Addr, prefix: u8, gw: Ipv4Addr| -> Result<Route> {
+        let dst = Ipv4Net::new(dst, prefix).map_err(internal)?.trunc();
         let mut r = Route::new(IpNet::V4(dst), Some(IpAddr::V4(gw)));
         if gw.is_unspecified() {
             r.scope = Some(253);
@@ -167,9 +173,7 @@ pub fn load_saved(dir: &FsPath) -> Vec<Held> {
         if path.extension().is_none_or(|e| e != "json") {
             continue;
         }
-        match std::fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Held>(&b).map_err(|e| e.to_string()))
+        match std::fs::read(&path).map_err(internal).and_then(|b| serde_json::from_slice::<Held>(&b).map_err(internal))
         {
             Ok(h) if state_file(dir, &h.client_id) == path => held.push(h),
             Ok(_) => say(format_args!("ignoring {}: not named after its client ID", path.display())),
@@ -230,8 +234,8 @@ fn open_netns(settings: &Settings, netns: &str) -> std::io::Result<NetNs> {
 
 /// Acquires a lease (DISCOVER, OFFER, REQUEST, ACK, with the reference's retries) and keeps it in a thread
 /// of its own; returns once it is bound or has failed.
-pub fn acquire(settings: Arc<Settings>, wanted: Wanted) -> Result<Lease, String> {
-    let (reply_tx, reply_rx) = mpsc::sync_channel::<Result<Arc<Mutex<Held>>, String>>(1);
+pub fn acquire(settings: Arc<Settings>, wanted: Wanted) -> Result<Lease> {
+    let (reply_tx, reply_rx) = mpsc::sync_channel::<Result<Arc<Mutex<Held>>>>(1);
     let (stop_tx, stop_rx) = mpsc::channel();
     let thread = std::thread::spawn(move || {
         let (held, socket) = match bind(&settings, wanted) {
@@ -257,7 +261,7 @@ pub fn acquire(settings: Arc<Settings>, wanted: Wanted) -> Result<Lease, String>
             let _ = thread.join();
             Err(e)
         }
-        Err(_) => Err("the lease thread ended without an answer".into()),
+        Err(_) => Err(Error::internal("the lease thread ended without an answer")),
     }
 }
 
@@ -279,20 +283,20 @@ fn jittered(d: Duration) -> Duration {
     (d + j).saturating_sub(Duration::from_secs(1))
 }
 
-fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), String> {
+fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket)> {
     let netns =
-        open_netns(settings, &wanted.netns).map_err(|e| format!("failed to open netns {}: {e}", wanted.netns))?;
-    let mut nl = Netlink::in_netns(&netns).map_err(|e| format!("netlink in {}: {e}", wanted.netns))?;
+        open_netns(settings, &wanted.netns).with_context(|| format!("failed to open netns {}", wanted.netns))?;
+    let mut nl = Netlink::in_netns(&netns).with_context(|| format!("netlink in {}", wanted.netns))?;
     let link = nl
         .link_by_name(&wanted.ifname)
-        .map_err(|e| format!("error looking up {:?}: {e}", wanted.ifname))?
-        .ok_or_else(|| format!("error looking up {:?}: Link not found", wanted.ifname))?;
+        .with_context(|| format!("error looking up {:?}", wanted.ifname))?
+        .ok_or_else(|| Error::internal(format!("error looking up {:?}: Link not found", wanted.ifname)))?;
     if !link.up {
-        nl.set_up(link.index).map_err(|e| format!("failed to set {} up: {e}", wanted.ifname))?;
+        nl.set_up(link.index).with_context(|| format!("failed to set {} up", wanted.ifname))?;
     }
-    let mac = link.mac.ok_or_else(|| format!("{} has no hardware address", wanted.ifname))?;
+    let mac = link.mac.ok_or_else(|| Error::internal(format!("{} has no hardware address", wanted.ifname)))?;
     let socket =
-        PacketSocket::open(&netns, link.index).map_err(|e| format!("packet socket on {}: {e}", wanted.ifname))?;
+        PacketSocket::open(&netns, link.index).with_context(|| format!("packet socket on {}", wanted.ifname))?;
     let mut held = Held {
         client_id: wanted.client_id,
         container_id: wanted.container_id,
@@ -333,29 +337,28 @@ fn bind(settings: &Settings, wanted: Wanted) -> Result<(Held, PacketSocket), Str
             wait
         };
         if Instant::now() + wait > give_up {
-            return Err(format!("no more tries: {error}"));
+            return Err(error.within("no more tries"));
         }
         std::thread::sleep(wait);
     }
 }
 
 /// SELECTING: one DISCOVER and one REQUEST for what was offered.
-fn select(settings: &Settings, socket: &PacketSocket, held: &Held) -> Result<ServerMessage, String> {
+fn select(settings: &Settings, socket: &PacketSocket, held: &Held) -> Result<ServerMessage> {
     let path = Path::Broadcast(socket);
     let discover = held.message(MessageType::Discover, Ipv4Addr::UNSPECIFIED, settings.broadcast);
-    let offer =
-        client::exchange(&path, &discover, &[MessageType::Offer], settings.timeout).map_err(|e| e.to_string())?;
+    let offer = client::exchange(&path, &discover, &[MessageType::Offer], settings.timeout).map_err(internal)?;
     if offer.kind == MessageType::Nak {
-        return Err(format!("DHCPNAK to DHCPDISCOVER: {}", offer.message.unwrap_or_default()));
+        return Err(Error::internal(format!("DHCPNAK to DHCPDISCOVER: {}", offer.message.unwrap_or_default())));
     }
-    let server = offer.server_id.ok_or("DHCPOFFER without a server identifier")?;
+    let server = offer.server_id.ok_or_else(|| Error::internal("DHCPOFFER without a server identifier"))?;
     let mut request = held.message(MessageType::Request, Ipv4Addr::UNSPECIFIED, settings.broadcast);
     request.xid = discover.xid;
     request.requested_ip = Some(offer.yiaddr);
     request.server_id = Some(server);
-    let ack = client::exchange(&path, &request, &[MessageType::Ack], settings.timeout).map_err(|e| e.to_string())?;
+    let ack = client::exchange(&path, &request, &[MessageType::Ack], settings.timeout).map_err(internal)?;
     if ack.kind == MessageType::Nak {
-        return Err(format!("DHCPNAK: {}", ack.message.unwrap_or_default()));
+        return Err(Error::internal(format!("DHCPNAK: {}", ack.message.unwrap_or_default())));
     }
     Ok(ack)
 }
@@ -414,17 +417,8 @@ fn interface_present(settings: &Settings, held: &Held) -> Option<(bool, Option<N
     }
 }
 
-/// A new ACK for the lease: kept, saved, logged (`what` done).
-fn bound_again(settings: &Settings, shared: &Arc<Mutex<Held>>, ack: ServerMessage, what: &str) {
-    let mut h = shared.lock().unwrap();
-    h.ack = ack;
-    h.bound_at_ms = now_ms();
-    save(settings, &h);
-    log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
-}
-
 fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
-    let mut retry_at: Option<Duration> = None;
+    let mut keeper = Keeper { settings, shared, retry_at: None };
     loop {
         let held = shared.lock().unwrap().clone();
         let netns = match interface_present(settings, &held) {
@@ -436,85 +430,130 @@ fn keep(settings: &Settings, shared: &Arc<Mutex<Held>>, stop: &Receiver<Stop>) {
             Some((true, ns)) => ns,
             None => None,
         };
-        let times = Times::of(&held.ack);
-        let elapsed = held.elapsed();
-        let action = match (timing::next_action(elapsed, &times), retry_at) {
-            (Action::Expired, _) => Action::Expired,
-            (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
-            (a, _) => a,
-        };
-        let wait = match (action, &netns) {
-            (Action::Wait(d), _) => d,
-            (Action::Expired, _) => {
-                // The address may still be ours to have: asked for once before the interface goes down.
-                let outcome = match &netns {
-                    Some(ns) => extend(settings, ns, &held, Action::Expired),
-                    None => Outcome::Failed("the netns cannot be read".into()),
-                };
-                match outcome {
-                    Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
-                        bound_again(settings, shared, ack, "INIT-REBOOT after the expiry");
-                        retry_at = None;
-                        continue;
-                    }
-                    Outcome::Bound(ack) => log(&held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
-                    Outcome::Nak(msg) => log(&held, format_args!("INIT-REBOOT refused: {msg}")),
-                    Outcome::Failed(e) => log(&held, format_args!("INIT-REBOOT failed: {e}")),
-                }
-                log(&held, format_args!("lease expired, bringing {} down", held.ifname));
-                if let Some(ns) = &netns {
-                    if let Ok(mut nl) = Netlink::in_netns(ns) {
-                        if let Ok(link) = nl.require_link(&held.ifname) {
-                            let _ = nl.set_down(link.index);
-                        }
-                    }
-                }
-                forget(settings, &held);
-                return;
-            }
-            (_, None) => Duration::from_secs(1),
-            (_, Some(ns)) => {
-                let what = if action == Action::Renew { "renewing" } else { "rebinding" };
-                match extend(settings, ns, &held, action) {
-                    Outcome::Bound(ack) => {
-                        bound_again(settings, shared, ack, what);
-                        retry_at = None;
-                        continue;
-                    }
-                    Outcome::Nak(msg) => {
-                        log(&held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
-                        if let Ok(mut nl) = Netlink::in_netns(ns) {
-                            if let Ok(link) = nl.require_link(&held.ifname) {
-                                let _ = nl.set_down(link.index);
-                            }
-                        }
-                        forget(settings, &held);
-                        return;
-                    }
-                    Outcome::Failed(e) => {
-                        let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
-                        log(&held, format_args!("{what} failed: {e}; again in {wait:?}"));
-                        retry_at = Some(elapsed + wait);
-                        wait
-                    }
-                }
-            }
+        let wait = match keeper.step(&held, netns.as_ref()) {
+            Next::Again => continue,
+            Next::Wait(wait) => wait,
+            Next::Stop => return,
         };
         let done = match stop.recv_timeout(wait.min(LINK_CHECK)) {
             Err(RecvTimeoutError::Timeout) => continue,
             Ok(done) => Some(done),
             Err(RecvTimeoutError::Disconnected) => None,
         };
-        // Forgotten first: a daemon that dies now must not resume a lease the server has freed.
-        let held = shared.lock().unwrap().clone();
-        forget(settings, &held);
-        let socket = release(settings, &held);
-        if let Some(done) = done {
-            let _ = done.send(());
-        }
-        drop(socket);
+        release_on_stop(settings, shared, done);
         return;
     }
+}
+
+/// What the lease thread does after a step.
+enum Next {
+    /// Look at the lease again now (it was just bound again).
+    Again,
+    /// Wait this long for a DEL (looking at the interface at least every [`LINK_CHECK`]).
+    Wait(Duration),
+    /// The lease is lost and given up: the thread ends.
+    Stop,
+}
+
+/// The lease thread between its steps.
+struct Keeper<'a> {
+    settings: &'a Settings,
+    shared: &'a Arc<Mutex<Held>>,
+    /// When a failed renewal or rebinding is tried again (elapsed since the ACK).
+    retry_at: Option<Duration>,
+}
+
+impl Keeper<'_> {
+    /// One look at the lease: what its times ask for now (wait, renew, rebind, or try once more after the expiry),
+    /// done.
+    fn step(&mut self, held: &Held, netns: Option<&NetNs>) -> Next {
+        let settings = self.settings;
+        let times = Times::of(&held.ack);
+        let elapsed = held.elapsed();
+        let action = match (timing::next_action(elapsed, &times), self.retry_at) {
+            (Action::Expired, _) => Action::Expired,
+            (_, Some(at)) if elapsed < at => Action::Wait(at - elapsed),
+            (a, _) => a,
+        };
+        match (action, netns) {
+            (Action::Wait(d), _) => Next::Wait(d),
+            (Action::Expired, _) => self.after_expiry(held, netns),
+            (_, None) => Next::Wait(Duration::from_secs(1)),
+            (_, Some(ns)) => {
+                let what = if action == Action::Renew { "renewing" } else { "rebinding" };
+                match extend(settings, ns, held, action) {
+                    Outcome::Bound(ack) => self.bound_again(ack, what),
+                    Outcome::Nak(msg) => {
+                        log(held, format_args!("DHCPNAK while {what} ({msg}): the lease is gone"));
+                        give_up(settings, held, Some(ns));
+                        Next::Stop
+                    }
+                    Outcome::Failed(e) => {
+                        let wait = timing::retry_after(elapsed, timing::deadline_of(action, &times));
+                        log(held, format_args!("{what} failed: {e}; again in {wait:?}"));
+                        self.retry_at = Some(elapsed + wait);
+                        Next::Wait(wait)
+                    }
+                }
+            }
+        }
+    }
+
+    /// The lease expired: the address may still be ours to have, asked for once (INIT-REBOOT) before the
+    /// interface goes down.
+    fn after_expiry(&mut self, held: &Held, netns: Option<&NetNs>) -> Next {
+        let outcome = match netns {
+            Some(ns) => extend(self.settings, ns, held, Action::Expired),
+            None => Outcome::Failed("the netns cannot be read".into()),
+        };
+        match outcome {
+            Outcome::Bound(ack) if ack.yiaddr == held.ack.yiaddr => {
+                return self.bound_again(ack, "INIT-REBOOT after the expiry")
+            }
+            Outcome::Bound(ack) => log(held, format_args!("INIT-REBOOT offered {} instead", ack.yiaddr)),
+            Outcome::Nak(msg) => log(held, format_args!("INIT-REBOOT refused: {msg}")),
+            Outcome::Failed(e) => log(held, format_args!("INIT-REBOOT failed: {e}")),
+        }
+        log(held, format_args!("lease expired, bringing {} down", held.ifname));
+        give_up(self.settings, held, netns);
+        Next::Stop
+    }
+
+    /// A new ACK for the lease: kept, saved, logged (`what` done); looked at again at once.
+    fn bound_again(&mut self, ack: ServerMessage, what: &str) -> Next {
+        let mut h = self.shared.lock().unwrap();
+        h.ack = ack;
+        h.bound_at_ms = now_ms();
+        save(self.settings, &h);
+        log(&h, format_args!("lease {what} done: {} for {:?}", h.ack.yiaddr, Times::of(&h.ack).expire));
+        self.retry_at = None;
+        Next::Again
+    }
+}
+
+/// A lease lost (expired, or refused by the server): its interface set down, as the reference does (the
+/// address is not the pod's to use any more), and its file removed.
+fn give_up(settings: &Settings, held: &Held, netns: Option<&NetNs>) {
+    if let Some(ns) = netns {
+        if let Ok(mut nl) = Netlink::in_netns(ns) {
+            if let Ok(link) = nl.require_link(&held.ifname) {
+                let _ = nl.set_down(link.index);
+            }
+        }
+    }
+    forget(settings, held);
+}
+
+/// A DEL (answered on `done` once the RELEASE is sent) or the daemon's end: the lease given back.
+fn release_on_stop(settings: &Settings, shared: &Arc<Mutex<Held>>, done: Option<Stop>) {
+    // Forgotten first: a daemon that dies now must not resume a lease the server has freed.
+    let held = shared.lock().unwrap().clone();
+    forget(settings, &held);
+    let socket = release(settings, &held);
+    if let Some(done) = done {
+        let _ = done.send(());
+    }
+    drop(socket);
 }
 
 /// A socket a RELEASE went out on, to be closed after the caller is answered.
@@ -602,7 +641,7 @@ mod tests {
     fn result_needs_a_contiguous_mask() {
         let mut a = ack();
         a.subnet_mask = None;
-        assert!(result_of(&a, 0).unwrap_err().contains("Subnet Mask"));
+        assert!(result_of(&a, 0).unwrap_err().msg.contains("Subnet Mask"));
         a.subnet_mask = Some(Ipv4Addr::new(255, 0, 255, 0));
         assert!(result_of(&a, 0).is_err());
         assert_eq!(prefix_of(Ipv4Addr::new(0, 0, 0, 0)), Some(0));

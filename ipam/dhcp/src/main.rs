@@ -6,6 +6,7 @@ mod conf;
 mod daemon;
 mod gob;
 mod lease;
+mod log;
 mod packet;
 mod plugin;
 mod rpc;

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use cnicore::netlink::{is_exists, Link, Netlink};
+use cnicore::netlink::{Link, Netlink};
 use cnicore::netns::NetNs;
 use cnicore::spec::{ipam, CniResult, Command, Context, Error, ErrorContext, Interface, Result, Route};
 use cnicore::sysctl;
@@ -22,8 +22,6 @@ use cnicore::undo::Undo;
 
 /// Bound on the host veth becoming operationally up (the reference polls for up to 2.55 s).
 const PORT_UP_TIMEOUT: Duration = Duration::from_secs(5);
-/// Attempts at a free random host veth name.
-const VETH_NAME_ATTEMPTS: usize = 10;
 /// Position of the pod interface in the result's `interfaces`.
 const POD_INTERFACE: usize = 2;
 
@@ -70,10 +68,7 @@ fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
         }
     };
     node::check_bridge_name(existing_bridge.as_ref(), &conf.bridge)?;
-    let ifname = &ctx.env.ifname;
-    if pod_nl.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-        return Err(already_in_pod(ifname, ctx));
-    }
+    podlink::require_free_name(&mut pod_nl, ctx)?;
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
     Ok(Preflight {
         conf,
@@ -85,11 +80,6 @@ fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
         ctx,
         masq_ahead: Default::default(),
     })
-}
-
-fn already_in_pod(ifname: &str, ctx: &Context) -> Error {
-    let netns = ctx.env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
-    Error::internal(format!("an interface named {ifname:?} already exists in netns {netns:?}"))
 }
 
 /// The links of an attachment.
@@ -177,7 +167,7 @@ fn setup_links<'a>(p: &mut Preflight<'a>, undo: &mut Undo<'a>) -> Result<Links> 
     let bridge = node::ensure_bridge(node, conf, existing_bridge.take(), *mtu)?;
     failpoint::hit("bridge/after-bridge");
 
-    let host = create_veth(node, pod, pod_ns, ctx, *mtu, conf.mac)?;
+    let host = podlink::create_veth(node, pod, pod_ns, ctx, Some(*mtu), conf.mac)?;
     failpoint::hit("bridge/after-veth");
     let host_name = host.name.clone();
     undo.push(format!("delete veth {host_name}"), move || {
@@ -304,33 +294,6 @@ fn finish_node_side(
     sysctl::enable_bridge_netfilter(v4, v6);
     failpoint::hit("bridge/after-sysctls");
     Ok(())
-}
-
-/// Creates the veth pair: `CNI_IFNAME` directly in the pod, `veth<random>` on the node.
-fn create_veth(
-    node: &mut Netlink,
-    pod: &mut Netlink,
-    pod_ns: &NetNs,
-    ctx: &Context,
-    mtu: u32,
-    mac: Option<[u8; 6]>,
-) -> Result<Link> {
-    let ifname = ctx.env.ifname.as_str();
-    for _ in 0..VETH_NAME_ATTEMPTS {
-        let name = podlink::random_veth_name()?;
-        match node.create_veth(&name, ifname, pod_ns, Some(mtu), mac) {
-            Ok(host) => return Ok(host),
-            Err(e) if is_exists(&e) => {
-                // Either the pod's name is taken (a concurrent ADD?) or, rarely, the random host name.
-                let in_pod = pod.link_by_name(ifname).context("failed to look at the pod's links")?;
-                if in_pod.is_some() {
-                    return Err(already_in_pod(ifname, ctx));
-                }
-            }
-            Err(e) => return Err(Error::os("failed to make veth pair", e)),
-        }
-    }
-    Err(Error::internal("failed to find a unique veth name"))
 }
 
 /// Fills the result's IPs, routes and DNS from the IPAM result, as the reference's calcGateways does: every

@@ -4,12 +4,10 @@
 
 use std::path::PathBuf;
 
-use cnicore::firewall::validate_chain_name;
+use cnicore::firewall::{validate_chain_name, Backend as Kernel};
 use cnicore::spec::{truncate_for_msg, validate_container_id, Context, Error, Result};
 use ipnet::IpNet;
 use serde::Deserialize;
-
-use crate::driver::Backend;
 
 /// The reference's admin chain, jumped first from `CNI-FORWARD`.
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
@@ -164,6 +162,53 @@ pub fn host_addresses(ips: impl IntoIterator<Item = IpNet>) -> Vec<IpNet> {
         }
     }
     out
+}
+
+/// A backend, as a config's `backend` and an attachment record name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Iptables,
+    Nftables,
+    Firewalld,
+}
+
+impl Backend {
+    /// The one parse of a backend's name (a config's `backend`, a record's); `None` for any other text.
+    pub fn parse(name: &str) -> Option<Backend> {
+        match name {
+            "iptables" => Some(Backend::Iptables),
+            "nftables" => Some(Backend::Nftables),
+            "firewalld" => Some(Backend::Firewalld),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+            Backend::Firewalld => "firewalld",
+        }
+    }
+
+    /// The kernel backend that holds this backend's isolation rules: its own, for firewalld the machine's
+    /// default (iptables as in the reference, nftables where iptables is not installed).
+    pub fn isolation_kernel(self) -> Result<Kernel> {
+        match self {
+            Backend::Iptables => Ok(Kernel::Iptables),
+            Backend::Nftables => Ok(Kernel::Nftables),
+            Backend::Firewalld => Kernel::detect(),
+        }
+    }
+}
+
+impl From<Kernel> for Backend {
+    fn from(kernel: Kernel) -> Backend {
+        match kernel {
+            Kernel::Iptables => Backend::Iptables,
+            Kernel::Nftables => Backend::Nftables,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -8,57 +8,7 @@ use cnicore::firewall::Backend as Kernel;
 use cnicore::spec::{codes, Error, Result};
 use ipnet::IpNet;
 
-use crate::config::{Config, Isolation};
-use crate::firewalld::Firewalld;
-use crate::iptables::Iptables;
-use crate::nftables::Nftables;
-
-/// A backend, as a config's `backend` and an attachment record name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Iptables,
-    Nftables,
-    Firewalld,
-}
-
-impl Backend {
-    /// The one parse of a backend's name (a config's `backend`, a record's); `None` for any other text.
-    pub fn parse(name: &str) -> Option<Backend> {
-        match name {
-            "iptables" => Some(Backend::Iptables),
-            "nftables" => Some(Backend::Nftables),
-            "firewalld" => Some(Backend::Firewalld),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Iptables => "iptables",
-            Backend::Nftables => "nftables",
-            Backend::Firewalld => "firewalld",
-        }
-    }
-
-    /// The kernel backend that holds this backend's isolation rules: its own, for firewalld the machine's
-    /// default (iptables as in the reference, nftables where iptables is not installed).
-    pub fn isolation_kernel(self) -> Result<Kernel> {
-        match self {
-            Backend::Iptables => Ok(Kernel::Iptables),
-            Backend::Nftables => Ok(Kernel::Nftables),
-            Backend::Firewalld => Kernel::detect(),
-        }
-    }
-}
-
-impl From<Kernel> for Backend {
-    fn from(kernel: Kernel) -> Backend {
-        match kernel {
-            Kernel::Iptables => Backend::Iptables,
-            Kernel::Nftables => Backend::Nftables,
-        }
-    }
-}
+use crate::config::{Backend, Config, Isolation};
 
 /// What every backend does for an attachment.
 pub trait Driver {
@@ -107,28 +57,6 @@ pub fn kernel_status(kernel: Kernel) -> Result<()> {
         Ok(())
     } else {
         Err(Error::new(codes::NOT_AVAILABLE, format!("the {kernel} backend is not installed")))
-    }
-}
-
-/// The driver of a kernel backend.
-pub fn kernel(kernel: Kernel) -> Box<dyn KernelDriver> {
-    match kernel {
-        Kernel::Iptables => Box::new(Iptables),
-        Kernel::Nftables => Box::new(Nftables),
-    }
-}
-
-/// The driver of the config's backend: an explicit one (firewalld must be running), else firewalld when it
-/// runs, else the machine's default kernel backend.
-pub fn resolve(config: &Config) -> Result<Box<dyn Driver>> {
-    match config.backend {
-        Some(Backend::Firewalld) => Ok(Box::new(Firewalld::require()?)),
-        Some(Backend::Iptables) => Ok(kernel(Kernel::Iptables)),
-        Some(Backend::Nftables) => Ok(kernel(Kernel::Nftables)),
-        None => match Firewalld::if_running() {
-            Some(firewalld) => Ok(Box::new(firewalld)),
-            None => Kernel::detect().map(|k| kernel(k) as Box<dyn Driver>),
-        },
     }
 }
 

@@ -6,9 +6,10 @@ use cnicore::firewall::Backend as Kernel;
 use cnicore::spec::{codes, report_rollback, Error, Errors, Result};
 use ipnet::IpNet;
 
-use crate::config::{Config, Isolation};
+use crate::config::{Backend, Config, Isolation};
 use crate::dbus::{self, CallError, Connection, Value};
-use crate::driver::{self, Backend, Driver};
+use crate::driver::Driver;
+use crate::kernel;
 
 const BUS_NAME: &str = "org.freedesktop.DBus";
 const BUS_PATH: &str = "/org/freedesktop/DBus";
@@ -118,7 +119,7 @@ impl Driver for Firewalld {
     fn open(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
         self.add_sources(&config.zone, ips)?;
         let Some(isolation) = isolation else { return Ok(()) };
-        if let Err(e) = isolation_kernel().and_then(|kernel| driver::kernel(kernel).isolate(config, ips, isolation)) {
+        if let Err(e) = isolation_kernel().and_then(|kernel| kernel::driver(kernel).isolate(config, ips, isolation)) {
             report_rollback("removing the addresses from firewalld", self.remove_sources(&config.zone, ips));
             return Err(e);
         }
@@ -137,12 +138,12 @@ impl Driver for Firewalld {
     fn check(&mut self, config: &Config, ips: &[IpNet], isolation: Option<&Isolation>) -> Result<()> {
         self.query_sources(&config.zone, ips)?;
         let Some(isolation) = isolation else { return Ok(()) };
-        driver::kernel(isolation_kernel()?).check_isolation(config, ips, isolation)
+        kernel::driver(isolation_kernel()?).check_isolation(config, ips, isolation)
     }
 }
 
 /// Removes a bridge's `isolated` drop from the kernel, where the firewalld backend keeps it (also when
 /// firewalld is gone: its sources went with it, the kernel's drop did not).
 pub fn remove_drop(bridge: &str, ips: &[IpNet]) -> Result<()> {
-    driver::kernel(isolation_kernel()?).remove_drop(bridge, ips)
+    kernel::driver(isolation_kernel()?).remove_drop(bridge, ips)
 }

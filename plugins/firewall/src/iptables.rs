@@ -30,8 +30,8 @@ use cnicore::firewall::{families_of, Backend as Kernel, Family};
 use cnicore::spec::{report_rollback, Error, Errors, Result};
 use ipnet::IpNet;
 
-use crate::config::{Config, Isolation};
-use crate::driver::{kernel_status, Backend, Driver, KernelDriver};
+use crate::config::{Backend, Config, Isolation};
+use crate::driver::{kernel_status, Driver, KernelDriver};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const STAGE1_CHAIN: &str = "CNI-ISOLATION-STAGE-1";
@@ -297,7 +297,7 @@ impl KernelDriver for Iptables {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::Backend;
+    use crate::config::Backend;
 
     fn config() -> Config {
         Config {

@@ -12,6 +12,7 @@ mod dbus;
 mod driver;
 mod firewalld;
 mod iptables;
+mod kernel;
 mod nftables;
 mod record;
 
@@ -22,8 +23,8 @@ use cnicore::spec::{codes, plugin_main, report_rollback, CniResult, Context, Err
 use cnicore::sysctl;
 use ipnet::IpNet;
 
-use config::{host_addresses, validate_bridge_name, Config, IngressPolicy, Isolation};
-use driver::{Backend, Driver};
+use config::{host_addresses, validate_bridge_name, Backend, Config, IngressPolicy, Isolation};
+use driver::Driver;
 use firewalld::Firewalld;
 use record::Record;
 
@@ -59,7 +60,7 @@ impl Plugin for Firewall {
         if ips.is_empty() {
             return Ok(prev);
         }
-        let mut driver = driver::resolve(&config)?;
+        let mut driver = resolve(&config)?;
         let isolated_bridge = isolation.as_ref().filter(|i| i.within_bridge).map(|i| i.bridge.clone());
         // Held until the record is written: a DEL of the bridge's last other isolated attachment waits.
         let _lock = isolated_bridge.as_ref().map(|_| record::isolation_lock(&config)).transpose()?;
@@ -112,7 +113,7 @@ impl Plugin for Firewall {
         let mut errors = Errors::new();
         // The backend of this config, and the one of the ADD when it was another (a config changed meanwhile).
         let mut done = Vec::new();
-        match driver::resolve(&config) {
+        match resolve(&config) {
             Ok(mut driver) => {
                 let here = drop_of.filter(|_| isolated.is_some_and(|r| r.backend == driver.backend()));
                 errors.record(close(&config, driver.as_mut(), &ips, &[], here));
@@ -139,7 +140,7 @@ impl Plugin for Firewall {
         if ips.is_empty() {
             return Ok(());
         }
-        driver::resolve(&config)?.check(&config, &ips, isolation.as_ref())
+        resolve(&config)?.check(&config, &ips, isolation.as_ref())
     }
 
     fn gc(&self, ctx: &Context) -> Result<()> {
@@ -170,13 +171,13 @@ impl Plugin for Firewall {
         // The nftables backend tags its elements with their owner: those of containers no longer valid go, with or
         // without a record.
         let valid: BTreeSet<&str> = valid.iter().map(|(id, _)| id.as_str()).collect();
-        errors.record(driver::kernel(Kernel::Nftables).gc(&config.network, &valid));
+        errors.record(kernel::driver(Kernel::Nftables).gc(&config.network, &valid));
         errors.into_result()
     }
 
     fn status(&self, ctx: &Context) -> Result<()> {
         let config = Config::parse(ctx)?;
-        driver::resolve(&config)?.status()
+        resolve(&config)?.status()
     }
 }
 
@@ -196,7 +197,7 @@ fn release_bridge(config: &Config, record: &Record) -> Result<()> {
         return Ok(());
     }
     match record.backend.isolation_kernel() {
-        Ok(kernel) => driver::kernel(kernel).remove_drop(&record.isolated_bridge, &record.ips),
+        Ok(kernel) => kernel::driver(kernel).remove_drop(&record.isolated_bridge, &record.ips),
         Err(_) => Ok(()),
     }
 }
@@ -220,14 +221,28 @@ fn close_recorded(config: &Config, record: &Record, keep: &[IpNet], drop_of: Opt
         ..config.clone()
     };
     let mut driver: Box<dyn Driver> = match record.backend {
-        Backend::Iptables => driver::kernel(Kernel::Iptables),
-        Backend::Nftables => driver::kernel(Kernel::Nftables),
+        Backend::Iptables => kernel::driver(Kernel::Iptables),
+        Backend::Nftables => kernel::driver(Kernel::Nftables),
         Backend::Firewalld => match Firewalld::if_running() {
             Some(firewalld) => Box::new(firewalld),
             None => return drop_of.map_or(Ok(()), |bridge| firewalld::remove_drop(bridge, &record.ips)),
         },
     };
     close(&config, driver.as_mut(), &record.ips, keep, drop_of)
+}
+
+/// The driver of the config's backend: an explicit one (firewalld must be running), else firewalld when it
+/// runs, else the machine's default kernel backend.
+fn resolve(config: &Config) -> Result<Box<dyn Driver>> {
+    match config.backend {
+        Some(Backend::Firewalld) => Ok(Box::new(Firewalld::require()?)),
+        Some(Backend::Iptables) => Ok(kernel::driver(Kernel::Iptables)),
+        Some(Backend::Nftables) => Ok(kernel::driver(Kernel::Nftables)),
+        None => match Firewalld::if_running() {
+            Some(firewalld) => Ok(Box::new(firewalld)),
+            None => Kernel::detect().map(|k| kernel::driver(k) as Box<dyn Driver>),
+        },
+    }
 }
 
 fn main() {

@@ -38,8 +38,8 @@ use cnicore::firewall::{nft_tag, Backend as Kernel, Family};
 use cnicore::spec::{Error, Result};
 use ipnet::IpNet;
 
-use crate::config::{Config, Isolation};
-use crate::driver::{kernel_status, Backend, Driver, KernelDriver};
+use crate::config::{Backend, Config, Isolation};
+use crate::driver::{kernel_status, Driver, KernelDriver};
 
 pub const TABLE: &str = "cni_firewall";
 const TAG_KIND: &str = "fw";

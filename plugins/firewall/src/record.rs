@@ -13,8 +13,8 @@ use cnicore::state::{self, FileLock};
 use ipnet::IpNet;
 use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::config::Backend;
 use crate::config::Config;
-use crate::driver::Backend;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -8,7 +8,7 @@ use cnicore::subnet_env::SubnetEnv;
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 
-use crate::Conf;
+use crate::conf::Conf;
 
 /// The delegate's config: what flannel's config gives, completed from `env`.
 pub fn delegate_conf(conf: &Conf, env: &SubnetEnv) -> Result<Map<String, Value>> {

@@ -16,60 +16,20 @@
 //! every plugin reads it; everything is checked, and the pod's netns opened, before the config is saved.
 
 use std::io::Read;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use cnicore::spec::ipam::{exec_plugin, find_plugin};
-use cnicore::spec::{io_error, plugin_main, truncate_for_msg, CniResult, Command, Context, Error, Plugin, Result};
+use cnicore::spec::{io_error, plugin_main, CniResult, Command, Context, Error, Plugin, Result};
 use cnicore::subnet_env::SubnetEnv;
+use conf::Conf;
 use delegate::delegate_conf;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
+mod conf;
 mod delegate;
 
-const DEFAULT_SUBNET_FILE: &str = "/run/flannel/subnet.env";
-const DEFAULT_DATA_DIR: &str = "/var/lib/cni/flannel";
 /// The node agent writes a few hundred bytes; more is not a subnet.env.
 const MAX_SUBNET_FILE: u64 = 64 * 1024;
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-struct Conf {
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    cni_version: String,
-    ipam: Option<Map<String, Value>>,
-    subnet_file: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    delegate: Option<Map<String, Value>>,
-    runtime_config: Option<Map<String, Value>>,
-}
-
-impl Conf {
-    fn data_dir(&self) -> Result<&Path> {
-        configured_path("dataDir", self.data_dir.as_deref(), DEFAULT_DATA_DIR)
-    }
-
-    fn subnet_file(&self) -> Result<&Path> {
-        configured_path("subnetFile", self.subnet_file.as_deref(), DEFAULT_SUBNET_FILE)
-    }
-}
-
-/// `dataDir` or `subnetFile` (the default when absent or empty): an absolute path without `..`, so that what
-/// is written and read does not depend on the runtime's working directory or climb out of the named place.
-fn configured_path<'a>(what: &str, path: Option<&'a Path>, default: &'static str) -> Result<&'a Path> {
-    let Some(path) = path.filter(|p| !p.as_os_str().is_empty()) else { return Ok(Path::new(default)) };
-    let hostile = !path.is_absolute()
-        || path.components().any(|c| c == Component::ParentDir)
-        || path.as_os_str().as_bytes().contains(&0);
-    if hostile {
-        let shown = truncate_for_msg(&path.to_string_lossy());
-        return Err(Error::config(format!("{what} must be an absolute path without '..' or NUL, got {shown:?}")));
-    }
-    Ok(path)
-}
 
 /// The node agent's `subnet.env`, complete and coherent (flannel's message prefix on every failure).
 fn load_subnet_env(path: &Path) -> Result<SubnetEnv> {

@@ -3,8 +3,8 @@
 //! IPAM, or from `prevResult` when chained without an `ipam` section. The shared path of the link plugins is
 //! `cnicore::podlink`; a kernel without ipvlan gets an error naming CONFIG_IPVLAN, the node unchanged.
 
-use cnicore::netlink::{IpvlanMode, KindData, LinkKind, NewLink};
-use cnicore::podlink::{self, Addresses, Attachment, Sockets};
+use cnicore::netlink::{IpvlanMode, KindData, LinkKind};
+use cnicore::podlink::{self, Addresses, Master, MasterLink};
 use cnicore::spec::{ipam, plugin_main, validate_ifname, CniResult, Command, Context, Dns, Error, Plugin, Result};
 use serde::Deserialize;
 
@@ -70,6 +70,19 @@ impl Config {
             dns: ctx.conf.dns.clone(),
         })
     }
+
+    /// What podlink needs of the link (the reference does not bound ipvlan's MTU by the master's).
+    fn master_link(&self, master: Option<Master>) -> MasterLink {
+        MasterLink {
+            kind: "ipvlan",
+            master,
+            in_container: self.in_container,
+            mtu: self.mtu,
+            mtu_at_most_master: false,
+            layer3: self.layer3,
+            dns: self.dns.clone(),
+        }
+    }
 }
 
 struct Ipvlan;
@@ -84,29 +97,15 @@ impl Plugin for Ipvlan {
             _ if conf.layer3 => Addresses::Ipam,
             _ => return Err(Error::config("ipvlan needs an ipam section, or a prevResult with IPs")),
         };
-        let mut sockets = Sockets::open(ctx)?;
-        let master_name = match (&conf.master, &prev) {
-            (Some(master), _) => master.clone(),
-            (None, None) => podlink::default_route_interface(sockets.master_side(conf.in_container))?,
+        let master = match (&conf.master, &prev) {
+            (Some(master), _) => Master::Named(master.clone()),
+            (None, None) => Master::DefaultRoute,
             (None, Some(prev)) => match prev.interfaces.as_slice() {
-                [only] if !only.name.is_empty() => only.name.clone(),
+                [only] if !only.name.is_empty() => Master::Named(only.name.clone()),
                 _ => return Err(Error::config("chained master failure. PrevResult lacks a single named interface")),
             },
         };
-        let master = podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
-        let attachment = Attachment {
-            ctx,
-            link: NewLink {
-                kind: LinkKind::Ipvlan { mode: conf.mode },
-                parent: Some(master.index),
-                mtu: conf.mtu,
-                mac: None,
-            },
-            in_container: conf.in_container,
-            addresses,
-            dns: conf.dns,
-        };
-        podlink::add(attachment, &mut sockets)
+        conf.master_link(Some(master)).add(ctx, LinkKind::Ipvlan { mode: conf.mode }, None, addresses)
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
@@ -116,13 +115,9 @@ impl Plugin for Ipvlan {
 
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = Config::load(ctx)?;
-        let mut sockets = Sockets::open(ctx)?;
-        ipam::exec_if(conf.layer3, ctx, Command::Check)?;
-        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("Required prevResult missing"))?;
-        if let Some(master) = &conf.master {
-            podlink::lookup_master(sockets.master_side(conf.in_container), master)?;
-        }
-        cnicore::check::pod_link_of_kind(ctx, &prev, "ipvlan", |data| match data {
+        // The master is looked at only when configured (chained, it is the previous plugin's interface).
+        let master = conf.master.clone().map(Master::Named);
+        conf.master_link(master).check(ctx, "Required prevResult missing", |data| match data {
             KindData::Ipvlan { mode } if *mode == conf.mode => Ok(()),
             KindData::Ipvlan { mode } => {
                 Err(cnicore::check::mode_mismatch("ipvlan", &mode_name(*mode), &mode_name(conf.mode)))

@@ -2,8 +2,8 @@
 //! the node's default route), in mode bridge, private, vepa or passthru, with its addresses from IPAM (or none:
 //! a layer-2 link). The shared path of the link plugins is `cnicore::podlink`.
 
-use cnicore::netlink::{KindData, LinkKind, MacvlanMode, NewLink};
-use cnicore::podlink::{self, Addresses, Attachment, Sockets};
+use cnicore::netlink::{KindData, LinkKind, MacvlanMode};
+use cnicore::podlink::{self, Addresses, Master, MasterLink};
 use cnicore::spec::{ipam, plugin_main, validate_ifname, CniResult, Command, Context, Dns, Error, Plugin, Result};
 use serde::Deserialize;
 use serde_json::Value;
@@ -98,11 +98,17 @@ impl Config {
         })
     }
 
-    /// The master's name: configured, or the default route's interface where the master lives.
-    fn master(&self, sockets: &mut Sockets) -> Result<String> {
-        match &self.master {
-            Some(master) => Ok(master.clone()),
-            None => podlink::default_route_interface(sockets.master_side(self.in_container)),
+    /// What podlink needs of the link: on the configured master or the default route's interface, its MTU at
+    /// most the master's.
+    fn master_link(&self) -> MasterLink {
+        MasterLink {
+            kind: "macvlan",
+            master: Some(self.master.clone().map_or(Master::DefaultRoute, Master::Named)),
+            in_container: self.in_container,
+            mtu: self.mtu,
+            mtu_at_most_master: true,
+            layer3: self.layer3,
+            dns: self.dns.clone(),
         }
     }
 }
@@ -112,23 +118,9 @@ struct Macvlan;
 impl Plugin for Macvlan {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let conf = Config::load(ctx)?;
-        let mut sockets = Sockets::open(ctx)?;
-        let master_name = conf.master(&mut sockets)?;
-        let master = podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
-        podlink::check_mtu(conf.mtu, &master)?;
-        let attachment = Attachment {
-            ctx,
-            link: NewLink {
-                kind: LinkKind::Macvlan { mode: conf.mode, bc_queue_len: conf.bc_queue_len },
-                parent: Some(master.index),
-                mtu: conf.mtu,
-                mac: conf.mac,
-            },
-            in_container: conf.in_container,
-            addresses: if conf.layer3 { Addresses::Ipam } else { Addresses::None },
-            dns: conf.dns,
-        };
-        podlink::add(attachment, &mut sockets)
+        let kind = LinkKind::Macvlan { mode: conf.mode, bc_queue_len: conf.bc_queue_len };
+        let addresses = if conf.layer3 { Addresses::Ipam } else { Addresses::None };
+        conf.master_link().add(ctx, kind, conf.mac, addresses)
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
@@ -138,12 +130,7 @@ impl Plugin for Macvlan {
 
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = Config::load(ctx)?;
-        let mut sockets = Sockets::open(ctx)?;
-        let master_name = conf.master(&mut sockets)?;
-        ipam::exec_if(conf.layer3, ctx, Command::Check)?;
-        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("required prevResult missing"))?;
-        podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
-        cnicore::check::pod_link_of_kind(ctx, &prev, "macvlan", |data| match data {
+        conf.master_link().check(ctx, "required prevResult missing", |data| match data {
             KindData::Macvlan { mode } if *mode == conf.mode => Ok(()),
             KindData::Macvlan { mode } => {
                 Err(cnicore::check::mode_mismatch("macvlan", &mode_name(*mode), &mode_name(conf.mode)))

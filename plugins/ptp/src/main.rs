@@ -22,8 +22,6 @@ use cnicore::undo::Undo;
 use ipnet::IpNet;
 use serde::Deserialize;
 
-/// Attempts at a free random host veth name.
-const VETH_NAME_ATTEMPTS: usize = 10;
 /// Bound on the veth ends becoming operationally up.
 const UP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Position of the pod interface in the result's `interfaces`.
@@ -88,10 +86,7 @@ impl Plugin for Ptp {
         let pod_ns = ctx.open_netns()?;
         let mut node = Netlink::new().context("failed to open netlink in the node namespace")?;
         let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
-        let ifname = ctx.env.ifname.as_str();
-        if pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-            return Err(already_in_pod(ctx));
-        }
+        podlink::require_free_name(&mut pod, ctx)?;
         ipam::find_plugin(ctx.conf.ipam_type()?, &ctx.env.path)?;
         let backend = if conf.ip_masq { Some(Backend::or_detect(conf.masq_backend)?) } else { None };
         let mut undo = Undo::default();
@@ -105,7 +100,7 @@ impl Plugin for Ptp {
     fn del(&self, ctx: &Context) -> Result<()> {
         let conf = ctx.load_for_teardown(Config::load)?;
         let mut errors = Errors::new();
-        let pod_veth = errors.record(find_pod_veth(ctx)).flatten();
+        let pod_veth = errors.record(podlink::find_pod_veth(ctx)).flatten();
         let ips = cnicore::check::teardown_pod_ips(ctx, pod_veth.as_ref().map_or(&[], |v| &v.addresses));
         // The steps mostly wait (the kernel tearing the veth down, firewall and IPAM processes): they run at the
         // same time, the veth's deletion after IPAM's DEL where the IPAM plugin needs it (`ipam::teardown`).
@@ -159,11 +154,6 @@ impl Plugin for Ptp {
     }
 }
 
-fn already_in_pod(ctx: &Context) -> Error {
-    let netns = ctx.env.netns.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
-    Error::internal(format!("an interface named {:?} already exists in netns {netns:?}", ctx.env.ifname))
-}
-
 fn add<'a>(
     ctx: &'a Context,
     conf: &'a Config,
@@ -177,22 +167,13 @@ fn add<'a>(
     let masq_ahead = backend.map(|b| masq::start_ahead(b, &masq::expected_families(ctx.conf.ipam.as_ref())));
     let lease = ipam::add_undoable(ctx, undo)?;
     failpoint::hit("ptp/after-ipam");
-    let mut gateways = Vec::new();
-    for ip in &lease.ips {
-        let gw = ip.gateway.ok_or_else(|| {
-            Error::internal(format!("IPAM gave {} no gateway: ptp routes the pod through one", ip.address))
-        })?;
-        if gw.is_ipv4() != ip.address.addr().is_ipv4() {
-            return Err(Error::internal(format!("gateway {gw} is not of the family of {}", ip.address)));
-        }
-        gateways.push(gw);
-    }
+    require_gateways(&lease)?;
     let v4 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv4());
     let v6 = lease.ips.iter().any(|ip| ip.address.addr().is_ipv6());
     enable_forwarding(v4, v6)?;
 
     let ifname = ctx.env.ifname.as_str();
-    let host = create_veth(node, pod, pod_ns, ctx, conf.mtu)?;
+    let host = podlink::create_veth(node, pod, pod_ns, ctx, conf.mtu, None)?;
     let host_name = host.name.clone();
     undo.push(format!("delete veth {host_name}"), move || {
         let mut nl = Netlink::new().context("netlink")?;
@@ -201,23 +182,7 @@ fn add<'a>(
     failpoint::hit("ptp/after-veth");
     let pod_link = pod.require_link(ifname).with_context(|| format!("failed to find {ifname:?} in the pod"))?;
 
-    let mut result = CniResult {
-        interfaces: vec![
-            Interface { name: host.name.clone(), mac: mac_of(&host), ..Default::default() },
-            Interface {
-                name: ifname.to_string(),
-                mac: mac_of(&pod_link),
-                sandbox: ctx.netns()?.display().to_string(),
-                ..Default::default()
-            },
-        ],
-        ips: lease.ips,
-        routes: lease.routes,
-        dns: lease.dns,
-    };
-    for ip in &mut result.ips {
-        ip.interface = Some(POD_INTERFACE);
-    }
+    let mut result = result_of(ctx, &host, &pod_link, lease)?;
     if result.ips.iter().any(|ip| ip.address.addr().is_ipv6()) {
         // The node sends neighbour solicitations only from a link-local address that passed DAD (a second or
         // two after link-up): without DAD on this point-to-point link the pod is reachable when ADD returns.
@@ -246,6 +211,41 @@ fn add<'a>(
     Ok(result)
 }
 
+/// Every address of the lease with a gateway of its family: ptp routes the pod through it.
+fn require_gateways(lease: &CniResult) -> Result<()> {
+    for ip in &lease.ips {
+        let gw = ip.gateway.ok_or_else(|| {
+            Error::internal(format!("IPAM gave {} no gateway: ptp routes the pod through one", ip.address))
+        })?;
+        if gw.is_ipv4() != ip.address.addr().is_ipv4() {
+            return Err(Error::internal(format!("gateway {gw} is not of the family of {}", ip.address)));
+        }
+    }
+    Ok(())
+}
+
+/// The result: the host veth and the pod's interface, the lease's addresses on the latter.
+fn result_of(ctx: &Context, host: &Link, pod_link: &Link, lease: CniResult) -> Result<CniResult> {
+    let mut result = CniResult {
+        interfaces: vec![
+            Interface { name: host.name.clone(), mac: mac_of(host), ..Default::default() },
+            Interface {
+                name: ctx.env.ifname.clone(),
+                mac: mac_of(pod_link),
+                sandbox: ctx.netns()?.display().to_string(),
+                ..Default::default()
+            },
+        ],
+        ips: lease.ips,
+        routes: lease.routes,
+        dns: lease.dns,
+    };
+    for ip in &mut result.ips {
+        ip.interface = Some(POD_INTERFACE);
+    }
+    Ok(result)
+}
+
 fn mac_of(link: &Link) -> String {
     link.mac.map(|m| cnicore::mac::format(&m)).unwrap_or_default()
 }
@@ -256,24 +256,6 @@ fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
         sysctl::write_if_different(key, "1").with_context(|| format!("Could not enable IP forwarding ({key})"))?;
     }
     Ok(())
-}
-
-/// Creates the veth pair: `CNI_IFNAME` directly in the pod, `veth<random>` on the node.
-fn create_veth(node: &mut Netlink, pod: &mut Netlink, pod_ns: &NetNs, ctx: &Context, mtu: Option<u32>) -> Result<Link> {
-    let ifname = ctx.env.ifname.as_str();
-    for _ in 0..VETH_NAME_ATTEMPTS {
-        let name = podlink::random_veth_name()?;
-        match node.create_veth(&name, ifname, pod_ns, mtu, None) {
-            Ok(host) => return Ok(host),
-            Err(e) if is_exists(&e) => {
-                if pod.link_by_name(ifname).context("failed to look at the pod's links")?.is_some() {
-                    return Err(already_in_pod(ctx));
-                }
-            }
-            Err(e) => return Err(Error::os("failed to make veth pair", e)),
-        }
-    }
-    Err(Error::internal("failed to find a unique veth name"))
 }
 
 /// In the pod, for each address: the gateway as a /32 (/128) link route, and the subnet through the gateway
@@ -329,47 +311,6 @@ fn host_side(node: &mut Netlink, host: &Link, result: &CniResult) -> Result<()> 
 
 fn host_net(ip: IpAddr) -> IpNet {
     IpNet::from(ip)
-}
-
-/// The pod's veth and the global addresses it has.
-struct PodVeth {
-    netlink: Netlink,
-    index: u32,
-    addresses: Vec<IpNet>,
-}
-
-impl PodVeth {
-    /// Deletes the pod's veth, which takes the host end, its address and host routes with it.
-    fn delete(mut self, ifname: &str) -> Result<()> {
-        podlink::delete_link(&mut self.netlink, self.index, ifname)
-    }
-}
-
-/// The pod's veth, if the netns and the link are there; a link of another kind is left alone.
-fn find_pod_veth(ctx: &Context) -> Result<Option<PodVeth>> {
-    let Some(pod_ns) = ctx.open_netns_if_exists()? else { return Ok(None) };
-    let ifname = ctx.env.ifname.as_str();
-    let mut pod = Netlink::in_netns(&pod_ns).context("failed to open netlink in the pod namespace")?;
-    let Some(link) = pod.link_by_name(ifname).with_context(|| format!("failed to look up {ifname:?}"))? else {
-        return Ok(None);
-    };
-    if link.kind.as_deref() != Some("veth") {
-        cnicore::warn!("{ifname:?} in the pod is not a veth; leaving it alone");
-        return Ok(None);
-    }
-    let addresses =
-        pod.addresses(Some(link.index)).with_context(|| format!("failed to list {ifname:?}'s addresses"))?;
-    let addresses = addresses.into_iter().map(|a| a.addr).filter(|a| is_global(a.addr())).collect();
-    Ok(Some(PodVeth { netlink: pod, index: link.index, addresses }))
-}
-
-fn is_global(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => !(a.is_loopback() || a.is_link_local() || a.is_multicast() || a.is_unspecified()),
-        IpAddr::V6(a) => {
-            !(a.is_loopback() || a.is_multicast() || a.is_unspecified() || (a.segments()[0] & 0xffc0) == 0xfe80)
-        }
-    }
 }
 
 fn main() {

@@ -141,7 +141,7 @@ fn add(ctx: &Context) -> Result<CniResult> {
                 .context("netlink")?
                 .ok_or_else(|| Error::internal(format!("Cannot find network interface {ifname}")))?;
             let mut link_routes = Vec::new();
-            for family in [IpFamily::V4, IpFamily::V6] {
+            for family in IpFamily::ALL {
                 let routes = nl.routes(family, RT_TABLE_MAIN).context("Unable to list routes")?;
                 link_routes.extend(routes.into_iter().filter(|r| r.oif == Some(link.index)));
             }

@@ -2,8 +2,8 @@
 //! `linkInContainer`), MTU at most the master's, addresses from IPAM. The shared path of the link plugins is
 //! `cnicore::podlink`; a kernel without 8021q gets an error naming CONFIG_VLAN_8021Q, the node unchanged.
 
-use cnicore::netlink::{KindData, LinkKind, NewLink};
-use cnicore::podlink::{self, Addresses, Attachment, Sockets};
+use cnicore::netlink::{KindData, LinkKind};
+use cnicore::podlink::{self, Addresses, Master, MasterLink};
 use cnicore::spec::{ipam, plugin_main, validate_ifname, CniResult, Command, Context, Dns, Error, Plugin, Result};
 use serde::Deserialize;
 
@@ -53,6 +53,19 @@ impl Config {
         }
         Ok(Config { master, vlan_id, mtu, in_container: raw.link_in_container, dns: ctx.conf.dns.clone() })
     }
+
+    /// What podlink needs of the link: on the configured master, its MTU at most the master's, with IPAM.
+    fn master_link(&self) -> MasterLink {
+        MasterLink {
+            kind: "vlan",
+            master: Some(Master::Named(self.master.clone())),
+            in_container: self.in_container,
+            mtu: self.mtu,
+            mtu_at_most_master: true,
+            layer3: true,
+            dns: self.dns.clone(),
+        }
+    }
 }
 
 struct Vlan;
@@ -60,22 +73,7 @@ struct Vlan;
 impl Plugin for Vlan {
     fn add(&self, ctx: &Context) -> Result<CniResult> {
         let conf = Config::load(ctx)?;
-        let mut sockets = Sockets::open(ctx)?;
-        let master = podlink::lookup_master(sockets.master_side(conf.in_container), &conf.master)?;
-        podlink::check_mtu(conf.mtu, &master)?;
-        let attachment = Attachment {
-            ctx,
-            link: NewLink {
-                kind: LinkKind::Vlan { id: conf.vlan_id },
-                parent: Some(master.index),
-                mtu: conf.mtu,
-                mac: None,
-            },
-            in_container: conf.in_container,
-            addresses: Addresses::Ipam,
-            dns: conf.dns,
-        };
-        podlink::add(attachment, &mut sockets)
+        conf.master_link().add(ctx, LinkKind::Vlan { id: conf.vlan_id }, None, Addresses::Ipam)
     }
 
     fn del(&self, ctx: &Context) -> Result<()> {
@@ -85,12 +83,8 @@ impl Plugin for Vlan {
 
     fn check(&self, ctx: &Context) -> Result<()> {
         let conf = Config::load(ctx)?;
-        let mut sockets = Sockets::open(ctx)?;
-        ipam::exec(ctx, Command::Check)?;
-        let prev = ctx.prev_result()?.ok_or_else(|| Error::config("vlan: Required prevResult missing"))?;
-        podlink::lookup_master(sockets.master_side(conf.in_container), &conf.master)?;
         let ifname = ctx.env.ifname.as_str();
-        let link = cnicore::check::pod_link_of_kind(ctx, &prev, "vlan", |data| match data {
+        let link = conf.master_link().check(ctx, "vlan: Required prevResult missing", |data| match data {
             KindData::Vlan { id } if *id == conf.vlan_id => Ok(()),
             KindData::Vlan { id } => Err(Error::internal(format!(
                 "Error: container interface {ifname} has vlan id {id}, expected {}",

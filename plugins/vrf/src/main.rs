@@ -84,7 +84,7 @@ fn add(ctx: &Context) -> Result<CniResult> {
         .map(|a| a.addr)
         .collect();
     let mut routes = Vec::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
+    for family in IpFamily::ALL {
         let main = nl.routes(family, RT_TABLE_MAIN).context("failed getting all routes")?;
         routes.extend(
             main.into_iter().filter(|r| r.oif == Some(link.index) && r.scope == Scope::Universe && r.src.is_some()),
