@@ -6,7 +6,9 @@
 //! ([`crate::check::pod_link_of_kind`]).
 
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, Link, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{
+    is_exists, is_not_found, refusal, IpFamily, Link, LinkKind, MacvlanMode, Netlink, NewLink, RT_TABLE_MAIN,
+};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
 use crate::{failpoint, sysctl};
@@ -135,17 +137,52 @@ fn create(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link> {
     };
     match created {
         Ok(()) => {}
-        Err(e) if is_unsupported_kind(&e) => {
+        // EOPNOTSUPP is also a master refusing the kind (loopback carries no VLANs): the kernel's reason tells.
+        Err(e) if is_unsupported_kind(&e) && refusal::reason().is_none_or(|r| r == UNKNOWN_KIND) => {
             return Err(Error::internal(missing_support(kind))
                 .with_details(format!("creating a {} link answered: {e}", kind.name())))
         }
-        Err(e) if is_exists(&e) => return Err(already_in_pod(ctx)),
-        Err(e) => return Err(Error::os(format!("failed to create {}", kind.name()), e)),
+        // EEXIST for a vlan is its VLAN ID taken on the master; for the others a pod link of the same name made
+        // since the look above.
+        Err(e) if is_exists(&e) && !matches!(kind, LinkKind::Vlan { .. }) => return Err(already_in_pod(ctx)),
+        Err(e) => return Err(refused(attachment, sockets, &e)),
     }
     sockets
         .pod
         .require_link(ifname)
         .with_context(|| format!("failed to find the new {} {ifname:?} in the pod", kind.name()))
+}
+
+/// The extended ACK message of a kernel that does not know the link kind asked for.
+const UNKNOWN_KIND: &str = "Unknown device type";
+
+/// The error for a link the kernel refused to create: the kind, its master, the kernel's errno and reason,
+/// and what the refusal means where it is known.
+fn refused(attachment: &Attachment, sockets: &mut Sockets, e: &std::io::Error) -> Error {
+    let kind = &attachment.link.kind;
+    let described = refusal::describe(e);
+    let Some(parent) = attachment.link.parent else {
+        return Error::internal(format!("failed to create {}: the kernel refused it with {described}", kind.name()));
+    };
+    let master = match sockets.master_side(attachment.in_container).link_by_index(parent) {
+        Ok(Some(link)) => link.name,
+        _ => format!("#{parent}"),
+    };
+    let hint = match (kind, e.raw_os_error()) {
+        (LinkKind::Macvlan { .. } | LinkKind::Ipvlan { .. }, Some(libc::EBUSY)) => format!(
+            "; {master:?} is taken by links of another kind or is a bridge or bond port (a master carries either \
+             macvlan or ipvlan links)"
+        ),
+        (LinkKind::Vlan { id }, Some(libc::EEXIST)) => format!("; {master:?} already has a link for VLAN {id}"),
+        (LinkKind::Macvlan { mode: MacvlanMode::Passthru, .. }, Some(libc::EINVAL)) => {
+            format!("; a passthru macvlan must be the only macvlan of {master:?}")
+        }
+        _ => String::new(),
+    };
+    Error::internal(format!(
+        "failed to create {} on {master:?}: the kernel refused it with {described}{hint}",
+        kind.name()
+    ))
 }
 
 /// Addresses and routes from IPAM or `prevResult`, or just the link up; the result.

@@ -94,6 +94,8 @@ impl Plugin for Ipvlan {
             },
         };
         let master = podlink::lookup_master(sockets.master_side(conf.in_container), &master_name)?;
+        // The kernel refuses an MTU above the master's (EINVAL): said before anything changes, as macvlan does.
+        podlink::check_mtu(conf.mtu, &master)?;
         let attachment = Attachment {
             ctx,
             link: NewLink {
