@@ -100,8 +100,9 @@ fn access_ports_reach_their_vlan_only_and_del_restores_the_vlan_table() {
     assert_ping(&b.pod, a.address());
     assert_no_ping(&a.pod, c.address());
     assert_no_ping(&c.pod, b.address());
-    b.del(&rig);
+    // Last in, first out: see trunk_ports_carry_the_listed_vlans.
     c.del(&rig);
+    b.del(&rig);
     assert_eq!(vlan_table(&rig.node), table, "DEL changed the bridge's VLAN table");
     assert_unchanged(&before, &NodeSnapshot::take(&rig.node, &[]));
     a.del(&rig);

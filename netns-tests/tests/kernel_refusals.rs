@@ -4,8 +4,10 @@
 //! the real kernel (the VM lane's: this machine's kernel lacks these link kinds): a master cannot carry ipvlan
 //! and macvlan links at once, nor either while it is a bridge port (EBUSY); a VLAN id is taken once per master
 //! (EEXIST); loopback carries no VLANs (EOPNOTSUPP, which is not a missing 8021q); a passthru macvlan wants its
-//! master alone (EINVAL); an ipvlan's MTU is at most its master's; with `net.vrf.strict_mode` a routing table
-//! belongs to one VRF (EBUSY).
+//! master alone (EINVAL); two macvlans of one master cannot share a MAC (EADDRINUSE); with
+//! `net.vrf.strict_mode` a routing table belongs to one VRF (EBUSY). And one the kernel does not refuse: 6.1
+//! makes an ipvlan with an MTU above its master's, which then loses the packets above the master's MTU; the
+//! plugin refuses it first, as macvlan and vlan do.
 
 use netns_tests::linkrig::{skip_without_kind, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
@@ -62,6 +64,15 @@ fn ipvlan_and_macvlan_on_a_bridge_port() {
 fn a_passthru_macvlan_on_a_master_that_has_macvlans() {
     let rig = rig_with_uplink_link("macvlan", "macvlan");
     rig.assert_refused(&conf(&rig, "macvlan", json!({"mode": "passthru"})), &["macvlan", "\"uplink0\"", "EINVAL"]);
+}
+
+#[test]
+fn a_macvlan_mac_another_macvlan_of_the_master_has() {
+    let rig = LinkRig::new("macvlan");
+    let mac = "02:00:00:00:00:09";
+    rig.node.ip(&["link", "add", "link", UPLINK, "name", "other0", "address", mac, "type", "macvlan"]);
+    let needles = ["macvlan", "\"uplink0\"", "EADDRINUSE", "has this MAC"];
+    rig.assert_refused(&conf(&rig, "macvlan", json!({"mac": mac})), &needles);
 }
 
 #[test]
