@@ -173,9 +173,6 @@ fn refused(attachment: &Attachment, sockets: &mut Sockets, e: &std::io::Error) -
             "; {master:?} is taken by links of another kind or is a bridge or bond port (a master carries either \
              macvlan or ipvlan links)"
         ),
-        (LinkKind::Macvlan { .. }, Some(libc::EADDRINUSE)) => {
-            format!("; another macvlan of {master:?} has this MAC address")
-        }
         (LinkKind::Vlan { id }, Some(libc::EEXIST)) => format!("; {master:?} already has a link for VLAN {id}"),
         (LinkKind::Macvlan { mode: MacvlanMode::Passthru, .. }, Some(libc::EINVAL)) => {
             format!("; a passthru macvlan must be the only macvlan of {master:?}")

@@ -187,6 +187,7 @@ impl LinkRig {
         for needle in needles {
             assert!(msg.contains(needle), "{needle:?} not in the error: {}", out.stdout_text);
         }
+        eprintln!("refused as expected: {msg}");
         self.run(Impl::Ours, "DEL", Some(&pod.path), "r", conf, "").expect_ok();
         assert_unchanged(&before.0, &NodeSnapshot::take(&self.node, &[]));
         assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
