@@ -323,3 +323,23 @@ pub fn bridge_vlans(ns: &TestNetns, dev: &str) -> Vec<String> {
     }
     lines
 }
+
+/// `conf` with the keys of `extra` set (a null removes the key): a test's variation of its base config.
+pub fn with_fields(mut conf: Value, extra: &Value) -> Value {
+    let object = conf.as_object_mut().expect("config object");
+    for (key, value) in extra.as_object().expect("object of fields") {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            object.insert(key.clone(), value.clone());
+        }
+    }
+    conf
+}
+
+/// The mode of the pod's `eth0`, a link of `kind` (macvlan or ipvlan), as `ip -d link` shows it.
+pub fn pod_link_mode(pod: &TestNetns, kind: &str) -> String {
+    let details = link_details(pod, "eth0").expect("eth0 in the pod");
+    assert_eq!(details["linkinfo"]["info_kind"], kind, "{details}");
+    details["linkinfo"]["info_data"]["mode"].as_str().expect("mode").to_string()
+}

@@ -10,7 +10,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use netns_tests::linkrig::{bridge_vlans, link_details, ping_via, result_address, skip_without_kind, Impl, LinkRig};
+use netns_tests::linkrig::{
+    bridge_vlans, link_details, ping_via, result_address, skip_without_kind, with_fields, Impl, LinkRig,
+};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_no_ping, assert_ping, ip, json, TestNetns, Value};
 
@@ -19,16 +21,9 @@ const SUBNET: &str = "10.60.0.0/24";
 const CONFIG: &str = "CONFIG_BRIDGE_VLAN_FILTERING";
 
 fn conf(rig: &LinkRig, extra: Value) -> Value {
-    let mut conf = json!({"cniVersion": "1.0.0", "name": rig.network, "type": "bridge", "bridge": BRIDGE,
+    let conf = json!({"cniVersion": "1.0.0", "name": rig.network, "type": "bridge", "bridge": BRIDGE,
         "ipam": rig.ipam(SUBNET)});
-    for (key, value) in extra.as_object().expect("object") {
-        if value.is_null() {
-            conf.as_object_mut().expect("object").remove(key);
-        } else {
-            conf[key] = value.clone();
-        }
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 /// The node's end of a pod's veth, from the bridge's result (bridge, host veth, pod interface).

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use netns_tests::linkrig::{
-    link_details, result_address, skip_with_kind, skip_without_kind, Impl, LinkRig, LAN_HOST, UPLINK,
+    link_details, pod_link_mode, result_address, skip_with_kind, skip_without_kind, with_fields, Impl, LinkRig,
+    LAN_HOST, UPLINK,
 };
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_ping, json, veth_between, TestNetns, Value};
@@ -16,13 +17,10 @@ use netns_tests::{assert_ping, json, veth_between, TestNetns, Value};
 const SUBNET: &str = "10.30.0.0/24";
 
 fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
-    let mut conf = json!({
+    let conf = json!({
         "cniVersion": version, "name": rig.network, "type": "ipvlan", "master": UPLINK, "ipam": rig.ipam(SUBNET),
     });
-    for (key, value) in extra.as_object().expect("object") {
-        conf[key] = value.clone();
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 #[test]
@@ -73,9 +71,7 @@ fn del_without_the_link_or_the_netns_succeeds() {
 }
 
 fn ipvlan_mode(pod: &TestNetns) -> String {
-    let details = link_details(pod, "eth0").expect("eth0 in the pod");
-    assert_eq!(details["linkinfo"]["info_kind"], "ipvlan", "{details}");
-    details["linkinfo"]["info_data"]["mode"].as_str().expect("mode").to_string()
+    pod_link_mode(pod, "ipvlan")
 }
 
 #[test]

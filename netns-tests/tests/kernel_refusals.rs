@@ -9,17 +9,14 @@
 //! makes an ipvlan with an MTU above its master's, which then loses the packets above the master's MTU; the
 //! plugin refuses it first, as macvlan and vlan do.
 
-use netns_tests::linkrig::{skip_without_kind, LinkRig, UPLINK};
+use netns_tests::linkrig::{skip_without_kind, with_fields, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{bin, json, run_for_pod, unique_name, Value};
 
 fn conf(rig: &LinkRig, plugin: &str, extra: Value) -> Value {
-    let mut conf = json!({"cniVersion": "1.0.0", "name": rig.network, "type": plugin, "master": UPLINK,
+    let conf = json!({"cniVersion": "1.0.0", "name": rig.network, "type": plugin, "master": UPLINK,
         "ipam": rig.ipam("10.30.0.0/24")});
-    for (key, value) in extra.as_object().expect("object") {
-        conf[key] = value.clone();
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 /// `plugin`'s rig with a link of `kind` already on the uplink (made by hand, as another tool would).

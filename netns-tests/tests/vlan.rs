@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use netns_tests::linkrig::{lan_vlan_peer, link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, UPLINK};
+use netns_tests::linkrig::{
+    lan_vlan_peer, link_details, skip_with_kind, skip_without_kind, with_fields, Impl, LinkRig, UPLINK,
+};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_no_ping, assert_ping, json, veth_between, TestNetns, Value};
 
@@ -16,14 +18,11 @@ const SUBNET: &str = "10.30.100.0/24";
 const LAN_VLAN_HOST: &str = "10.30.100.254";
 
 fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
-    let mut conf = json!({
+    let conf = json!({
         "cniVersion": version, "name": rig.network, "type": "vlan", "master": UPLINK, "vlanId": 100,
         "ipam": rig.ipam(SUBNET),
     });
-    for (key, value) in extra.as_object().expect("object") {
-        conf[key] = value.clone();
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 #[test]
