@@ -6,7 +6,7 @@ use std::io;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::netlink::{is_exists, Netlink, Route as NlRoute, Scope};
+use crate::netlink::{is_exists, refusal, Netlink, Route as NlRoute, Scope};
 use crate::netns::NetNs;
 use crate::spec::{CniResult, Error, ErrorContext, Result};
 use crate::sysctl;
@@ -36,7 +36,10 @@ pub fn configure(
         nl.add_address(index, ip.address)
             .with_context(|| format!("failed to add IP addr {} to {ifname:?}", ip.address))?;
     }
-    nl.set_up(index).with_context(|| format!("failed to set {ifname:?} up"))?;
+    // E.g. EADDRINUSE: a macvlan whose MAC another running macvlan of its master has.
+    nl.set_up(index).map_err(|e| {
+        Error::internal(format!("failed to set {ifname:?} up: the kernel refused it with {}", refusal::describe(&e)))
+    })?;
 
     // Routes without a gateway go through the first gateway of their family, as the reference does.
     let first_gateway = |v4: bool| result.ips.iter().filter_map(|ip| ip.gateway).find(|gw| gw.is_ipv4() == v4);

@@ -14,7 +14,9 @@ use ipnet::IpNet;
 
 use crate::ip::is_global_unicast;
 use crate::netlink::kinds::{is_unsupported_kind, missing_support};
-use crate::netlink::{is_exists, is_not_found, IpFamily, KindData, Link, LinkKind, Netlink, NewLink, RT_TABLE_MAIN};
+use crate::netlink::{
+    is_exists, is_not_found, refusal, IpFamily, KindData, Link, LinkKind, MacvlanMode, Netlink, NewLink, RT_TABLE_MAIN,
+};
 use crate::netns::NetNs;
 use crate::spec::{ipam, CniResult, Command, Context, Dns, Error, ErrorContext, Errors, Interface, Result};
 use crate::{failpoint, sysctl};
@@ -233,7 +235,7 @@ fn create(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link> {
             require_free_name(&mut sockets.pod, ctx)?;
             return create_renamed(attachment, sockets);
         }
-        Err(e) => return Err(create_error(attachment, e)),
+        Err(e) => return Err(create_error(attachment, sockets, &e)),
     }
     sockets
         .pod
@@ -252,15 +254,17 @@ fn create_named(attachment: &Attachment, sockets: &mut Sockets, name: &str, from
     }
 }
 
-/// The CNI error for a creation the kernel refused.
-fn create_error(attachment: &Attachment, e: std::io::Error) -> Error {
+/// The CNI error for a creation the kernel refused. EOPNOTSUPP is also a master refusing the kind (loopback
+/// carries no VLANs): the kernel's reason tells. EEXIST for a vlan is its VLAN ID taken on the master; for the
+/// others a pod link of the same name made since the look before.
+fn create_error(attachment: &Attachment, sockets: &mut Sockets, e: &std::io::Error) -> Error {
     let kind = &attachment.link.kind;
-    if is_unsupported_kind(&e) {
+    if is_unsupported_kind(e) && refusal::reason().is_none_or(|r| r == UNKNOWN_KIND) {
         Error::internal(missing_support(kind)).with_details(format!("creating a {} link answered: {e}", kind.name()))
-    } else if is_exists(&e) {
+    } else if is_exists(e) && !matches!(kind, LinkKind::Vlan { .. }) {
         already_in_pod(attachment.ctx)
     } else {
-        Error::os(format!("failed to create {}", kind.name()), e)
+        refused(attachment, sockets, e)
     }
 }
 
@@ -270,7 +274,9 @@ fn create_renamed(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link
     let ifname = attachment.ctx.env.ifname.as_str();
     let kind = attachment.link.kind.name();
     let temporary = random_veth_name()?;
-    create_named(attachment, sockets, &temporary, true).map_err(|e| create_error(attachment, e))?;
+    if let Err(e) = create_named(attachment, sockets, &temporary, true) {
+        return Err(create_error(attachment, sockets, &e));
+    }
     let link = sockets
         .pod
         .require_link(&temporary)
@@ -285,6 +291,38 @@ fn create_renamed(attachment: &Attachment, sockets: &mut Sockets) -> Result<Link
         });
     }
     sockets.pod.require_link(ifname).with_context(|| format!("failed to find the new {kind} {ifname:?} in the pod"))
+}
+
+/// The extended ACK message of a kernel that does not know the link kind asked for.
+const UNKNOWN_KIND: &str = "Unknown device type";
+
+/// The error for a link the kernel refused to create: the kind, its master, the kernel's errno and reason,
+/// and what the refusal means where it is known.
+fn refused(attachment: &Attachment, sockets: &mut Sockets, e: &std::io::Error) -> Error {
+    let kind = &attachment.link.kind;
+    let described = refusal::describe(e);
+    let Some(parent) = attachment.link.parent else {
+        return Error::internal(format!("failed to create {}: the kernel refused it with {described}", kind.name()));
+    };
+    let master = match sockets.master_side(attachment.in_container).link_by_index(parent) {
+        Ok(Some(link)) => link.name,
+        _ => format!("#{parent}"),
+    };
+    let hint = match (kind, e.raw_os_error()) {
+        (LinkKind::Macvlan { .. } | LinkKind::Ipvlan { .. }, Some(libc::EBUSY)) => format!(
+            "; {master:?} is taken by links of another kind or is a bridge or bond port (a master carries either \
+             macvlan or ipvlan links)"
+        ),
+        (LinkKind::Vlan { id }, Some(libc::EEXIST)) => format!("; {master:?} already has a link for VLAN {id}"),
+        (LinkKind::Macvlan { mode: MacvlanMode::Passthru, .. }, Some(libc::EINVAL)) => {
+            format!("; a passthru macvlan must be the only macvlan of {master:?}")
+        }
+        _ => String::new(),
+    };
+    Error::internal(format!(
+        "failed to create {} on {master:?}: the kernel refused it with {described}{hint}",
+        kind.name()
+    ))
 }
 
 /// Addresses and routes from IPAM or `prevResult`, or just the link up; the result.

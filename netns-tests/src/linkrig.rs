@@ -175,6 +175,26 @@ impl LinkRig {
         assert!(self.leases().is_empty(), "{:?}", self.leases());
     }
 
+    /// ADD of `conf` into a fresh pod fails with a message that holds every one of `needles` (what the kernel
+    /// refused and why); a DEL of the failed attachment succeeds (a runtime's rollback); node and pod are as
+    /// they were, no lease left. Returns the message.
+    pub fn assert_refused(&self, conf: &Value, needles: &[&str]) -> String {
+        let pod = self.node.pod_netns();
+        let settle = std::time::Duration::from_secs(5);
+        let before = (NodeSnapshot::settled(&self.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
+        let out = self.run(Impl::Ours, "ADD", Some(&pod.path), "r", conf, "");
+        let msg = out.expect_err()["msg"].as_str().unwrap_or_default().to_string();
+        for needle in needles {
+            assert!(msg.contains(needle), "{needle:?} not in the error: {}", out.stdout_text);
+        }
+        eprintln!("refused as expected: {msg}");
+        self.run(Impl::Ours, "DEL", Some(&pod.path), "r", conf, "").expect_ok();
+        assert_unchanged(&before.0, &NodeSnapshot::take(&self.node, &[]));
+        assert_unchanged(&before.1, &NodeSnapshot::take(&pod, &[]));
+        assert!(self.leases().is_empty(), "{:?}", self.leases());
+        msg
+    }
+
     /// The lease files host-local keeps for the network (empty when none).
     pub fn leases(&self) -> Vec<String> {
         let dir = self.ipam_dir().join(&self.network);
@@ -252,4 +272,74 @@ pub fn kernel_has_kind(kind: &str) -> bool {
         other => panic!("no probe for {other}"),
     }
     ns.exec("ip", &args, &[], b"").status.success()
+}
+
+/// The address (without its prefix) of `result["ips"][index]`.
+pub fn result_address(result: &Value, index: usize) -> std::net::IpAddr {
+    let address = result["ips"][index]["address"].as_str().unwrap_or_else(|| panic!("no ips[{index}] in {result}"));
+    address.split('/').next().unwrap_or_default().parse().unwrap_or_else(|e| panic!("{address}: {e}"))
+}
+
+/// True if one ping from `from` out of `dev` (bound to it, as `ping -I`) to `addr` is answered within a second.
+pub fn ping_via(from: &TestNetns, dev: &str, addr: std::net::IpAddr) -> bool {
+    from.exec("ping", &["-c1", "-W1", "-I", dev, &addr.to_string()], &[], b"").status.success()
+}
+
+/// A peer on VLAN `id` of the lan: a vlan link on the lan's end of the uplink, moved into a namespace of its
+/// own as its `eth0` with `address` (a prefix length included). Each peer is alone on its VLAN, so an
+/// answer proves that the tagged frames reached it and no other VLAN's.
+pub fn lan_vlan_peer(lan: &TestNetns, id: u16, address: &str) -> TestNetns {
+    let peer = TestNetns::new("vp");
+    let name = format!("v{id}");
+    lan.ip(&["link", "add", "link", "eth0", "name", &name, "type", "vlan", "id", &id.to_string()]);
+    lan.ip(&["link", "set", &name, "netns", &peer.name]);
+    peer.ip(&["link", "set", &name, "name", "eth0"]);
+    peer.ip(&["addr", "add", address, "dev", "eth0"]);
+    peer.ip(&["link", "set", "eth0", "up"]);
+    peer
+}
+
+/// The VLANs of `dev` on its bridge as `bridge -j vlan show` reads them in `ns`: "100 pvid untagged",
+/// "200" (tagged), one line per VLAN (ranges expanded), in the kernel's order; empty when `dev` has none.
+pub fn bridge_vlans(ns: &TestNetns, dev: &str) -> Vec<String> {
+    let out = ns.exec("bridge", &["-j", "vlan", "show", "dev", dev], &[], b"");
+    assert!(out.status.success(), "bridge vlan show dev {dev}: {}", String::from_utf8_lossy(&out.stderr));
+    let parsed: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let mut lines = Vec::new();
+    for port in parsed.as_array().into_iter().flatten().filter(|p| p["ifname"] == dev) {
+        for vlan in port["vlans"].as_array().into_iter().flatten() {
+            let first = vlan["vlan"].as_u64().expect("vlan id");
+            let last = vlan["vlanEnd"].as_u64().unwrap_or(first);
+            let flags: Vec<&str> = vlan["flags"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let mut suffix = String::new();
+            if flags.contains(&"PVID") {
+                suffix.push_str(" pvid");
+            }
+            if flags.contains(&"Egress Untagged") {
+                suffix.push_str(" untagged");
+            }
+            lines.extend((first..=last).map(|vid| format!("{vid}{suffix}")));
+        }
+    }
+    lines
+}
+
+/// `conf` with the keys of `extra` set (a null removes the key): a test's variation of its base config.
+pub fn with_fields(mut conf: Value, extra: &Value) -> Value {
+    let object = conf.as_object_mut().expect("config object");
+    for (key, value) in extra.as_object().expect("object of fields") {
+        if value.is_null() {
+            object.remove(key);
+        } else {
+            object.insert(key.clone(), value.clone());
+        }
+    }
+    conf
+}
+
+/// The mode of the pod's `eth0`, a link of `kind` (macvlan or ipvlan), as `ip -d link` shows it.
+pub fn pod_link_mode(pod: &TestNetns, kind: &str) -> String {
+    let details = link_details(pod, "eth0").expect("eth0 in the pod");
+    assert_eq!(details["linkinfo"]["info_kind"], kind, "{details}");
+    details["linkinfo"]["info_data"]["mode"].as_str().expect("mode").to_string()
 }

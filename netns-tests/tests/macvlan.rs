@@ -4,25 +4,18 @@
 //! idempotent (also without netns); every spec version; a failed ADD leaves the node unchanged; takeover both
 //! ways with the reference macvlan 1.1.1 (/usr/lib/cni).
 
-use netns_tests::linkrig::{link_details, Impl, LinkRig, LAN_HOST, UPLINK};
+use netns_tests::linkrig::{link_details, pod_link_mode, with_fields, Impl, LinkRig, LAN_HOST, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{assert_ping, json, veth_between, TestNetns, Value};
 
 const SUBNET: &str = "10.30.0.0/24";
 
 fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
-    let mut conf = json!({
+    let conf = json!({
         "cniVersion": version, "name": rig.network, "type": "macvlan", "master": UPLINK,
         "ipam": rig.ipam(SUBNET),
     });
-    for (key, value) in extra.as_object().expect("object") {
-        if value.is_null() {
-            conf.as_object_mut().expect("object").remove(key);
-        } else {
-            conf[key] = value.clone();
-        }
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 fn pod_address(result: &Value) -> String {
@@ -31,9 +24,7 @@ fn pod_address(result: &Value) -> String {
 }
 
 fn macvlan_mode(pod: &TestNetns) -> String {
-    let details = link_details(pod, "eth0").expect("eth0 in the pod");
-    assert_eq!(details["linkinfo"]["info_kind"], "macvlan", "{details}");
-    details["linkinfo"]["info_data"]["mode"].as_str().expect("mode").to_string()
+    pod_link_mode(pod, "macvlan")
 }
 
 #[test]

@@ -2,24 +2,27 @@
 //! fail with an error naming the missing support and leave the node and the pod unchanged (tested here on every
 //! kernel without it), and the traffic tests print that they were skipped. With 8021q: a pod on VLAN 100 of the
 //! node's uplink reaches the lan's VLAN 100 interface, MTU, CHECK (and a wrong vlanId), DEL leaves nothing,
-//! every spec version, takeover both ways with the reference vlan 1.1.1.
+//! every spec version, tagged traffic reaching a peer on the same VLAN id and not one on another id (each
+//! peer alone in a namespace on its own vlan link of the lan), `linkInContainer`, takeover both ways with the
+//! reference vlan 1.1.1 (with traffic), DEL leaving the node as it was.
 
-use netns_tests::linkrig::{link_details, skip_with_kind, skip_without_kind, Impl, LinkRig, UPLINK};
+use std::time::Duration;
+
+use netns_tests::linkrig::{
+    lan_vlan_peer, link_details, skip_with_kind, skip_without_kind, with_fields, Impl, LinkRig, UPLINK,
+};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
-use netns_tests::{assert_ping, json, Value};
+use netns_tests::{assert_no_ping, assert_ping, json, veth_between, TestNetns, Value};
 
 const SUBNET: &str = "10.30.100.0/24";
 const LAN_VLAN_HOST: &str = "10.30.100.254";
 
 fn conf(rig: &LinkRig, version: &str, extra: Value) -> Value {
-    let mut conf = json!({
+    let conf = json!({
         "cniVersion": version, "name": rig.network, "type": "vlan", "master": UPLINK, "vlanId": 100,
         "ipam": rig.ipam(SUBNET),
     });
-    for (key, value) in extra.as_object().expect("object") {
-        conf[key] = value.clone();
-    }
-    conf
+    with_fields(conf, &extra)
 }
 
 #[test]
@@ -85,6 +88,70 @@ fn takeover_both_ways_with_the_reference() {
         return;
     }
     let rig = LinkRig::new("vlan");
-    let conf = conf(&rig, "1.0.0", json!({}));
-    rig.takeover_both_ways(&conf, |_, _| (), |_, _| ());
+    let _peer = lan_vlan_peer(&rig.lan, 100, &format!("{LAN_VLAN_HOST}/24"));
+    let before = NodeSnapshot::settled(&rig.node, &[], Duration::from_secs(5));
+    let conf = conf(&rig, "1.0.0", json!({"mtu": 1400}));
+    let after_add = |adder: Impl, pod: &TestNetns| {
+        let details = link_details(pod, "eth0").expect("eth0");
+        assert_eq!(details["linkinfo"]["info_data"]["id"].as_u64(), Some(100), "{adder:?}: {details}");
+        assert_eq!(details["mtu"].as_u64(), Some(1400), "{adder:?}");
+        assert_ping(pod, LAN_VLAN_HOST.parse().unwrap());
+    };
+    rig.takeover_both_ways(&conf, after_add, |_, _| ());
+    assert_unchanged(&before, &NodeSnapshot::take(&rig.node, &[]));
+}
+
+#[test]
+fn tagged_traffic_reaches_its_vlan_only() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
+        return;
+    }
+    let rig = LinkRig::new("vlan");
+    // Two peers in the same subnet, one on VLAN 100, one on VLAN 200: only the tag tells them apart.
+    let _peer100 = lan_vlan_peer(&rig.lan, 100, "10.30.100.254/24");
+    let _peer200 = lan_vlan_peer(&rig.lan, 200, "10.30.100.253/24");
+    let before = NodeSnapshot::settled(&rig.node, &[], Duration::from_secs(5));
+    let conf100 = conf(&rig, "1.1.0", json!({}));
+    let conf200 = conf(&rig, "1.1.0", json!({"vlanId": 200}));
+    let (pod100, pod200) = (rig.node.pod_netns(), rig.node.pod_netns());
+    let r100 = rig.add(Impl::Ours, &pod100, "a", &conf100);
+    let r200 = rig.add(Impl::Ours, &pod200, "b", &conf200);
+    assert_ping(&pod100, "10.30.100.254".parse().unwrap());
+    assert_no_ping(&pod100, "10.30.100.253".parse().unwrap());
+    assert_ping(&pod200, "10.30.100.253".parse().unwrap());
+    assert_no_ping(&pod200, "10.30.100.254".parse().unwrap());
+    // The two pods share a subnet but not a VLAN.
+    let addr200 = r200["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+    assert_no_ping(&pod100, addr200.parse().unwrap());
+    // The vlan links live in the pods: the node's uplink carries no vlan link of its own.
+    let node_links = rig.node.links();
+    assert_eq!(node_links.iter().filter(|l| l.as_str() != "lo").count(), 1, "{node_links:?}");
+    rig.del(Impl::Ours, Some(&pod100.path), "a", &conf100, &r100);
+    rig.del(Impl::Ours, Some(&pod200.path), "b", &conf200, &r200);
+    assert!(rig.leases().is_empty());
+    assert_unchanged(&before, &NodeSnapshot::take(&rig.node, &[]));
+}
+
+#[test]
+fn link_in_container_uses_a_master_of_the_pod() {
+    if skip_without_kind("vlan", "CONFIG_VLAN_8021Q") {
+        return;
+    }
+    let rig = LinkRig::new("vlan");
+    let pod = rig.node.pod_netns();
+    let lan2 = TestNetns::new("lan2");
+    veth_between(&pod, &lan2, "m0", "eth0", &[], &[]);
+    let _peer = lan_vlan_peer(&lan2, 100, &format!("{LAN_VLAN_HOST}/24"));
+    let before = NodeSnapshot::settled(&rig.node, &[], Duration::from_secs(5));
+    let conf = conf(&rig, "1.0.0", json!({"master": "m0", "linkInContainer": true, "mtu": 1400}));
+    let result = rig.add(Impl::Ours, &pod, "lic", &conf);
+    let details = link_details(&pod, "eth0").expect("eth0");
+    // A parent in the same namespace is shown by name.
+    assert_eq!(details["link"], "m0", "{details}");
+    assert_eq!(details["mtu"].as_u64(), Some(1400));
+    assert_ping(&pod, LAN_VLAN_HOST.parse().unwrap());
+    rig.check(Impl::Ours, &pod, "lic", &conf, &result).expect_ok();
+    rig.del(Impl::Ours, Some(&pod.path), "lic", &conf, &result);
+    assert!(pod.links().contains(&"m0".to_string()) && !pod.links().contains(&"eth0".to_string()));
+    assert_unchanged(&before, &NodeSnapshot::take(&rig.node, &[]));
 }

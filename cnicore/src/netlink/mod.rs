@@ -12,6 +12,7 @@ pub mod dad;
 pub mod kinds;
 pub mod link;
 pub mod neigh;
+pub mod refusal;
 pub mod route;
 pub mod rule;
 pub mod vrf;
@@ -333,6 +334,10 @@ impl Events {
 fn open_socket(groups: &[u32]) -> io::Result<Socket> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;
+    // The kernel's reason with a refusal (see `refusal`), and only the header of the refused request echoed;
+    // a kernel without these options (before 4.12) answers with the errno alone, as before.
+    let _ = socket.set_ext_ack(true);
+    let _ = socket.set_cap_ack(true);
     for &group in groups {
         socket.add_membership(group)?;
     }

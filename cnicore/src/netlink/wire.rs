@@ -191,7 +191,10 @@ pub(crate) fn split_datagram(datagram: &[u8]) -> io::Result<Vec<Incoming<'_>>> {
             NLMSG_ERROR => match i32_at(payload) {
                 None => return Err(invalid("truncated netlink error message")),
                 Some(0) => Received::End,
-                Some(code) => Received::Failed(io::Error::from_raw_os_error(-code)),
+                Some(code) => {
+                    super::refusal::record(flags, payload);
+                    Received::Failed(io::Error::from_raw_os_error(-code))
+                }
             },
             // The kernel may send an NLMSG_DONE without its error code.
             NLMSG_DONE => match i32_at(payload).unwrap_or(0) {

@@ -123,7 +123,12 @@ fn apply<'a>(
                         conf.name
                     ))
                 } else {
-                    Error::os(format!("could not add VRF {}", conf.name), e)
+                    // E.g. EBUSY with net.vrf.strict_mode when another VRF holds the table.
+                    let refused = cnicore::netlink::refusal::describe(&e);
+                    Error::internal(format!(
+                        "could not add VRF {} on table {table}: the kernel refused it with {refused}",
+                        conf.name
+                    ))
                 }
             })?;
             let index = vrf.index;
