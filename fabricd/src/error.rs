@@ -87,6 +87,8 @@ pub enum Error {
     Cni { what: String, source: cnicore::spec::Error },
     /// The cluster's config, a flag or a file is not usable.
     Config(String),
+    /// The network config in the store is not usable.
+    Format(crate::flannel::FormatError),
     /// The store holds something fabricd cannot use (no config, no free subnet, no lease of this node).
     Store(String),
 }
@@ -128,6 +130,7 @@ impl fmt::Display for Error {
             // cnicore's Display is the message and its details: the whole error.
             Error::Cni { what, source } => write!(f, "{what}: {source}"),
             Error::Config(text) | Error::Store(text) => f.write_str(text),
+            Error::Format(e) => write!(f, "{e}"),
         }
     }
 }

@@ -7,11 +7,14 @@ mod cli;
 mod commands;
 mod dataplane;
 mod error;
+mod family;
 mod flannel;
 mod metrics;
 mod node;
+mod path;
 mod plan;
 mod source;
+mod underlay;
 
 use clap::Parser;
 

@@ -9,94 +9,17 @@
 //! the older keeps it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 
 use cnicore::netlink::Route;
 use ipnet::IpNet;
 
-use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
-use crate::flannel::{BackendKind, Family, FamilyNetwork};
-use crate::source::{derived_vtep_mac, Cluster, Peer};
-
-/// How one peer's pods of one family are reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerPath {
-    /// A route via the peer's node address (host-gw, or direct routing).
-    Direct { gateway: IpAddr },
-    /// Through the family's vxlan device: route, neighbour and FDB entry.
-    Overlay { vtep_mac: [u8; 6], endpoint: IpAddr },
-    /// Not used: the lease is not valid, or the backend cannot reach it.
-    Refused(Refusal),
-}
-
-/// Why a lease (of one family) is not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The subnet is not inside the cluster's Network of its family.
-    OutsideNetwork { network: IpNet },
-    /// The subnet's length is not the configured one.
-    WrongLength { wanted: u8 },
-    /// The lease has no public address of the subnet's family.
-    NoPublicIp { family: Family },
-    /// The public address is not a unicast address of another host.
-    BadPublicIp { public_ip: IpAddr, why: &'static str },
-    /// The public address is this node's.
-    OwnPublicIp { public_ip: IpAddr },
-    /// An older lease has this public address.
-    PublicIpTaken { public_ip: IpAddr, holder: IpNet },
-    /// The VTEP MAC is multicast or zero.
-    BadVtepMac { vtep_mac: [u8; 6] },
-    /// The VTEP MAC is this node's, or an older lease's.
-    VtepMacTaken { vtep_mac: [u8; 6], holder: Option<IpNet> },
-    /// vxlan: the lease has no VTEP MAC.
-    NoVtepMac { public_ip: IpAddr, backend_type: String },
-    /// host-gw: the peer's node is not on this node's L2 segment.
-    BeyondL2 { public_ip: IpAddr, prefixes: String, underlay: String },
-    /// Its route would replace or shadow a route fabricd did not make.
-    RouteConflict { route: String },
-}
-
-impl Refusal {
-    /// True for refusals of the lease itself (not of the backend's reach).
-    pub fn is_invalid_lease(&self) -> bool {
-        !matches!(self, Refusal::BeyondL2 { .. })
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = cnicore::mac::format;
-        match self {
-            Refusal::OutsideNetwork { network } => write!(f, "its subnet is not inside the Network {network}"),
-            Refusal::WrongLength { wanted } => write!(f, "its subnet is not a /{wanted} (SubnetLen)"),
-            Refusal::NoPublicIp { family } => write!(f, "it has no public {family} address"),
-            Refusal::BadPublicIp { public_ip, why } => write!(f, "its public address {public_ip} is {why}"),
-            Refusal::OwnPublicIp { public_ip } => write!(f, "its public address {public_ip} is this node's"),
-            Refusal::PublicIpTaken { public_ip, holder } => {
-                write!(f, "its public address {public_ip} is already that of the lease of {holder}")
-            }
-            Refusal::BadVtepMac { vtep_mac } => write!(f, "its VtepMAC {} is not a unicast address", mac(vtep_mac)),
-            Refusal::VtepMacTaken { vtep_mac, holder: None } => {
-                write!(f, "its VtepMAC {} is this node's", mac(vtep_mac))
-            }
-            Refusal::VtepMacTaken { vtep_mac, holder: Some(holder) } => {
-                write!(f, "its VtepMAC {} is already that of the lease of {holder}", mac(vtep_mac))
-            }
-            Refusal::NoVtepMac { public_ip, backend_type } => {
-                write!(f, "node {public_ip} announces backend {backend_type:?} without a VtepMAC")
-            }
-            Refusal::BeyondL2 { public_ip, prefixes, underlay } => write!(
-                f,
-                "host-gw cannot reach it: its node {public_ip} is not on this node's L2 segment ({prefixes} on \
-                 {underlay}); use the vxlan backend (with DirectRouting)"
-            ),
-            Refusal::RouteConflict { route } => {
-                write!(f, "its route would replace or shadow a route fabricd did not make ({route})")
-            }
-        }
-    }
-}
+use crate::backend::PeerEndpoint;
+use crate::family::Family;
+use crate::flannel::FamilyNetwork;
+pub use crate::path::{PeerPath, Refusal, TunnelId};
+use crate::source::{Cluster, Peer};
+use crate::underlay::{Underlay, ROUTE_PROTOCOL};
 
 /// Why `ip` cannot be a peer's public address, if it cannot.
 fn not_unicast(ip: IpAddr) -> Option<&'static str> {
@@ -111,15 +34,12 @@ fn not_unicast(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
-fn is_unicast_mac(mac: &[u8; 6]) -> bool {
-    mac[0] & 1 == 0 && *mac != [0; 6]
-}
-
 /// One family's share of a peer's lease.
 struct FamilyLease<'a> {
     subnet: IpNet,
     public: Option<IpAddr>,
-    vtep_mac: Option<[u8; 6]>,
+    /// The backend's reading of its data.
+    id: Result<Option<TunnelId>, Refusal>,
     peer: &'a Peer,
 }
 
@@ -132,40 +52,25 @@ pub fn plan(cluster: &Cluster, underlay: &Underlay) -> BTreeMap<IpNet, PeerPath>
     paths
 }
 
-/// One family: each lease checked alone, then of the leases left the older keeps an address or a MAC claimed
-/// twice, then the backend's path.
+/// One family: each lease checked alone, then of the leases left the older keeps an address or a tunnel
+/// identity (VTEP MAC, public key) claimed twice, then the backend's path.
 fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, paths: &mut BTreeMap<IpNet, PeerPath>) {
     let family = network.family();
-    let vxlan = matches!(cluster.config.backend, BackendKind::Vxlan { .. });
+    let backend = &*cluster.config.backend;
     let own_public = underlay.public(family);
-    let own_mac = own_public.map(derived_vtep_mac);
+    let own_id = own_public.and_then(|ip| backend.own_tunnel_id(family, ip));
     let leases: Vec<FamilyLease> = cluster
         .peers
         .iter()
         .filter_map(|(key, peer)| {
             let subnet = key.get(family)?;
-            Some(FamilyLease { subnet, public: peer.attrs.public(family), vtep_mac: peer.attrs.vtep_mac(family), peer })
+            let id = backend.tunnel_id(family, peer.attrs.data(family));
+            Some(FamilyLease { subnet, public: peer.attrs.public(family), id, peer })
         })
         .collect();
     let mut valid = Vec::new();
     for lease in &leases {
-        let refusal = if !network.network.contains(&lease.subnet) {
-            Some(Refusal::OutsideNetwork { network: network.network })
-        } else if lease.subnet.prefix_len() != network.subnet_len {
-            Some(Refusal::WrongLength { wanted: network.subnet_len })
-        } else if let Some(public_ip) = lease.public.filter(|ip| not_unicast(*ip).is_some()) {
-            Some(Refusal::BadPublicIp { public_ip, why: not_unicast(public_ip).expect("checked") })
-        } else if lease.public.is_none() {
-            Some(Refusal::NoPublicIp { family })
-        } else if let Some(public_ip) = lease.public.filter(|ip| Some(*ip) == own_public) {
-            Some(Refusal::OwnPublicIp { public_ip })
-        } else if let Some(vtep_mac) = lease.vtep_mac.filter(|m| vxlan && !is_unicast_mac(m)) {
-            Some(Refusal::BadVtepMac { vtep_mac })
-        } else {
-            let own = lease.vtep_mac.filter(|m| vxlan && Some(*m) == own_mac);
-            own.map(|vtep_mac| Refusal::VtepMacTaken { vtep_mac, holder: None })
-        };
-        match refusal {
+        match refusal(lease, network, own_public, own_id) {
             Some(refusal) => {
                 paths.insert(lease.subnet, PeerPath::Refused(refusal));
             }
@@ -174,54 +79,52 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     }
     valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
     let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
-    let mut mac_holders: BTreeMap<[u8; 6], IpNet> = BTreeMap::new();
+    let mut id_holders: BTreeMap<TunnelId, IpNet> = BTreeMap::new();
     for lease in valid {
         let public_ip = lease.public.expect("checked");
+        let id = lease.id.clone().expect("checked");
         if let Some(holder) = ip_holders.get(&public_ip) {
             paths.insert(lease.subnet, PeerPath::Refused(Refusal::PublicIpTaken { public_ip, holder: *holder }));
             continue;
         }
-        if let Some(vtep_mac) = lease.vtep_mac.filter(|_| vxlan) {
-            if let Some(holder) = mac_holders.get(&vtep_mac) {
-                let refusal = Refusal::VtepMacTaken { vtep_mac, holder: Some(*holder) };
+        if let Some(id) = id {
+            if let Some(holder) = id_holders.get(&id) {
+                let refusal = Refusal::TunnelIdTaken { id, holder: Some(*holder) };
                 paths.insert(lease.subnet, PeerPath::Refused(refusal));
                 continue;
             }
-            mac_holders.insert(vtep_mac, lease.subnet);
+            id_holders.insert(id, lease.subnet);
         }
         ip_holders.insert(public_ip, lease.subnet);
-        let path = path(cluster.config.backend, public_ip, lease.vtep_mac, &lease.peer.attrs.backend_type, underlay);
-        paths.insert(lease.subnet, path);
+        let peer = PeerEndpoint { public_ip, id, backend_type: &lease.peer.attrs.backend_type };
+        paths.insert(lease.subnet, backend.path(&peer, underlay));
     }
 }
 
-/// How the backend reaches a valid peer at `public_ip`.
-fn path(
-    backend: BackendKind,
-    public_ip: IpAddr,
-    vtep_mac: Option<[u8; 6]>,
-    backend_type: &str,
-    underlay: &Underlay,
-) -> PeerPath {
-    let same_l2 = underlay.same_l2(public_ip);
-    match backend {
-        BackendKind::HostGw if same_l2 => PeerPath::Direct { gateway: public_ip },
-        BackendKind::HostGw => PeerPath::Refused(Refusal::BeyondL2 {
-            public_ip,
-            prefixes: underlay
-                .prefixes
-                .iter()
-                .filter(|p| Family::of(&p.addr()) == Family::of(&public_ip))
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            underlay: underlay.name.clone(),
-        }),
-        BackendKind::Vxlan { direct_routing: true } if same_l2 => PeerPath::Direct { gateway: public_ip },
-        BackendKind::Vxlan { .. } => match vtep_mac {
-            Some(vtep_mac) => PeerPath::Overlay { vtep_mac, endpoint: public_ip },
-            None => PeerPath::Refused(Refusal::NoVtepMac { public_ip, backend_type: backend_type.to_string() }),
-        },
+/// Why one lease is not used on its own (before it is compared with the others), if it is not.
+fn refusal(
+    lease: &FamilyLease,
+    network: &FamilyNetwork,
+    own_public: Option<IpAddr>,
+    own_id: Option<TunnelId>,
+) -> Option<Refusal> {
+    if !network.network.contains(&lease.subnet) {
+        return Some(Refusal::OutsideNetwork { network: network.network });
+    }
+    if lease.subnet.prefix_len() != network.subnet_len {
+        return Some(Refusal::WrongLength { wanted: network.subnet_len });
+    }
+    let Some(public_ip) = lease.public else { return Some(Refusal::NoPublicIp { family: network.family() }) };
+    if let Some(why) = not_unicast(public_ip) {
+        return Some(Refusal::BadPublicIp { public_ip, why });
+    }
+    if Some(public_ip) == own_public {
+        return Some(Refusal::OwnPublicIp { public_ip });
+    }
+    match &lease.id {
+        Err(refusal) => Some(refusal.clone()),
+        Ok(Some(id)) if Some(*id) == own_id => Some(Refusal::TunnelIdTaken { id: *id, holder: None }),
+        Ok(_) => None,
     }
 }
 
@@ -267,7 +170,8 @@ pub fn refuse_route_conflicts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+    use crate::backend::vxlan::derived_vtep_mac;
+    use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
     use std::net::Ipv4Addr;
 
     fn underlay() -> Underlay {
@@ -288,7 +192,7 @@ mod tests {
     /// A vxlan lease of a node at `public` (either family), its MAC derived from it.
     fn peer(public: &str, created: i64) -> Peer {
         let public = ip(public);
-        let data = Some(VxlanData { vni: Some(1), vtep_mac: Some(derived_vtep_mac(public)) });
+        let data = Some(vxlan_data(derived_vtep_mac(public)));
         let attrs = match public {
             IpAddr::V4(v4) => LeaseAttrs {
                 public_ip: Some(v4),
@@ -306,6 +210,10 @@ mod tests {
             },
         };
         Peer { attrs, created }
+    }
+
+    fn vxlan_data(mac: [u8; 6]) -> serde_json::Value {
+        serde_json::json!({ "VNI": 1, "VtepMAC": cnicore::mac::format(&mac) })
     }
 
     fn key(subnet: &str) -> SubnetKey {
@@ -348,7 +256,10 @@ mod tests {
         assert!(matches!(path_of(&vxlan, "10.244.2.0/24"), PeerPath::Overlay { .. }));
         assert_eq!(
             path_of(&vxlan, "fd00:10:244:3::/64"),
-            PeerPath::Overlay { vtep_mac: derived_vtep_mac(ip("fd00:60::3")), endpoint: ip("fd00:60::3") }
+            PeerPath::Overlay {
+                endpoint: ip("fd00:60::3"),
+                id: Some(TunnelId::VtepMac(derived_vtep_mac(ip("fd00:60::3"))))
+            }
         );
         let direct = plan(&cluster(r#"{"Type":"vxlan","DirectRouting":true}"#, peers()), &underlay());
         assert_eq!(path_of(&direct, "10.244.2.0/24"), PeerPath::Direct { gateway: ip("192.168.50.11") });
@@ -373,7 +284,7 @@ mod tests {
     fn leases_that_are_not_valid_are_refused_and_the_others_used() {
         let with_mac = |mut peer: Peer, mac: [u8; 6]| {
             for data in [&mut peer.attrs.backend_data, &mut peer.attrs.backend_v6_data].into_iter().flatten() {
-                data.vtep_mac = Some(mac);
+                *data = vxlan_data(mac);
             }
             peer
         };
@@ -450,13 +361,13 @@ mod tests {
     fn vtep_macs_of_ipv6_addresses_differ_when_their_last_bytes_agree() {
         let (a, b) = (derived_vtep_mac(ip("fd00:192:168:50::a")), derived_vtep_mac(ip("fd00:192:168:51::a")));
         assert_ne!(a, b);
-        assert!(is_unicast_mac(&a) && a[0] & 2 == 2, "locally administered unicast");
+        assert!(a[0] & 1 == 0 && a[0] & 2 == 2, "locally administered unicast");
     }
 
     #[test]
     fn a_dual_stack_lease_without_a_public_ipv6_address_is_used_for_ipv4_only() {
         let mut dual = peer("192.168.50.11", 1);
-        dual.attrs.backend_v6_data = dual.attrs.backend_data;
+        dual.attrs.backend_v6_data = dual.attrs.backend_data.clone();
         let mut cluster = cluster(r#"{"Type":"vxlan"}"#, vec![]);
         let key =
             SubnetKey { v4: Some("10.244.2.0/24".parse().unwrap()), v6: Some("fd00:10:244:2::/64".parse().unwrap()) };
@@ -499,7 +410,10 @@ mod tests {
         let mut paths: BTreeMap<IpNet, PeerPath> = [
             ("10.244.2.0/24", PeerPath::Direct { gateway: ip("192.168.50.11") }),
             ("10.244.3.0/24", PeerPath::Direct { gateway: ip("192.168.50.12") }),
-            ("10.244.4.0/24", PeerPath::Overlay { vtep_mac: [2, 0, 0, 0, 0, 1], endpoint: ip("192.168.60.3") }),
+            (
+                "10.244.4.0/24",
+                PeerPath::Overlay { endpoint: ip("192.168.60.3"), id: Some(TunnelId::VtepMac([2, 0, 0, 0, 0, 1])) },
+            ),
             ("10.244.5.0/24", PeerPath::Direct { gateway: ip("192.168.50.13") }),
             ("fd00:10:244:2::/64", PeerPath::Direct { gateway: ip("fd00:50::11") }),
         ]

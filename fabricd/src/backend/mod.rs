@@ -1,21 +1,189 @@
-//! The backends: each builds, from the plan, the kernel objects its peers need (and the device it needs).
-//! A new backend is a module here and a [`PeerPath`] it plans; the reconcile loop and the diff are shared.
+//! The backends, behind one trait: what a backend needs (the underlay, this node's address, the config's
+//! `Backend` options) and what it gives (its device, each peer's path, the routes, neighbours and FDB entries
+//! of the one plan and diff, its lease data, its MTU overhead, the devices `cleanup` removes).
 //!
-//! - [`host_gw`]: a route to each peer's subnet via its node address (also vxlan's DirectRouting peers);
+//! Adding a backend is its module and one line in [`REGISTRY`]; the plan, the reconcile loop and the diff are
+//! shared.
+//!
+//! - [`host_gw`]: a route to each peer's subnet via its node address (also the DirectRouting peers of vxlan
+//!   and ipip);
 //! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry.
 
+mod device;
 pub mod host_gw;
 pub mod vxlan;
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::sync::Arc;
 
-use cnicore::netlink::{FdbEntry, Neighbour, Route};
+use cnicore::netlink::{FdbEntry, Neighbour, Route, RT_TABLE_MAIN};
 use ipnet::IpNet;
+use serde_json::Value;
 
 use crate::dataplane::diff::{Change, DeviceChange};
-use crate::dataplane::Underlay;
-use crate::flannel::{BackendKind, Family, NetworkConfig, VXLAN_OVERHEAD};
-use crate::plan::PeerPath;
+use crate::family::Family;
+use crate::path::{PeerPath, Refusal, TunnelId};
+use crate::underlay::{Underlay, ROUTE_PROTOCOL};
+
+pub use device::DeviceContext;
+
+/// What a backend must say and do. Implementations are configured from the config's `Backend` object.
+pub trait Backend: fmt::Debug + Send + Sync {
+    /// flannel's `Backend.Type`, also the lease's `BackendType`.
+    fn type_name(&self) -> &'static str;
+
+    /// Bytes the tunnel takes from the underlay's MTU over an underlay of `family` (0: no tunnel).
+    fn overhead(&self, family: Family) -> u32;
+
+    /// This node's lease data for `family` (flannel's `BackendData`, `BackendV6Data`) as flannel writes it,
+    /// for a node at `local`; None when the backend has none.
+    fn lease_data(&self, family: Family, local: IpAddr) -> Option<Value>;
+
+    /// What identifies a peer's tunnel endpoint in its lease `data` of `family` (None: the backend has no
+    /// such identity), or why the data cannot be used.
+    fn tunnel_id(&self, family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {
+        let _ = (family, data);
+        Ok(None)
+    }
+
+    /// This node's own tunnel identity for `family` at `local`: no peer may claim it.
+    fn own_tunnel_id(&self, family: Family, local: IpAddr) -> Option<TunnelId> {
+        let _ = (family, local);
+        None
+    }
+
+    /// How a valid peer is reached.
+    fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath;
+
+    /// The device name of `family`, when the backend has one.
+    fn device_name(&self, family: Family) -> Option<String> {
+        let _ = family;
+        None
+    }
+
+    /// Makes the device of the context's family right; its index (in a dry run, None when it is missing).
+    fn ensure_device(&self, context: DeviceContext) -> io::Result<Option<u32>> {
+        let _ = context;
+        Ok(None)
+    }
+
+    /// Adds what one overlay peer (subnet `subnet`, node at `endpoint`) needs on the device `index`.
+    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: IpAddr, id: Option<TunnelId>) {
+        let _ = (wanted, index, subnet, endpoint, id);
+    }
+
+    /// True when a link of this name and kind is one that this backend makes (under any options): `cleanup`
+    /// removes it.
+    fn owns_link(&self, name: &str, kind: Option<&str>) -> bool {
+        let _ = (name, kind);
+        false
+    }
+}
+
+/// A valid peer of one family, as the plan hands it to the backend.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerEndpoint<'a> {
+    pub public_ip: IpAddr,
+    pub id: Option<TunnelId>,
+    /// The lease's `BackendType` (for the refusal of a lease without the identity this backend needs).
+    pub backend_type: &'a str,
+}
+
+/// A backend's options could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    /// No backend of this `Type`.
+    UnknownType(String),
+    /// An option of the right name has a value the backend cannot use.
+    BadOption { backend: &'static str, key: &'static str, why: String },
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::UnknownType(name) => {
+                let known: Vec<String> = REGISTRY.iter().map(|(name, _)| format!("{name:?}")).collect();
+                write!(f, "backend type {name:?} is not supported: use {}", known.join(", "))
+            }
+            OptionsError::BadOption { backend, key, why } => write!(f, "{backend} backend: {key}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+type Parse = fn(&Value) -> Result<Arc<dyn Backend>, OptionsError>;
+
+/// The backends by flannel's `Backend.Type`.
+const REGISTRY: &[(&str, Parse)] = &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse)];
+
+/// The config's `Backend` object and the backend it configures. Two are equal when their options are.
+#[derive(Clone)]
+pub struct BackendConfig {
+    options: Value,
+    backend: Arc<dyn Backend>,
+}
+
+impl BackendConfig {
+    /// The backend named by `options`' `Type` (flannel's default: udp, which fabricd does not have).
+    pub fn parse(options: Value) -> Result<BackendConfig, OptionsError> {
+        let name = match cnicore::spec::gojson::field(&options, "Type") {
+            Some(Value::String(name)) => name.clone(),
+            _ => "udp".into(),
+        };
+        let (_, parse) =
+            REGISTRY.iter().find(|(known, _)| *known == name).ok_or(OptionsError::UnknownType(name.clone()))?;
+        Ok(BackendConfig { backend: parse(&options)?, options })
+    }
+}
+
+impl std::ops::Deref for BackendConfig {
+    type Target = dyn Backend;
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        &*self.backend
+    }
+}
+
+impl PartialEq for BackendConfig {
+    fn eq(&self, other: &BackendConfig) -> bool {
+        self.options == other.options
+    }
+}
+
+impl Eq for BackendConfig {}
+
+impl fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.backend)
+    }
+}
+
+/// True when some backend makes links of this name and kind: `cleanup` removes them whatever the config.
+pub fn any_owns_link(name: &str, kind: Option<&str>) -> bool {
+    REGISTRY
+        .iter()
+        .filter_map(|(type_name, parse)| parse(&serde_json::json!({ "Type": type_name })).ok())
+        .any(|backend| backend.owns_link(name, kind))
+}
+
+/// Reads a backend option with Go's key matching (absent and null: None).
+pub fn option<T: serde::de::DeserializeOwned>(
+    options: &Value,
+    backend: &'static str,
+    key: &'static str,
+) -> Result<Option<T>, OptionsError> {
+    match cnicore::spec::gojson::field(options, key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => cnicore::spec::gojson::from_value(value).map(Some).map_err(|e| OptionsError::BadOption {
+            backend,
+            key,
+            why: e.to_string(),
+        }),
+    }
+}
 
 /// What the node should hold for its peers.
 #[derive(Debug, Default)]
@@ -27,10 +195,42 @@ pub struct Wanted {
     pub pending: Vec<Change>,
 }
 
-/// The wanted objects for the paths of one family. `device`: the family's vxlan device's index, when the
+/// The route to `subnet` via `gateway` out of the underlay interface (host-gw, and direct routing).
+pub fn direct_route(subnet: IpNet, gateway: IpAddr, underlay: &Underlay) -> Route {
+    Route {
+        dst: subnet,
+        gateway: Some(gateway),
+        oif: Some(underlay.index),
+        protocol: Some(ROUTE_PROTOCOL),
+        table: Some(RT_TABLE_MAIN),
+        ..Route::default()
+    }
+}
+
+/// The route to `subnet` via `gateway` on the tunnel device `index`, onlink (the gateway is not on a subnet
+/// of the device).
+pub fn onlink_route(subnet: IpNet, gateway: IpAddr, index: u32) -> Route {
+    Route {
+        dst: subnet,
+        gateway: Some(gateway),
+        oif: Some(index),
+        onlink: true,
+        protocol: Some(ROUTE_PROTOCOL),
+        table: Some(RT_TABLE_MAIN),
+        ..Route::default()
+    }
+}
+
+/// The path of a peer on the same L2 segment when the backend routes directly, else None: host-gw's rule,
+/// and that of vxlan's and ipip's `DirectRouting`.
+pub fn direct_if_same_l2(peer: &PeerEndpoint, underlay: &Underlay) -> Option<PeerPath> {
+    underlay.same_l2(peer.public_ip).then_some(PeerPath::Direct { gateway: peer.public_ip })
+}
+
+/// The wanted objects for the paths of one family. `device`: the family's tunnel device's index, when the
 /// backend has one.
 pub fn wanted(
-    config: &NetworkConfig,
+    backend: &dyn Backend,
     family: Family,
     paths: &BTreeMap<IpNet, PeerPath>,
     underlay: &Underlay,
@@ -39,13 +239,13 @@ pub fn wanted(
     let mut wanted = Wanted::default();
     for (subnet, path) in paths {
         match path {
-            PeerPath::Direct { gateway } => wanted.routes.push(host_gw::route(*subnet, *gateway, underlay)),
-            PeerPath::Overlay { vtep_mac, endpoint } => match device {
-                Some(index) => vxlan::add_peer(&mut wanted, index, *subnet, *vtep_mac, *endpoint),
+            PeerPath::Direct { gateway } => wanted.routes.push(direct_route(*subnet, *gateway, underlay)),
+            PeerPath::Overlay { endpoint, id } => match device {
+                Some(index) => backend.add_peer(&mut wanted, index, *subnet, *endpoint, *id),
                 None => wanted.pending.push(Change::Device(DeviceChange::PendingRoute {
                     dst: *subnet,
                     via: subnet.network(),
-                    name: config.vxlan_device(family),
+                    name: backend.device_name(family).unwrap_or_default(),
                 })),
             },
             PeerPath::Refused(_) => {}
@@ -54,13 +254,8 @@ pub fn wanted(
     wanted
 }
 
-/// The MTU of pods' interfaces for `config` over `underlay`: vxlan takes its header off, the larger IPv6 one
-/// when a family tunnels over IPv6 (one MTU for the pod's interface, whichever family a packet is).
-pub fn pod_mtu(config: &NetworkConfig, underlay: &Underlay) -> u32 {
-    match config.backend {
-        BackendKind::HostGw => underlay.mtu,
-        BackendKind::Vxlan { .. } => {
-            underlay.mtu - config.families().map(|f| f.family().vxlan_overhead()).max().unwrap_or(VXLAN_OVERHEAD)
-        }
-    }
+/// The MTU of pods' interfaces over `underlay` for the enabled `families`: the backend's overhead taken off,
+/// the largest of the families' (one MTU for the pod's interface, whichever family a packet is).
+pub fn pod_mtu(backend: &dyn Backend, families: impl Iterator<Item = Family>, underlay: &Underlay) -> u32 {
+    underlay.mtu - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
 }

@@ -18,13 +18,14 @@ pub enum Object {
     Fdb { mac: [u8; 6], dst: Option<IpAddr> },
 }
 
-/// A change of the vxlan device.
+/// A change of a backend's tunnel device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceChange {
     Create {
         name: String,
-        vni: u32,
-        port: u16,
+        /// The link kind (vxlan, ipip, wireguard) and its settings as the log shows them.
+        kind: &'static str,
+        settings: String,
         mtu: u32,
     },
     /// Its settings differ: deleted and created again.
@@ -90,8 +91,11 @@ impl fmt::Display for Change {
             Change::Put(object) => write!(f, "{object}"),
             Change::Remove(object) => write!(f, "remove {object}"),
             Change::Device(change) => match change {
-                DeviceChange::Create { name, vni, port, mtu } => {
-                    write!(f, "create vxlan device {name} (VNI {vni}, port {port}, MTU {mtu})")
+                DeviceChange::Create { name, kind, settings, mtu } if settings.is_empty() => {
+                    write!(f, "create {kind} device {name} (MTU {mtu})")
+                }
+                DeviceChange::Create { name, kind, settings, mtu } => {
+                    write!(f, "create {kind} device {name} ({settings}, MTU {mtu})")
                 }
                 DeviceChange::Recreate { name } => write!(f, "recreate {name}: its settings differ"),
                 DeviceChange::Mtu { name, from, to } => write!(f, "{name} MTU {from} -> {to}"),

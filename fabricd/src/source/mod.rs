@@ -25,7 +25,7 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log;
 use crate::metrics::Metrics;
 
@@ -77,18 +77,12 @@ impl NodeIdentity {
         }
     }
 
-    /// The MAC of this node's vxlan device of `family`.
-    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
-        self.public(family).map(derived_vtep_mac)
-    }
-
     /// The lease value for `config`'s families and backend; an error when the node has no public address of
     /// an enabled family.
     pub fn attrs(&self, config: &NetworkConfig) -> Result<LeaseAttrs> {
-        let vxlan = matches!(config.backend, crate::flannel::BackendKind::Vxlan { .. });
         let data = |family: Family| {
-            (vxlan && config.family(family).is_some())
-                .then(|| VxlanData { vni: Some(config.vni), vtep_mac: self.vtep_mac(family) })
+            let local = self.public(family).filter(|_| config.family(family).is_some())?;
+            config.backend.lease_data(family, local)
         };
         for plan in config.families() {
             if self.public(plan.family()).is_none() {
@@ -108,24 +102,6 @@ impl NodeIdentity {
             backend_data: data(Family::V4),
             backend_v6_data: data(Family::V6),
         })
-    }
-}
-
-/// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
-/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and a 32-bit FNV-1a hash of an IPv6 address), so a device
-/// recreated after being deleted keeps its MAC and peers need no update, and static files need not list MACs.
-pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
-    match public {
-        IpAddr::V4(ip) => {
-            let [a, b, c, d] = ip.octets();
-            [0x0e, 0xfa, a, b, c, d]
-        }
-        IpAddr::V6(ip) => {
-            // FNV-1a of the whole address: nodes of different prefixes often share their last bytes.
-            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
-            let [a, b, c, d] = hash.to_be_bytes();
-            [0x0e, 0xfb, a, b, c, d]
-        }
     }
 }
 
@@ -434,7 +410,7 @@ mod tests {
             assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
             // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
             let mut changed = node(10);
-            changed.backend_data = Some(VxlanData { vni: Some(4), ..changed.backend_data.unwrap() });
+            changed.backend_data.as_mut().unwrap()["VNI"] = 4.into();
             let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
             assert_eq!(same, subnet);
             assert_ne!(new_token, token);
@@ -470,7 +446,7 @@ mod tests {
             let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
             // Written by hand at a lower subnet, with this node's address and another MAC.
             let mut forged = node(10);
-            forged.backend_data = Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0, 0, 0, 0, 1]) });
+            forged.backend_data = Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:00:00:00:00:01" }));
             store.create(net("10.244.1.0/24"), &forged).await.unwrap();
             let previous = Previous { subnet: Some(subnet), lease: Some(token) };
             assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));
