@@ -59,6 +59,8 @@ pub enum Refusal {
     TunnelIdTaken { id: TunnelId, holder: Option<IpNet> },
     /// The lease has no tunnel identity (`what`: the key the backend reads) for a tunnel backend.
     NoTunnelId { public_ip: IpAddr, backend_type: String, what: &'static str },
+    /// The backend carries no traffic of this family (ipip: IPv4 only).
+    FamilyNotCarried { backend: &'static str, family: Family },
     /// host-gw: the peer's node is not on this node's L2 segment.
     BeyondL2 { public_ip: IpAddr, prefixes: String, underlay: String },
     /// Its route would replace or shadow a route fabricd did not make.
@@ -68,7 +70,7 @@ pub enum Refusal {
 impl Refusal {
     /// True for refusals of the lease itself (not of the backend's reach).
     pub fn is_invalid_lease(&self) -> bool {
-        !matches!(self, Refusal::BeyondL2 { .. })
+        !matches!(self, Refusal::BeyondL2 { .. } | Refusal::FamilyNotCarried { .. })
     }
 }
 
@@ -91,6 +93,9 @@ impl fmt::Display for Refusal {
             }
             Refusal::NoTunnelId { public_ip, backend_type, what } => {
                 write!(f, "node {public_ip} announces backend {backend_type:?} without a {what}")
+            }
+            Refusal::FamilyNotCarried { backend, family } => {
+                write!(f, "the {backend} backend carries no {family} traffic")
             }
             Refusal::BeyondL2 { public_ip, prefixes, underlay } => write!(
                 f,

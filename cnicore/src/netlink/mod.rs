@@ -14,6 +14,7 @@ pub mod link;
 pub mod neigh;
 pub mod route;
 pub mod rule;
+pub mod tunnel;
 pub mod vrf;
 pub mod vxlan;
 pub mod wire;
@@ -35,6 +36,7 @@ pub use neigh::{FdbEntry, Neighbour};
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
 pub use rule::Rule;
+pub use tunnel::Ipip;
 pub use vxlan::Vxlan;
 pub use wire::{Reply, Request};
 

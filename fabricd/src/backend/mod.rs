@@ -7,10 +7,12 @@
 //!
 //! - [`host_gw`]: a route to each peer's subnet via its node address (also the DirectRouting peers of vxlan
 //!   and ipip);
-//! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry.
+//! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry;
+//! - [`ipip`]: the `flannel.ipip` device (IPv4), and per peer an onlink route via its public address.
 
 mod device;
 pub mod host_gw;
+pub mod ipip;
 pub mod vxlan;
 
 use std::collections::BTreeMap;
@@ -118,7 +120,7 @@ impl std::error::Error for OptionsError {}
 type Parse = fn(&Value) -> Result<Arc<dyn Backend>, OptionsError>;
 
 /// The backends by flannel's `Backend.Type`.
-const REGISTRY: &[(&str, Parse)] = &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse)];
+const REGISTRY: &[(&str, Parse)] = &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse), ("ipip", ipip::parse)];
 
 /// The config's `Backend` object and the backend it configures. Two are equal when their options are.
 #[derive(Clone)]
