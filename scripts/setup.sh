@@ -77,3 +77,18 @@ if [[ ! -x $cnitool && -x ../shared/tools/build-cnitool.sh ]]; then
   echo "setup: building upstream cnitool into $cnitool"
   ../shared/tools/build-cnitool.sh "$cnitool" >/dev/null
 fi
+
+# The VM lane (scripts/vm-lane.sh): QEMU boots Debian's stock kernels under TCG; kmod's depmod and modprobe read
+# the unpacked kernels' modules, busybox-static is the initramfs, xz and zstd unpack the kernels (6.1's image is
+# xz, 6.12's zstd; 6.12's modules are xz). Without recommends: QEMU's would bring a desktop's worth of GUI.
+vm_packages=(qemu-system-x86 kmod busybox-static xz-utils zstd)
+vm_missing=()
+for p in "${vm_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || vm_missing+=("$p"); done
+if ((${#vm_missing[@]})); then
+  echo "setup: installing ${vm_missing[*]} for the VM lane"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${vm_missing[@]}" >/dev/null
+fi
+# The VM lane's kernels (Debian 12's 6.1 and the 6.12 built for it), unpacked into a cache outside the tree
+# (/var/tmp/cni-rs-vm; never /boot, nothing installed): fetched once, reused by every run.
+scripts/vm-lane.sh --fetch

@@ -204,18 +204,25 @@ pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string()
 }
 
+/// True inside the VM lane (scripts/vm-lane.sh sets `CNI_TEST_KERNEL_LANE=1`): its kernels have every kind
+/// below, so a test that needs one never skips there.
+pub fn in_kernel_lane() -> bool {
+    std::env::var_os("CNI_TEST_KERNEL_LANE").is_some_and(|v| v == "1")
+}
+
 /// True, after saying the test is skipped, when this kernel has no links of `kind` (`config`: the kernel option
-/// that brings them): for the tests that need the kind.
+/// that brings them): for the tests that need the kind. In the VM lane a missing kind fails the test instead.
 pub fn skip_without_kind(kind: &str, config: &str) -> bool {
     if kernel_has_kind(kind) {
         return false;
     }
+    assert!(!in_kernel_lane(), "the VM lane's kernel ({}) has no {kind} support ({config})", kernel_release());
     eprintln!("skipped: this kernel ({}) has no {kind} support ({config})", kernel_release());
     true
 }
 
 /// True, after saying the test is skipped, when this kernel has links of `kind` (`has`: how to say so): for the
-/// tests of the missing-support path.
+/// tests of the missing-support path (they run on the host's kernel, which lacks the kind).
 pub fn skip_with_kind(kind: &str, has: &str) -> bool {
     if !kernel_has_kind(kind) {
         return false;
@@ -224,12 +231,16 @@ pub fn skip_with_kind(kind: &str, has: &str) -> bool {
     true
 }
 
-/// True when this kernel can create links of `kind` (checked in a namespace of its own, removed again).
+/// True when this kernel can make what `kind` names (checked in a namespace of its own, removed again): a link
+/// kind (`dummy`, `vlan`, `ipvlan`, `macvlan`, `vrf`, `wireguard`, `ipip`) or `bridge_vlan_filtering`.
 pub fn kernel_has_kind(kind: &str) -> bool {
     let ns = TestNetns::new("kind");
     let mut args = vec!["link", "add"];
     match kind {
-        "dummy" => args.extend(["probe0", "type", "dummy"]),
+        "dummy" | "wireguard" => args.extend(["probe0", "type", kind]),
+        "vrf" => args.extend(["probe0", "type", "vrf", "table", "10"]),
+        "ipip" => args.extend(["probe0", "type", "ipip", "local", "192.0.2.1"]),
+        "bridge_vlan_filtering" => args.extend(["probe0", "type", "bridge", "vlan_filtering", "1"]),
         "vlan" | "ipvlan" | "macvlan" => {
             let parent = ns.exec("ip", &["link", "add", "probep", "type", "veth", "peer", "name", "probeq"], &[], b"");
             assert!(parent.status.success(), "veth for the {kind} probe");

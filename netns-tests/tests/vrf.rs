@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use netns_tests::linkrig::{skip_with_kind, skip_without_kind};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
 use netns_tests::{bin, json, run_for_pod, unique_name, Node, PluginOutput, TestNetns, Value};
@@ -44,21 +45,9 @@ impl Rig {
     }
 }
 
-/// Whether this kernel makes VRF devices (tried in a namespace of the test's own).
-fn kernel_has_vrf() -> bool {
-    let probe = TestNetns::new("vrfp");
-    let made = probe.netlink().create_vrf("probe", 10);
-    match made {
-        Ok(_) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => false,
-        Err(e) => panic!("probing VRF support: {e}"),
-    }
-}
-
 #[test]
 fn without_kernel_support_a_clear_error_and_nothing_changed() {
-    if kernel_has_vrf() {
-        eprintln!("this kernel has VRF support: the no-support error is not reachable here");
+    if skip_with_kind("vrf", "VRF support") {
         return;
     }
     let rig = Rig::new();
@@ -85,8 +74,7 @@ fn without_kernel_support_a_clear_error_and_nothing_changed() {
 
 #[test]
 fn with_kernel_support_the_interface_in_its_vrf() {
-    if !kernel_has_vrf() {
-        eprintln!("SKIPPED: this kernel has no VRF support (CONFIG_NET_VRF); vrf's kernel path was not exercised");
+    if skip_without_kind("vrf", "CONFIG_NET_VRF") {
         return;
     }
     let rig = Rig::new();

@@ -1,17 +1,13 @@
 //! The bad-input cases of vrf. On a kernel without VRF support the valid config is itself a case: a clear
 //! error naming `CONFIG_NET_VRF`, the pod unchanged.
 
+use netns_tests::linkrig::kernel_has_kind;
+
 use super::*;
 
 pub(crate) fn vrf_base(rig: &Rig) -> Value {
     json!({"cniVersion": "1.0.0", "name": NETWORK, "type": "vrf", "vrfname": "blue",
         "prevResult": rig.prev_result("1.0.0")})
-}
-
-fn kernel_has_vrf() -> bool {
-    let probe = TestNetns::new("vrfp");
-    let made = probe.netlink().create_vrf("probe", 10);
-    made.is_ok()
 }
 
 pub(crate) fn vrf_cases(rig: &Rig) -> Vec<Case> {
@@ -32,7 +28,7 @@ pub(crate) fn vrf_cases(rig: &Rig) -> Vec<Case> {
         Case::conf("vrfname of a veth", "ADD", &with(&base, "vrfname", json!("eth1")), INTERNAL).needle("not a VRF"),
         Case::conf("CHECK without the VRF", "CHECK", &base, INTERNAL).needle("not found"),
     ]);
-    if !kernel_has_vrf() {
+    if !kernel_has_kind("vrf") {
         cases.push(Case::conf("no VRF in this kernel", "ADD", &base, INTERNAL).needle("CONFIG_NET_VRF"));
     }
     cases

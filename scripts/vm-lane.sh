@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The VM lane: the kernel-sensitive test suites run inside QEMU (TCG) on Debian's stock kernels, against the
+# guest's kernel, with the host's binaries (read-only over virtio-9p). scripts/test.sh runs the matrix below;
+# run it alone as root:
+#
+#   scripts/vm-lane.sh                          # the whole matrix (every kernel, its suites)
+#   scripts/vm-lane.sh --kernel 6.1             # one kernel's suites
+#   scripts/vm-lane.sh --kernel 6.12 vlan ipvlan:l3s   # chosen test files of netns-tests (FILE[:FILTER])
+#   scripts/vm-lane.sh --fetch                  # only fetch and prepare the kernels (scripts/setup.sh does)
+#   scripts/vm-lane.sh --shell --kernel 6.1     # a guest running `bash -i` on this terminal, to look around
+#
+# Each kernel boots once and runs its suites one after another; the lane fails if a suite fails, a guest stops
+# without a result, or a guest runs past its time (--timeout SECONDS per boot, default 1200: then it is killed and
+# says so). Nothing is mounted or left running on the host: QEMU is the only process, its shares are a read-only
+# view of / and a temporary result folder. In the guest CNI_TEST_KERNEL_LANE=1 turns a test's "skipped: this
+# kernel has no <kind>" into a failure: every kind the lane's kernels have must run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/vm.sh
+
+# The matrix: the test files of netns-tests each kernel runs (FILE or FILE:FILTER).
+# 6.1 (Debian 12): the link kinds this machine's kernel lacks, then the kernel-sensitive suites.
+# 6.12 (Debian 13's series): the link plugins and the nftables paths.
+declare -A MATRIX=(
+  [6.1]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall'
+  [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals macvlan nfnl'
+)
+ORDER=(6.1 6.12)
+
+kernels=() suites=() fetch_only=0 shell=0 timeout=${CNI_VM_TIMEOUT:-1200}
+while (($#)); do
+  case $1 in
+    --kernel) kernels+=("$2"); shift 2 ;;
+    --kernel=*) kernels+=("${1#*=}"); shift ;;
+    --timeout) timeout=$2; shift 2 ;;
+    --fetch) fetch_only=1; shift ;;
+    --shell) shell=1; shift ;;
+    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "vm-lane: unknown option $1" >&2; exit 2 ;;
+    *) suites+=("$1"); shift ;;
+  esac
+done
+((${#kernels[@]})) || kernels=("${ORDER[@]}")
+[[ $(id -u) == 0 ]] || { echo "vm-lane: run as root (the guest's tests need it, and so does the fetch)" >&2; exit 1; }
+for tool in qemu-system-x86_64 depmod modprobe busybox jq; do
+  command -v "$tool" >/dev/null || { echo "vm-lane: $tool is missing: run scripts/setup.sh" >&2; exit 1; }
+done
+
+declare -A release
+for k in "${kernels[@]}"; do
+  [[ -n ${MATRIX[$k]:-} ]] || { echo "vm-lane: unknown kernel $k (known: ${ORDER[*]})" >&2; exit 2; }
+  release[$k]=$(vm_fetch "$k")
+done
+((fetch_only)) && exit 0
+
+plan=$(mktemp /tmp/cni-vm-plan.XXXXXX)
+trap 'rm -f "$plan"' EXIT
+
+if ((shell)); then
+  echo 'exec bash -i </dev/console >/dev/console 2>&1' >"$plan"
+  vm_run "${release[${kernels[0]}]}" "$plan" 86400
+  exit $?
+fi
+
+# The test executables, built once for every kernel (the plugins they run are the workspace's debug binaries).
+features=(--features cnicore/failpoints)
+all=()
+for k in "${kernels[@]}"; do
+  # shellcheck disable=SC2206
+  ((${#suites[@]})) && all+=("${suites[@]}") || all+=(${MATRIX[$k]})
+done
+declare -A files=()
+for s in "${all[@]}"; do files[${s%%:*}]=1; done
+test_args=()
+for f in "${!files[@]}"; do test_args+=(--test "$f"); done
+cargo build --workspace --bins --quiet "${features[@]}"
+declare -A exe=()
+while IFS=$'\t' read -r name path; do exe[$name]=$path; done < <(
+  cargo test -p netns-tests --no-run --quiet --message-format=json "${features[@]}" "${test_args[@]}" |
+    jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test) |
+      [.target.name, .executable] | @tsv'
+)
+
+failed=()
+for k in "${kernels[@]}"; do
+  # shellcheck disable=SC2206
+  ((${#suites[@]})) && run=("${suites[@]}") || run=(${MATRIX[$k]})
+  {
+    echo 'export CNI_TEST_KERNEL_LANE=1'
+    echo 'failed=()'
+    for s in "${run[@]}"; do
+      file=${s%%:*} filter=
+      [[ $s == *:* ]] && filter=${s#*:}
+      path=${exe[$file]:?no test executable for $file}
+      printf 'echo "vm-lane: == %s on $(uname -r)"\n' "$s"
+      printf 'cd %q && %q --test-threads=2 --color=never %q || failed+=(%q)\n' "$PWD/netns-tests" "$path" "$filter" "$s"
+    done
+    echo '((${#failed[@]})) && { echo "vm-lane: failed on $(uname -r): ${failed[*]}"; exit 1; }'
+    echo 'exit 0'
+  } >"$plan"
+  started=$SECONDS
+  echo "vm-lane: booting ${release[$k]} for: ${run[*]}"
+  if vm_run "${release[$k]}" "$plan" "$timeout"; then
+    echo "vm-lane: ${release[$k]}: all passed in $((SECONDS - started)) s"
+  else
+    echo "vm-lane: ${release[$k]}: FAILED after $((SECONDS - started)) s"
+    failed+=("$k")
+  fi
+done
+((${#failed[@]} == 0)) || { echo "vm-lane: failed on ${failed[*]}" >&2; exit 1; }
