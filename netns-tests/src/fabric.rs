@@ -2,6 +2,7 @@
 //! bridges and etcd, optional router and wan namespaces, one fabricd per node, pods attached by our runner
 //! with the conflist the agent wrote. Everything (namespaces, etcd, agents, temp dirs) is removed on drop.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -571,4 +572,127 @@ pub fn tcp_source(from: &TestNetns, to: &TestNetns, to_ip: IpAddr) -> Option<IpA
 /// The value of the unlabelled sample `name` in a Prometheus text exposition.
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+// What the fabric test files share: the config, starting a cluster, waiting for routes, pods and their mesh.
+
+/// How long a node may take to write its conflist.
+pub const READY: Duration = Duration::from_secs(15);
+/// Generous bounds for what the goals put at one second (the figures are in docs/benchmarks.md).
+pub const CONVERGE: Duration = Duration::from_secs(3);
+
+/// An IPv4 cluster's network config on `backend`.
+pub fn config(backend: Value) -> Value {
+    serde_json::json!({ "Network": "10.244.0.0/16", "SubnetLen": 24, "Backend": backend })
+}
+
+/// Starts every node's agent and waits until each wrote its conflist and routes to all the others.
+pub fn start_all(cluster: &mut Cluster) -> Vec<ipnet::IpNet> {
+    for node in &mut cluster.nodes {
+        node.start();
+    }
+    let subnets: Vec<_> = cluster.nodes.iter().map(|n| n.wait_ready(READY)).collect();
+    let distinct: BTreeSet<_> = subnets.iter().collect();
+    assert_eq!(distinct.len(), subnets.len(), "subnets {subnets:?}");
+    subnets
+}
+
+pub fn wait_routes(cluster: &Cluster, count: usize) {
+    for node in &cluster.nodes {
+        let done = wait_for(CONVERGE, || node.fabric_routes().len() == count);
+        assert!(
+            done.is_some(),
+            "{}: routes {:?}, wanted {count}\n{}",
+            node.node.name,
+            node.fabric_routes(),
+            node.log()
+        );
+    }
+}
+
+pub fn pods(cluster: &mut Cluster) -> Vec<(usize, TestNetns, IpAddr)> {
+    let mut pods = Vec::new();
+    for (index, node) in cluster.nodes.iter_mut().enumerate() {
+        let (pod, ip) = node.add_pod();
+        pods.push((index, pod, ip));
+    }
+    pods
+}
+
+pub fn mesh(cluster: &Cluster, pods: &[(usize, TestNetns, IpAddr)]) {
+    let refs: Vec<(usize, &TestNetns, IpAddr)> = pods.iter().map(|(i, p, ip)| (*i, p, *ip)).collect();
+    cluster.assert_full_mesh(&refs);
+}
+
+pub fn ping(from: &TestNetns, to: IpAddr, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["-c1", "-W1"];
+    args.extend_from_slice(extra);
+    let to = to.to_string();
+    args.push(&to);
+    from.exec("ping", &args, &[], b"")
+}
+
+/// A dual-stack cluster's network config on `backend`.
+pub fn dual_config(backend: Value) -> Value {
+    serde_json::json!({ "EnableIPv6": true, "Network": "10.244.0.0/16", "SubnetLen": 24, "IPv6Network": "fd00:10:244::/56",
+            "Backend": backend })
+}
+
+/// Waits until every node has `count` IPv6 routes of fabricd's.
+pub fn wait_routes6(cluster: &Cluster, count: usize) {
+    for node in &cluster.nodes {
+        let done = wait_for(CONVERGE, || node.fabric_routes6().len() == count);
+        assert!(
+            done.is_some(),
+            "{}: IPv6 routes {:?}, wanted {count}\n{}",
+            node.node.name,
+            node.fabric_routes6(),
+            node.log()
+        );
+    }
+}
+
+/// One pod per node, with its addresses (IPv4 first in a dual-stack cluster).
+pub fn pods_all(cluster: &mut Cluster) -> Vec<(usize, TestNetns, Vec<IpAddr>)> {
+    cluster
+        .nodes
+        .iter_mut()
+        .enumerate()
+        .map(|(index, node)| {
+            let (pod, ips) = node.add_pod_all();
+            (index, pod, ips)
+        })
+        .collect()
+}
+
+/// Pod to pod across nodes in each family the pods have, the receiver seeing the sender pod's own address.
+/// IPv6 neighbour discovery along the path settles first (each pod pings each other pod, up to 5 s).
+pub fn mesh_all(cluster: &Cluster, pods: &[(usize, TestNetns, Vec<IpAddr>)], families: usize) {
+    for (_, from, _) in pods {
+        for (_, _, ips) in pods {
+            for to in ips.iter().filter(|ip| ip.is_ipv6()) {
+                let settled = wait_for(Duration::from_secs(5), || ping(from, *to, &[]).status.success());
+                assert!(settled.is_some(), "no IPv6 path to {to}");
+            }
+        }
+    }
+    for family in 0..families {
+        let refs: Vec<(usize, &TestNetns, IpAddr)> = pods.iter().map(|(i, p, ips)| (*i, p, ips[family])).collect();
+        // Dual stack: IPv4 first, then IPv6; an IPv6-only pod has one IPv6 address.
+        let wanted_v6 = family == 1 || families == 1;
+        assert!(refs.iter().all(|(_, _, ip)| ip.is_ipv6() == wanted_v6), "family {family} of {families}");
+        cluster.assert_full_mesh(&refs);
+    }
+}
+
+pub fn vtep_mac(ip: IpAddr) -> String {
+    let tail: Vec<u8> = match ip {
+        IpAddr::V4(ip) => [&[0x0e, 0xfa][..], &ip.octets()[..]].concat(),
+        // fabricd's: an FNV-1a hash of the IPv6 address.
+        IpAddr::V6(ip) => {
+            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
+            [&[0x0e, 0xfb][..], &hash.to_be_bytes()[..]].concat()
+        }
+    };
+    tail.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
