@@ -9,6 +9,7 @@
 pub mod addr;
 pub mod bridge_vlan;
 pub mod dad;
+pub mod genl;
 pub mod kinds;
 pub mod link;
 pub mod neigh;
@@ -18,6 +19,7 @@ pub mod tunnel;
 pub mod vrf;
 pub mod vxlan;
 pub mod wire;
+pub mod wireguard;
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -39,6 +41,7 @@ pub use rule::Rule;
 pub use tunnel::Ipip;
 pub use vxlan::Vxlan;
 pub use wire::{Reply, Request};
+pub use wireguard::{PeerChange, WgDevice, WgPeer, Wireguard};
 
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried this many times.
 const DUMP_ATTEMPTS: usize = 5;
