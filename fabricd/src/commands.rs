@@ -53,11 +53,10 @@ pub async fn status(cli: &Cli) -> Result<i32> {
             let family = Family::of(&subnet.addr());
             let how = match report.paths.get(&subnet) {
                 Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
-                Some(PeerPath::Overlay { endpoint, id: Some(id) }) => {
-                    format!("{} to {endpoint} ({id})", cluster.config.backend.type_name())
-                }
-                Some(PeerPath::Overlay { endpoint, id: None }) => {
-                    format!("{} to {endpoint}", cluster.config.backend.type_name())
+                Some(PeerPath::Overlay { endpoint, port, id }) => {
+                    let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
+                    let id = id.map(|id| format!(" ({id})")).unwrap_or_default();
+                    format!("{} to {endpoint}{port}{id}", cluster.config.backend.type_name())
                 }
                 Some(PeerPath::Refused(reason)) => format!("REFUSED: {reason}"),
                 None => format!("not used ({family} is not enabled)"),

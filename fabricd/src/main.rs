@@ -30,6 +30,7 @@ macro_rules! log {
 
 fn main() {
     let cli = Cli::parse_from(go_style_args());
+    backend::wireguard::set_key_file(cli.wireguard_key_file());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         let command = if cli.cleanup { Some(Command::Cleanup) } else { cli.command.clone() };

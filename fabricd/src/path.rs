@@ -14,12 +14,15 @@ use crate::family::Family;
 pub enum TunnelId {
     /// vxlan: the MAC of the node's vxlan device.
     VtepMac([u8; 6]),
+    /// wireguard: the node's public key.
+    PublicKey([u8; 32]),
 }
 
 impl fmt::Display for TunnelId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TunnelId::VtepMac(mac) => write!(f, "VtepMAC {}", cnicore::mac::format(mac)),
+            TunnelId::PublicKey(key) => write!(f, "PublicKey {}", key_text(key)),
         }
     }
 }
@@ -29,9 +32,9 @@ impl fmt::Display for TunnelId {
 pub enum PeerPath {
     /// A route via the peer's node address (host-gw, or direct routing).
     Direct { gateway: IpAddr },
-    /// Through the family's tunnel device to the peer's node at `endpoint` (identified by `id`, when the
-    /// backend has such an identity).
-    Overlay { endpoint: IpAddr, id: Option<TunnelId> },
+    /// Through the family's tunnel device to the peer's node at `endpoint` (its UDP `port` and its `id`,
+    /// when the backend has them).
+    Overlay { endpoint: IpAddr, port: Option<u16>, id: Option<TunnelId> },
     /// Not used: the lease is not valid, or the backend cannot reach it.
     Refused(Refusal),
 }
@@ -107,4 +110,16 @@ impl fmt::Display for Refusal {
             }
         }
     }
+}
+
+/// A key as flannel and `wg` write it: standard base64.
+pub fn key_text(key: &[u8; 32]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+/// A key from its base64 text; None when it is not 32 bytes of base64.
+pub fn parse_key(text: &str) -> Option<[u8; 32]> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(text.trim()).ok()?.try_into().ok()
 }

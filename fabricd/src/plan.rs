@@ -96,7 +96,14 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
             id_holders.insert(id, lease.subnet);
         }
         ip_holders.insert(public_ip, lease.subnet);
-        let peer = PeerEndpoint { public_ip, id, backend_type: &lease.peer.attrs.backend_type };
+        let attrs = &lease.peer.attrs;
+        let peer = PeerEndpoint {
+            public_ip,
+            id,
+            backend_type: &attrs.backend_type,
+            addresses: Family::ALL.map(|f| attrs.public(f)),
+            ports: Family::ALL.map(|f| backend.peer_port(f, attrs.data(f))),
+        };
         paths.insert(lease.subnet, backend.path(&peer, underlay));
     }
 }
@@ -216,7 +223,7 @@ mod tests {
         serde_json::json!({ "VNI": 1, "VtepMAC": cnicore::mac::format(&mac) })
     }
 
-    fn key(subnet: &str) -> SubnetKey {
+    fn key_of(subnet: &str) -> SubnetKey {
         match subnet.parse::<IpNet>().unwrap() {
             IpNet::V4(v4) => SubnetKey { v4: Some(v4), v6: None },
             IpNet::V6(v6) => SubnetKey { v4: None, v6: Some(v6) },
@@ -234,7 +241,7 @@ mod tests {
                 v6: Some("fd00:10:244:1::/64".parse().unwrap()),
             },
             lease: None,
-            peers: peers.into_iter().map(|(s, p)| (key(s), p)).collect(),
+            peers: peers.into_iter().map(|(s, p)| (key_of(s), p)).collect(),
         }
     }
 
@@ -258,6 +265,7 @@ mod tests {
             path_of(&vxlan, "fd00:10:244:3::/64"),
             PeerPath::Overlay {
                 endpoint: ip("fd00:60::3"),
+                port: None,
                 id: Some(TunnelId::VtepMac(derived_vtep_mac(ip("fd00:60::3"))))
             }
         );
@@ -412,7 +420,11 @@ mod tests {
             ("10.244.3.0/24", PeerPath::Direct { gateway: ip("192.168.50.12") }),
             (
                 "10.244.4.0/24",
-                PeerPath::Overlay { endpoint: ip("192.168.60.3"), id: Some(TunnelId::VtepMac([2, 0, 0, 0, 0, 1])) },
+                PeerPath::Overlay {
+                    endpoint: ip("192.168.60.3"),
+                    port: None,
+                    id: Some(TunnelId::VtepMac([2, 0, 0, 0, 0, 1])),
+                },
             ),
             ("10.244.5.0/24", PeerPath::Direct { gateway: ip("192.168.50.13") }),
             ("fd00:10:244:2::/64", PeerPath::Direct { gateway: ip("fd00:50::11") }),
@@ -440,5 +452,54 @@ mod tests {
             path_of(&paths, "fd00:10:244:2::/64"),
             PeerPath::Refused(Refusal::RouteConflict { route: "fd00:10:244:2::/64 via fd00:50::99".into() })
         );
+    }
+
+    #[test]
+    fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
+        let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
+        crate::backend::wireguard::set_key_file(dir.join("wgkey"));
+        let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
+        let Some(TunnelId::PublicKey(own)) = cluster.config.backend.own_tunnel_id(Family::V4, ip("192.168.50.10"))
+        else {
+            panic!("no key of this node")
+        };
+        let lease = |public: &str, key: &str, created: i64| {
+            let mut peer = peer(public, created);
+            let data = Some(serde_json::json!({ "PublicKey": key, "Port": 51820 }));
+            peer.attrs.backend_type = "wireguard".into();
+            peer.attrs.backend_data = data;
+            peer
+        };
+        let key = crate::path::key_text;
+        let peers = vec![
+            ("10.244.2.0/24", lease("192.168.50.11", &key(&[1; 32]), 1)),
+            ("10.244.3.0/24", lease("192.168.50.12", &key(&[1; 32]), 2)),
+            ("10.244.4.0/24", lease("192.168.50.13", "bm90IGEga2V5", 3)),
+            ("10.244.5.0/24", lease("192.168.50.14", &key(&own), 4)),
+            ("10.244.6.0/24", peer("192.168.50.15", 5)),
+        ];
+        cluster.peers = peers.into_iter().map(|(s, p)| (key_of(s), p)).collect();
+        let paths = plan(&cluster, &underlay());
+        assert_eq!(
+            path_of(&paths, "10.244.2.0/24"),
+            PeerPath::Overlay {
+                endpoint: ip("192.168.50.11"),
+                port: Some(51820),
+                id: Some(TunnelId::PublicKey([1; 32]))
+            }
+        );
+        let reason = |subnet: &str| match path_of(&paths, subnet) {
+            PeerPath::Refused(refusal) => refusal.to_string(),
+            other => panic!("{subnet} not refused: {other:?}"),
+        };
+        let first = key(&[1; 32]);
+        assert_eq!(
+            reason("10.244.3.0/24"),
+            format!("its PublicKey {first} is already that of the lease of 10.244.2.0/24")
+        );
+        assert!(reason("10.244.4.0/24").contains("PublicKey \"bm90IGEga2V5\" is not a base64 key of 32 bytes"));
+        assert_eq!(reason("10.244.5.0/24"), format!("its PublicKey {} is this node's", key(&own)));
+        assert_eq!(reason("10.244.6.0/24"), "node 192.168.50.15 announces backend \"vxlan\" without a PublicKey");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,7 +4,7 @@
 //! Keys are 32 bytes; a private key is sent, never read back into anything that is printed.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 
@@ -301,6 +301,8 @@ pub fn peer_changes(wanted: &[WgPeer], observed: &[WgPeer]) -> Vec<PeerChange> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     fn peer() -> WgPeer {

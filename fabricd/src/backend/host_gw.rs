@@ -27,8 +27,8 @@ impl Backend for HostGw {
         0
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> Option<Value> {
-        None
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> std::io::Result<Option<Value>> {
+        Ok(None)
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{direct_if_same_l2, onlink_route, option, Backend, DeviceContext, OptionsError, PeerEndpoint, Wanted};
 use crate::dataplane::diff::DeviceChange;
 use crate::family::Family;
-use crate::path::{PeerPath, Refusal, TunnelId};
+use crate::path::{PeerPath, Refusal};
 use crate::underlay::Underlay;
 
 /// flannel's device name.
@@ -64,8 +64,8 @@ impl Backend for IpipBackend {
         OVERHEAD
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> Option<Value> {
-        None
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> io::Result<Option<Value>> {
+        Ok(None)
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
@@ -75,7 +75,7 @@ impl Backend for IpipBackend {
         if let Some(direct) = direct_if_same_l2(peer, underlay).filter(|_| self.direct_routing) {
             return direct;
         }
-        PeerPath::Overlay { endpoint: peer.public_ip, id: None }
+        PeerPath::Overlay { endpoint: peer.public_ip, port: None, id: None }
     }
 
     fn device_name(&self, family: Family) -> Option<String> {
@@ -93,8 +93,10 @@ impl Backend for IpipBackend {
         Ok(Some(link.index))
     }
 
-    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: IpAddr, _id: Option<TunnelId>) {
-        wanted.routes.push(onlink_route(subnet, endpoint, index));
+    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, path: &PeerPath) {
+        if let PeerPath::Overlay { endpoint, .. } = path {
+            wanted.routes.push(onlink_route(subnet, *endpoint, index));
+        }
     }
 
     fn owns_link(&self, name: &str, kind: Option<&str>) -> bool {
@@ -118,14 +120,20 @@ mod tests {
     }
 
     fn peer(ip: &str) -> PeerEndpoint<'static> {
-        PeerEndpoint { public_ip: ip.parse().unwrap(), id: None, backend_type: "ipip" }
+        PeerEndpoint {
+            public_ip: ip.parse().unwrap(),
+            id: None,
+            backend_type: "ipip",
+            addresses: [None, None],
+            ports: [None, None],
+        }
     }
 
     #[test]
     fn peers_are_reached_through_the_tunnel_or_directly_on_the_same_segment() {
         let tunnel = IpipBackend { direct_routing: false };
         let near = tunnel.path(&peer("192.168.50.11"), &underlay());
-        assert_eq!(near, PeerPath::Overlay { endpoint: "192.168.50.11".parse().unwrap(), id: None });
+        assert_eq!(near, PeerPath::Overlay { endpoint: "192.168.50.11".parse().unwrap(), port: None, id: None });
         let direct = IpipBackend { direct_routing: true };
         assert_eq!(
             direct.path(&peer("192.168.50.11"), &underlay()),
@@ -143,11 +151,12 @@ mod tests {
     fn a_peer_gets_an_onlink_route_via_its_public_address() {
         let mut wanted = Wanted::default();
         let backend = IpipBackend { direct_routing: false };
-        backend.add_peer(&mut wanted, 9, "10.244.3.0/24".parse().unwrap(), "192.168.60.3".parse().unwrap(), None);
+        let path = PeerPath::Overlay { endpoint: "192.168.60.3".parse().unwrap(), port: None, id: None };
+        backend.add_peer(&mut wanted, 9, "10.244.3.0/24".parse().unwrap(), &path);
         let route = &wanted.routes[0];
         assert_eq!((route.gateway, route.oif, route.onlink), (Some("192.168.60.3".parse().unwrap()), Some(9), true));
         assert!(wanted.neighbours.is_empty() && wanted.fdb.is_empty());
-        assert_eq!(backend.lease_data(Family::V4, "192.168.50.10".parse().unwrap()), None, "flannel writes none");
+        assert_eq!(backend.lease_data(Family::V4, "192.168.50.10".parse().unwrap()).unwrap(), None, "none");
         assert_eq!(backend.overhead(Family::V4), 20);
         assert!(backend.owns_link("flannel.ipip", Some("ipip")) && !backend.owns_link("tunl0", Some("ipip")));
     }

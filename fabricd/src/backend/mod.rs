@@ -8,12 +8,16 @@
 //! - [`host_gw`]: a route to each peer's subnet via its node address (also the DirectRouting peers of vxlan
 //!   and ipip);
 //! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry;
-//! - [`ipip`]: the `flannel.ipip` device (IPv4), and per peer an onlink route via its public address.
+//! - [`ipip`]: the `flannel.ipip` device (IPv4), and per peer an onlink route via its public address;
+//! - [`wireguard`]: `flannel-wg` (and `flannel-wg-v6`), configured over generic netlink, and per peer a
+//!   wireguard peer (key, endpoint, its subnets as allowed IPs) and a route on the device.
 
 mod device;
 pub mod host_gw;
 pub mod ipip;
 pub mod vxlan;
+pub mod wireguard;
+mod wireguard_key;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -21,7 +25,7 @@ use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use cnicore::netlink::{FdbEntry, Neighbour, Route, RT_TABLE_MAIN};
+use cnicore::netlink::{FdbEntry, Neighbour, Route, WgPeer, RT_TABLE_MAIN};
 use ipnet::IpNet;
 use serde_json::Value;
 
@@ -41,14 +45,20 @@ pub trait Backend: fmt::Debug + Send + Sync {
     fn overhead(&self, family: Family) -> u32;
 
     /// This node's lease data for `family` (flannel's `BackendData`, `BackendV6Data`) as flannel writes it,
-    /// for a node at `local`; None when the backend has none.
-    fn lease_data(&self, family: Family, local: IpAddr) -> Option<Value>;
+    /// for a node at `local`; None when the backend has none. An error when the node's key cannot be read.
+    fn lease_data(&self, family: Family, local: IpAddr) -> io::Result<Option<Value>>;
 
     /// What identifies a peer's tunnel endpoint in its lease `data` of `family` (None: the backend has no
     /// such identity), or why the data cannot be used.
     fn tunnel_id(&self, family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {
         let _ = (family, data);
         Ok(None)
+    }
+
+    /// The UDP port a peer's lease `data` of `family` announces, when the backend has one.
+    fn peer_port(&self, family: Family, data: Option<&Value>) -> Option<u16> {
+        let _ = (family, data);
+        None
     }
 
     /// This node's own tunnel identity for `family` at `local`: no peer may claim it.
@@ -73,8 +83,15 @@ pub trait Backend: fmt::Debug + Send + Sync {
     }
 
     /// Adds what one overlay peer (subnet `subnet`, node at `endpoint`) needs on the device `index`.
-    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: IpAddr, id: Option<TunnelId>) {
-        let _ = (wanted, index, subnet, endpoint, id);
+    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: &PeerPath) {
+        let _ = (wanted, index, subnet, endpoint);
+    }
+
+    /// Makes the peers of the tunnel device `index` the `wanted` ones (a backend whose peers are not kernel
+    /// routes, neighbours or FDB entries: wireguard); the changes made (in a dry run, that would be).
+    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<WgPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+        let _ = (index, wanted, dry_run);
+        Ok(Vec::new())
     }
 
     /// True when a link of this name and kind is one that this backend makes (under any options): `cleanup`
@@ -90,6 +107,10 @@ pub trait Backend: fmt::Debug + Send + Sync {
 pub struct PeerEndpoint<'a> {
     pub public_ip: IpAddr,
     pub id: Option<TunnelId>,
+    /// The peer's public addresses and announced ports of both families (IPv4, IPv6): a backend with one
+    /// tunnel for both families picks the endpoint among them.
+    pub addresses: [Option<IpAddr>; 2],
+    pub ports: [Option<u16>; 2],
     /// The lease's `BackendType` (for the refusal of a lease without the identity this backend needs).
     pub backend_type: &'a str,
 }
@@ -120,7 +141,8 @@ impl std::error::Error for OptionsError {}
 type Parse = fn(&Value) -> Result<Arc<dyn Backend>, OptionsError>;
 
 /// The backends by flannel's `Backend.Type`.
-const REGISTRY: &[(&str, Parse)] = &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse), ("ipip", ipip::parse)];
+const REGISTRY: &[(&str, Parse)] =
+    &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse), ("ipip", ipip::parse), ("wireguard", wireguard::parse)];
 
 /// The config's `Backend` object and the backend it configures. Two are equal when their options are.
 #[derive(Clone)]
@@ -193,6 +215,8 @@ pub struct Wanted {
     pub routes: Vec<Route>,
     pub neighbours: Vec<Neighbour>,
     pub fdb: Vec<FdbEntry>,
+    /// Tunnel peers by device index (wireguard); a peer of both families on one device is listed twice.
+    pub tunnel_peers: Vec<(u32, WgPeer)>,
     /// What a dry run cannot build yet (the device is missing): reported as changes.
     pub pending: Vec<Change>,
 }
@@ -242,8 +266,8 @@ pub fn wanted(
     for (subnet, path) in paths {
         match path {
             PeerPath::Direct { gateway } => wanted.routes.push(direct_route(*subnet, *gateway, underlay)),
-            PeerPath::Overlay { endpoint, id } => match device {
-                Some(index) => backend.add_peer(&mut wanted, index, *subnet, *endpoint, *id),
+            PeerPath::Overlay { .. } => match device {
+                Some(index) => backend.add_peer(&mut wanted, index, *subnet, path),
                 None => wanted.pending.push(Change::Device(DeviceChange::PendingRoute {
                     dst: *subnet,
                     via: subnet.network(),
@@ -260,4 +284,23 @@ pub fn wanted(
 /// the largest of the families' (one MTU for the pod's interface, whichever family a packet is).
 pub fn pod_mtu(backend: &dyn Backend, families: impl Iterator<Item = Family>, underlay: &Underlay) -> u32 {
     underlay.mtu - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
+}
+
+/// The wanted tunnel peers of each of `devices` (none: every peer goes), a peer's subnets of both families
+/// joined into one peer (one device for both families).
+pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, WgPeer)>) -> Vec<(u32, Vec<WgPeer>)> {
+    let mut wanted: Vec<(u32, Vec<WgPeer>)> = Vec::new();
+    for index in devices {
+        if !wanted.iter().any(|(known, _)| known == index) {
+            wanted.push((*index, Vec::new()));
+        }
+    }
+    for (index, peer) in peers {
+        let Some((_, device)) = wanted.iter_mut().find(|(known, _)| *known == index) else { continue };
+        match device.iter_mut().find(|p| p.public_key == peer.public_key) {
+            Some(known) => known.allowed_ips.extend(peer.allowed_ips),
+            None => device.push(peer),
+        }
+    }
+    wanted
 }

@@ -124,8 +124,8 @@ impl Backend for VxlanBackend {
         }
     }
 
-    fn lease_data(&self, _family: Family, local: IpAddr) -> Option<Value> {
-        Some(serde_json::json!({ "VNI": self.vni, "VtepMAC": cnicore::mac::format(&derived_vtep_mac(local)) }))
+    fn lease_data(&self, _family: Family, local: IpAddr) -> io::Result<Option<Value>> {
+        Ok(Some(serde_json::json!({ "VNI": self.vni, "VtepMAC": cnicore::mac::format(&derived_vtep_mac(local)) })))
     }
 
     fn tunnel_id(&self, _family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {
@@ -149,7 +149,7 @@ impl Backend for VxlanBackend {
             return direct;
         }
         match peer.id {
-            Some(id) => PeerPath::Overlay { endpoint: peer.public_ip, id: Some(id) },
+            Some(id) => PeerPath::Overlay { endpoint: peer.public_ip, port: None, id: Some(id) },
             None => PeerPath::Refused(Refusal::NoTunnelId {
                 public_ip: peer.public_ip,
                 backend_type: peer.backend_type.to_string(),
@@ -177,8 +177,8 @@ impl Backend for VxlanBackend {
         Ok(Some(link.index))
     }
 
-    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: IpAddr, id: Option<TunnelId>) {
-        let Some(TunnelId::VtepMac(vtep_mac)) = id else { return };
+    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, path: &PeerPath) {
+        let PeerPath::Overlay { endpoint, id: Some(TunnelId::VtepMac(vtep_mac)), .. } = *path else { return };
         let tunnel = subnet.network();
         wanted.routes.push(onlink_route(subnet, tunnel, index));
         wanted.neighbours.push(Neighbour::permanent(index, tunnel, vtep_mac));

@@ -45,6 +45,13 @@ impl Report {
     }
 }
 
+/// The tunnel devices of a pass and the peers wanted on them (wireguard).
+#[derive(Default)]
+struct Tunnel {
+    devices: Vec<u32>,
+    peers: Vec<(u32, cnicore::netlink::WgPeer)>,
+}
+
 /// Owns the netlink socket of the node's namespace.
 pub struct Dataplane {
     nl: Netlink,
@@ -77,14 +84,20 @@ impl Dataplane {
         let underlay = self.underlay()?;
         let mut report = Report { paths: plan::plan(cluster, &underlay), ..Report::default() };
         let mut steps = Vec::new();
+        let mut tunnel = Tunnel::default();
         for family in Family::ALL {
-            steps.extend(self.family_steps(cluster, family, &underlay, dry_run, &mut report)?);
+            steps.extend(self.family_steps(cluster, family, &underlay, dry_run, &mut report, &mut tunnel)?);
         }
         let (changes, requests): (Vec<Change>, Vec<_>) = steps.into_iter().map(|s| (s.change, s.request)).unzip();
         if !dry_run && !requests.is_empty() {
             self.apply(&changes, requests, &mut report)?;
         }
         report.changes.extend(changes);
+        // Peers that are not rtnetlink objects (wireguard's), per device, both families' at once.
+        let backend = &*cluster.config.backend;
+        for (index, peers) in backend::peers_by_device(&tunnel.devices, tunnel.peers) {
+            report.changes.extend(backend.sync_tunnel_peers(index, peers, dry_run)?);
+        }
         Ok(report)
     }
 
@@ -96,6 +109,7 @@ impl Dataplane {
         underlay: &Underlay,
         dry_run: bool,
         report: &mut Report,
+        tunnel: &mut Tunnel,
     ) -> io::Result<Vec<Step>> {
         let network = cluster.config.family(family);
         let own_subnet = cluster.subnet.get(family);
@@ -123,7 +137,9 @@ impl Dataplane {
                 .map(|(s, p)| (*s, p.clone()))
                 .collect();
         }
-        let wanted = backend::wanted(backend, family, &paths, underlay, device);
+        let mut wanted = backend::wanted(backend, family, &paths, underlay, device);
+        tunnel.devices.extend(device);
+        tunnel.peers.append(&mut wanted.tunnel_peers);
         self.steps(family, wanted, routes, device, report)
     }
 

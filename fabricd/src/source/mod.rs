@@ -80,9 +80,9 @@ impl NodeIdentity {
     /// The lease value for `config`'s families and backend; an error when the node has no public address of
     /// an enabled family.
     pub fn attrs(&self, config: &NetworkConfig) -> Result<LeaseAttrs> {
-        let data = |family: Family| {
-            let local = self.public(family).filter(|_| config.family(family).is_some())?;
-            config.backend.lease_data(family, local)
+        let data = |family: Family| match self.public(family).filter(|_| config.family(family).is_some()) {
+            Some(local) => config.backend.lease_data(family, local).map_err(|e| Error::io("the backend's key", e)),
+            None => Ok(None),
         };
         for plan in config.families() {
             if self.public(plan.family()).is_none() {
@@ -99,8 +99,8 @@ impl NodeIdentity {
             public_ip: self.public_ip.filter(|_| config.v4.is_some()),
             public_ipv6: self.public_ipv6.filter(|_| config.v6.is_some()),
             backend_type: config.backend.type_name().to_string(),
-            backend_data: data(Family::V4),
-            backend_v6_data: data(Family::V6),
+            backend_data: data(Family::V4)?,
+            backend_v6_data: data(Family::V6)?,
         })
     }
 }

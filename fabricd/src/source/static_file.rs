@@ -71,9 +71,8 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     let own = check("Subnet", SubnetKey { v4: file.subnet, v6: file.ipv6subnet })?;
     // The data the backend would announce for a node at that address, with the VtepMAC the file gives.
     let data = |family: Family, public: Option<IpAddr>, mac: Option<String>| -> Result<Option<Value>, String> {
-        let Some(mut data) = public.and_then(|public| config.backend.lease_data(family, public)) else {
-            return Ok(None);
-        };
+        let data = public.map(|public| config.backend.lease_data(family, public)).transpose();
+        let Some(mut data) = data.map_err(|e| fail(e.to_string()))?.flatten() else { return Ok(None) };
         if let (Some(text), Some(fields)) = (mac, data.as_object_mut()) {
             crate::backend::vxlan::parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?;
             fields.insert("VtepMAC".into(), Value::String(text));
