@@ -8,7 +8,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::backend::{BackendConfig, OptionsError};
+use crate::backend::{BackendConfig, LeaseData, OptionsError};
 use crate::family::number;
 pub use crate::family::Family;
 
@@ -299,8 +299,8 @@ pub struct LeaseAttrs {
     pub public_ipv6: Option<Ipv6Addr>,
     pub backend_type: String,
     /// `BackendData`, `BackendV6Data`: each family's data of the backend, as written (the backend reads it).
-    pub backend_data: Option<Value>,
-    pub backend_v6_data: Option<Value>,
+    pub backend_data: Option<LeaseData>,
+    pub backend_v6_data: Option<LeaseData>,
 }
 
 impl LeaseAttrs {
@@ -320,24 +320,10 @@ impl LeaseAttrs {
     /// The backend data of `family`.
     pub fn data(&self, family: Family) -> Option<&Value> {
         match family {
-            Family::V4 => self.backend_data.as_ref(),
-            Family::V6 => self.backend_v6_data.as_ref(),
+            Family::V4 => self.backend_data.as_ref().map(LeaseData::value),
+            Family::V6 => self.backend_v6_data.as_ref().map(LeaseData::value),
         }
     }
-}
-
-#[derive(Serialize)]
-struct LeaseJson {
-    #[serde(rename = "PublicIP")]
-    public_ip: String,
-    #[serde(rename = "PublicIPv6")]
-    public_ipv6: Option<String>,
-    #[serde(rename = "BackendType")]
-    backend_type: String,
-    #[serde(rename = "BackendData")]
-    backend_data: Option<Value>,
-    #[serde(rename = "BackendV6Data", skip_serializing_if = "Option::is_none")]
-    backend_v6_data: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -354,14 +340,23 @@ impl LeaseAttrs {
     /// The value as flanneld writes it (an IPv4 lease is byte for byte flanneld's; `BackendV6Data` only when
     /// there is IPv6 backend data).
     pub fn to_json(&self) -> String {
-        let json = LeaseJson {
-            public_ip: self.public_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).to_string(),
-            public_ipv6: self.public_ipv6.map(|ip| ip.to_string()),
-            backend_type: self.backend_type.clone(),
-            backend_data: self.backend_data.clone(),
-            backend_v6_data: self.backend_v6_data.clone(),
-        };
-        serde_json::to_string(&json).expect("serialisable")
+        fn json(value: &impl Serialize) -> String {
+            serde_json::to_string(value).expect("serialisable")
+        }
+        let public_ip = self.public_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).to_string();
+        let data = |data: &Option<LeaseData>| data.as_ref().map_or("null", LeaseData::text).to_string();
+        let mut text = format!(
+            r#"{{"PublicIP":{},"PublicIPv6":{},"BackendType":{},"BackendData":{}"#,
+            json(&public_ip),
+            json(&self.public_ipv6.map(|ip| ip.to_string())),
+            json(&self.backend_type),
+            data(&self.backend_data)
+        );
+        if self.backend_v6_data.is_some() {
+            text.push_str(&format!(r#","BackendV6Data":{}"#, data(&self.backend_v6_data)));
+        }
+        text.push('}');
+        text
     }
 
     pub fn parse(text: &[u8]) -> Result<LeaseAttrs, FormatError> {
@@ -370,8 +365,8 @@ impl LeaseAttrs {
             public_ip: raw.publicip.filter(|ip| !ip.is_unspecified()),
             public_ipv6: raw.publicipv6,
             backend_type: raw.backendtype.unwrap_or_default(),
-            backend_data: raw.backenddata,
-            backend_v6_data: raw.backendv6data,
+            backend_data: raw.backenddata.map(LeaseData::from),
+            backend_v6_data: raw.backendv6data.map(LeaseData::from),
         })
     }
 }
@@ -558,7 +553,7 @@ mod tests {
             public_ip: Some("192.168.0.3".parse().unwrap()),
             public_ipv6: None,
             backend_type: "vxlan".into(),
-            backend_data: Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:fd:01:02:03:04" })),
+            backend_data: Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:fd:01:02:03:04" }).into()),
             backend_v6_data: None,
         };
         let json = attrs.to_json();

@@ -219,8 +219,8 @@ mod tests {
         Peer { attrs, created }
     }
 
-    fn vxlan_data(mac: [u8; 6]) -> serde_json::Value {
-        serde_json::json!({ "VNI": 1, "VtepMAC": cnicore::mac::format(&mac) })
+    fn vxlan_data(mac: [u8; 6]) -> crate::backend::LeaseData {
+        serde_json::json!({ "VNI": 1, "VtepMAC": cnicore::mac::format(&mac) }).into()
     }
 
     fn key_of(subnet: &str) -> SubnetKey {
@@ -465,7 +465,7 @@ mod tests {
         };
         let lease = |public: &str, key: &str, created: i64| {
             let mut peer = peer(public, created);
-            let data = Some(serde_json::json!({ "PublicKey": key, "Port": 51820 }));
+            let data = Some(serde_json::json!({ "PublicKey": key, "Port": 51820 }).into());
             peer.attrs.backend_type = "wireguard".into();
             peer.attrs.backend_data = data;
             peer

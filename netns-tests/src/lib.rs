@@ -25,6 +25,7 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod capture;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;

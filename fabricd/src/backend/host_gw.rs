@@ -27,7 +27,7 @@ impl Backend for HostGw {
         0
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> std::io::Result<Option<Value>> {
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> std::io::Result<Option<super::LeaseData>> {
         Ok(None)
     }
 

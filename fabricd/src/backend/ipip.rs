@@ -64,7 +64,7 @@ impl Backend for IpipBackend {
         OVERHEAD
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> io::Result<Option<Value>> {
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> io::Result<Option<super::LeaseData>> {
         Ok(None)
     }
 

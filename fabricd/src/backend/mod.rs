@@ -46,7 +46,7 @@ pub trait Backend: fmt::Debug + Send + Sync {
 
     /// This node's lease data for `family` (flannel's `BackendData`, `BackendV6Data`) as flannel writes it,
     /// for a node at `local`; None when the backend has none. An error when the node's key cannot be read.
-    fn lease_data(&self, family: Family, local: IpAddr) -> io::Result<Option<Value>>;
+    fn lease_data(&self, family: Family, local: IpAddr) -> io::Result<Option<LeaseData>>;
 
     /// What identifies a peer's tunnel endpoint in its lease `data` of `family` (None: the backend has no
     /// such identity), or why the data cannot be used.
@@ -101,6 +101,45 @@ pub trait Backend: fmt::Debug + Send + Sync {
         false
     }
 }
+
+/// One family's backend data of a lease, as written: flannel keeps it as Go's json.RawMessage, so its text
+/// (field order included) is written back as it was made; two are equal when their content is.
+#[derive(Debug, Clone)]
+pub struct LeaseData {
+    text: String,
+    value: Value,
+}
+
+impl LeaseData {
+    /// The data as `data` serialises (a struct: its fields in their order, as Go's encoding/json writes them).
+    pub fn of(data: &impl serde::Serialize) -> LeaseData {
+        let text = serde_json::to_string(data).expect("serialisable");
+        let value = serde_json::from_str(&text).expect("just written");
+        LeaseData { text, value }
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<Value> for LeaseData {
+    fn from(value: Value) -> LeaseData {
+        LeaseData { text: value.to_string(), value }
+    }
+}
+
+impl PartialEq for LeaseData {
+    fn eq(&self, other: &LeaseData) -> bool {
+        self.value == other.value
+    }
+}
+
+impl Eq for LeaseData {}
 
 /// A valid peer of one family, as the plan hands it to the backend.
 #[derive(Debug, Clone, Copy)]

@@ -12,7 +12,9 @@ use cnicore::netlink::{FdbEntry, Link, Neighbour, Vxlan as VxlanSettings};
 use ipnet::IpNet;
 use serde_json::Value;
 
-use super::{direct_if_same_l2, onlink_route, option, Backend, DeviceContext, OptionsError, PeerEndpoint, Wanted};
+use super::{
+    direct_if_same_l2, onlink_route, option, Backend, DeviceContext, LeaseData, OptionsError, PeerEndpoint, Wanted,
+};
 use crate::dataplane::diff::DeviceChange;
 use crate::family::Family;
 use crate::path::{PeerPath, Refusal, TunnelId};
@@ -40,6 +42,15 @@ pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
         port: option(options, "vxlan", "Port")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT),
         direct_routing: option(options, "vxlan", "DirectRouting")?.unwrap_or(false),
     }))
+}
+
+/// flannel's lease data (Go's field order).
+#[derive(serde::Serialize)]
+struct LeaseFields {
+    #[serde(rename = "VNI")]
+    vni: u32,
+    #[serde(rename = "VtepMAC")]
+    vtep_mac: String,
 }
 
 /// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
@@ -124,8 +135,9 @@ impl Backend for VxlanBackend {
         }
     }
 
-    fn lease_data(&self, _family: Family, local: IpAddr) -> io::Result<Option<Value>> {
-        Ok(Some(serde_json::json!({ "VNI": self.vni, "VtepMAC": cnicore::mac::format(&derived_vtep_mac(local)) })))
+    fn lease_data(&self, _family: Family, local: IpAddr) -> io::Result<Option<LeaseData>> {
+        let mac = cnicore::mac::format(&derived_vtep_mac(local));
+        Ok(Some(LeaseData::of(&LeaseFields { vni: self.vni, vtep_mac: mac })))
     }
 
     fn tunnel_id(&self, _family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {

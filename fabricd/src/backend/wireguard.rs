@@ -25,7 +25,7 @@ use serde_json::Value;
 #[cfg(test)]
 use super::peers_by_device;
 use super::wireguard_key::{load_or_create, PrivateKey};
-use super::{option, Backend, DeviceContext, OptionsError, PeerEndpoint, Wanted};
+use super::{option, Backend, DeviceContext, LeaseData, OptionsError, PeerEndpoint, Wanted};
 use crate::dataplane::diff::{Change, DeviceChange, Object};
 use crate::family::Family;
 use crate::path::{key_text, parse_key, PeerPath, Refusal, TunnelId};
@@ -126,7 +126,7 @@ fn node_key() -> io::Result<(PrivateKey, [u8; 32])> {
 
 /// flannel's lease data (Go's field order).
 #[derive(Serialize)]
-struct LeaseData {
+struct LeaseFields {
     #[serde(rename = "PublicKey")]
     public_key: String,
     #[serde(rename = "Port")]
@@ -134,13 +134,6 @@ struct LeaseData {
 }
 
 impl WireguardBackend {
-    fn port(&self, family: Family) -> u16 {
-        match family {
-            Family::V4 => self.listen_port,
-            Family::V6 => self.listen_port_v6,
-        }
-    }
-
     /// The device of `family` and the port it listens on.
     fn device(&self, family: Family) -> (&'static str, u16) {
         match (self.mode, family) {
@@ -200,10 +193,12 @@ impl Backend for WireguardBackend {
         }
     }
 
-    fn lease_data(&self, family: Family, _local: IpAddr) -> io::Result<Option<Value>> {
+    fn lease_data(&self, family: Family, _local: IpAddr) -> io::Result<Option<LeaseData>> {
         let (_, public) = node_key()?;
-        let data = LeaseData { public_key: key_text(&public), port: self.port(family) };
-        Ok(Some(serde_json::to_value(data).expect("serialisable")))
+        // The port the family's device listens on (flannel writes ListenPortV6 in BackendV6Data even when one
+        // device listens on ListenPort for both; peers reach that device on the IPv4 data's port).
+        let fields = LeaseFields { public_key: key_text(&public), port: self.device(family).1 };
+        Ok(Some(LeaseData::of(&fields)))
     }
 
     fn tunnel_id(&self, _family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {
@@ -238,8 +233,13 @@ impl Backend for WireguardBackend {
         let Some(endpoint) = peer.addresses[index] else {
             return PeerPath::Refused(Refusal::NoPublicIp { family: over });
         };
-        // flannel: a lease without a port is reached on this node's own port.
-        let port = peer.ports[index].unwrap_or(self.port(over));
+        // One device for both families listens on the port of the IPv4 data (flannel's ListenPort); a lease
+        // without a port is reached on this node's own port (flannel's rule).
+        let announced = match self.mode {
+            Mode::Separate => peer.ports[index],
+            _ => peer.ports[0].or(peer.ports[1]),
+        };
+        let port = announced.unwrap_or(self.device(over).1);
         PeerPath::Overlay { endpoint, port: Some(port), id: peer.id }
     }
 
@@ -376,8 +376,8 @@ mod tests {
         let key = [0x42; 32];
         let text = key_text(&key);
         let flannel = format!(r#"{{"PublicKey":"{text}","Port":51820}}"#);
-        let data = LeaseData { public_key: text.clone(), port: 51820 };
-        assert_eq!(serde_json::to_string(&data).unwrap(), flannel, "Go's field order");
+        let data = LeaseFields { public_key: text.clone(), port: 51820 };
+        assert_eq!(LeaseData::of(&data).text(), flannel, "Go's field order");
         let wg = backend(serde_json::json!({ "Type": "wireguard" }));
         let value: Value = serde_json::from_str(&flannel).unwrap();
         assert_eq!(wg.tunnel_id(Family::V4, Some(&value)), Ok(Some(TunnelId::PublicKey(key))));
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(endpoint("separate", "v4"), "192.168.60.3 51820");
         assert_eq!(endpoint("separate", "v6"), "fd00:60::3 51821");
         assert_eq!(endpoint("ipv4", "v6"), "192.168.60.3 51820");
-        assert_eq!(endpoint("ipv6", "v4"), "fd00:60::3 51821");
+        assert_eq!(endpoint("ipv6", "v4"), "fd00:60::3 51820", "one device: the IPv4 data's port, its ListenPort");
         assert_eq!(endpoint("auto", "v6"), "192.168.60.3 51820", "IPv4 when both ends have it");
     }
 

@@ -410,7 +410,9 @@ mod tests {
             assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
             // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
             let mut changed = node(10);
-            changed.backend_data.as_mut().unwrap()["VNI"] = 4.into();
+            let mut data = changed.backend_data.unwrap().value().clone();
+            data["VNI"] = 4.into();
+            changed.backend_data = Some(data.into());
             let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
             assert_eq!(same, subnet);
             assert_ne!(new_token, token);
@@ -446,7 +448,7 @@ mod tests {
             let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
             // Written by hand at a lower subnet, with this node's address and another MAC.
             let mut forged = node(10);
-            forged.backend_data = Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:00:00:00:00:01" }));
+            forged.backend_data = Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:00:00:00:00:01" }).into());
             store.create(net("10.244.1.0/24"), &forged).await.unwrap();
             let previous = Previous { subnet: Some(subnet), lease: Some(token) };
             assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));

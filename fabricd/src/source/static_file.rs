@@ -22,6 +22,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{Cluster, Peer};
+use crate::backend::LeaseData;
 use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log;
 
@@ -70,14 +71,15 @@ pub fn load(path: &std::path::Path) -> Result<Cluster, String> {
     };
     let own = check("Subnet", SubnetKey { v4: file.subnet, v6: file.ipv6subnet })?;
     // The data the backend would announce for a node at that address, with the VtepMAC the file gives.
-    let data = |family: Family, public: Option<IpAddr>, mac: Option<String>| -> Result<Option<Value>, String> {
+    let data = |family: Family, public: Option<IpAddr>, mac: Option<String>| -> Result<Option<LeaseData>, String> {
         let data = public.map(|public| config.backend.lease_data(family, public)).transpose();
-        let Some(mut data) = data.map_err(|e| fail(e.to_string()))?.flatten() else { return Ok(None) };
+        let Some(data) = data.map_err(|e| fail(e.to_string()))?.flatten() else { return Ok(None) };
+        let mut data = data.value().clone();
         if let (Some(text), Some(fields)) = (mac, data.as_object_mut()) {
             crate::backend::vxlan::parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?;
             fields.insert("VtepMAC".into(), Value::String(text));
         }
-        Ok(Some(data))
+        Ok(Some(LeaseData::from(data)))
     };
     let mut peers = BTreeMap::new();
     for (position, peer) in file.peers.into_iter().enumerate() {
