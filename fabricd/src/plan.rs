@@ -179,17 +179,9 @@ mod tests {
     use super::*;
     use crate::backend::vxlan::derived_vtep_mac;
     use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
-    use std::net::Ipv4Addr;
 
     fn underlay() -> Underlay {
-        Underlay {
-            index: 2,
-            name: "eth0".into(),
-            mtu: 1500,
-            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
-            public_ipv6: Some("fd00:50::10".parse().unwrap()),
-            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
-        }
+        Underlay::example()
     }
 
     fn ip(text: &str) -> IpAddr {

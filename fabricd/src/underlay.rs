@@ -113,3 +113,18 @@ impl Underlay {
         self.prefixes.iter().any(|p| p.contains(&ip))
     }
 }
+
+#[cfg(test)]
+impl Underlay {
+    /// A node at 192.168.50.10 and fd00:50::10 on eth0 (index 2, MTU 1500), for unit tests.
+    pub fn example() -> Underlay {
+        Underlay {
+            index: 2,
+            name: "eth0".into(),
+            mtu: 1500,
+            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
+            public_ipv6: Some("fd00:50::10".parse().unwrap()),
+            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
+        }
+    }
+}

@@ -29,6 +29,7 @@ pub mod capture;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;
+pub mod fabric_faults;
 pub mod images;
 pub mod kubenet;
 pub mod linkrig;

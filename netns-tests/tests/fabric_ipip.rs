@@ -3,9 +3,8 @@
 //! agent restart and etcd loss keep the data plane; joins and leaves. Needs a kernel with ipip
 //! (CONFIG_NET_IPIP): the VM lane runs it (`scripts/vm-lane.sh --kernel 6.1 fabric_ipip`).
 
-use std::time::{Duration, Instant};
-
 use netns_tests::fabric::{config, mesh, ping, pods, start_all, wait_for, wait_routes, Cluster, CONVERGE, READY};
+use netns_tests::fabric_faults::{join_and_leave, kill_etcd_and_watch_routes, restart_etcd};
 use netns_tests::json;
 use netns_tests::linkrig::skip_without_kind;
 use nix::sys::signal::Signal;
@@ -96,41 +95,17 @@ fn ipip_keeps_the_data_plane_through_outages_and_follows_joins_and_leaves() {
     let subnets = start_all(&mut cluster);
     wait_routes(&cluster, 2);
     let mut pods = pods(&mut cluster);
-    let before: Vec<Vec<String>> = cluster.nodes.iter().map(|n| n.fabric_routes()).collect();
 
-    // etcd killed: nothing removed, pods keep talking; agent killed and restarted: same subnet, same routes.
-    cluster.etcd.as_mut().unwrap().kill();
-    let outage = Instant::now();
-    while outage.elapsed() < Duration::from_secs(3) {
-        let now: Vec<Vec<String>> = cluster.nodes.iter().map(|n| n.fabric_routes()).collect();
-        assert_eq!(now, before, "a route changed during the store outage");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // etcd killed: nothing removed, pods keep talking; an agent killed and restarted: same subnet, same routes.
+    kill_etcd_and_watch_routes(&mut cluster);
     mesh(&cluster, &pods);
     cluster.nodes[2].stop(Signal::SIGKILL);
     mesh(&cluster, &pods);
-    let infra = &cluster.infra as *const netns_tests::TestNetns;
-    // SAFETY: the infra namespace outlives this call; the borrow checker cannot see etcd and infra apart.
-    cluster.etcd.as_mut().unwrap().restart(unsafe { &*infra });
+    restart_etcd(&mut cluster);
     cluster.nodes[2].start();
     assert_eq!(cluster.nodes[2].wait_ready(READY), subnets[2]);
     wait_routes(&cluster, 2);
 
-    // Join, then leave.
-    let new = cluster.add_node(1, &[]);
-    cluster.nodes[new].start();
-    let subnet = cluster.nodes[new].wait_ready(READY);
-    wait_routes(&cluster, 3);
-    let (pod, ip) = cluster.nodes[new].add_pod();
-    pods.push((new, pod, ip));
-    mesh(&cluster, &pods);
-    cluster.nodes[new].stop(Signal::SIGTERM);
-    let cleanup = cluster.nodes[new].run(&["cleanup"]);
-    assert!(cleanup.success(), "{}", cleanup.stderr);
-    let left = wait_for(CONVERGE, || {
-        cluster.nodes[..new].iter().all(|n| !n.fabric_routes().iter().any(|r| r.starts_with(&subnet.to_string())))
-    });
-    assert!(left.is_some(), "routes to the departed node remain");
-    pods.pop();
-    mesh(&cluster, &pods);
+    // A join on the far segment, then its leave.
+    join_and_leave(&mut cluster, 1, &mut pods, 2, |_, _| {});
 }

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cnicore::netlink::{Netlink, WgPeer, Wireguard};
 use netns_tests::capture::{contains, udp_ports, Capture};
@@ -15,6 +15,7 @@ use netns_tests::fabric::{
     config, dual_config, mesh, mesh_all, pods, pods_all, start_all, wait_for, wait_routes, wait_routes6, Cluster,
     FabricNode, CONVERGE, READY,
 };
+use netns_tests::fabric_faults::{join_and_leave, kill_etcd_and_watch_routes, restart_etcd};
 use netns_tests::json;
 use netns_tests::linkrig::skip_without_kind;
 use nix::sys::signal::Signal;
@@ -101,19 +102,10 @@ fn wireguard_three_nodes_encrypted_with_restart_outage_joins_and_leaves() {
     assert!(!frames.iter().any(|f| contains(f, &[0xc0, 0xff, 0xee, 0xc0, 0xff, 0xee])), "a payload in clear");
 
     // etcd killed, then an agent killed: nothing moves, pods keep talking; restarted: the same key and subnet.
-    let before: Vec<Vec<String>> = cluster.nodes.iter().map(|n| n.fabric_routes()).collect();
-    cluster.etcd.as_mut().unwrap().kill();
-    let outage = Instant::now();
-    while outage.elapsed() < Duration::from_secs(3) {
-        let now: Vec<Vec<String>> = cluster.nodes.iter().map(|n| n.fabric_routes()).collect();
-        assert_eq!(now, before, "a route changed during the store outage");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    kill_etcd_and_watch_routes(&mut cluster);
     cluster.nodes[2].stop(Signal::SIGKILL);
     mesh(&cluster, &pods);
-    let infra = &cluster.infra as *const netns_tests::TestNetns;
-    // SAFETY: the infra namespace outlives this call; the borrow checker cannot see etcd and infra apart.
-    cluster.etcd.as_mut().unwrap().restart(unsafe { &*infra });
+    restart_etcd(&mut cluster);
     let lease_before = lease_of(&cluster, &cluster.nodes[2]);
     cluster.nodes[2].start();
     assert_eq!(cluster.nodes[2].wait_ready(READY), subnets[2]);
@@ -121,25 +113,15 @@ fn wireguard_three_nodes_encrypted_with_restart_outage_joins_and_leaves() {
     assert_eq!(lease_of(&cluster, &cluster.nodes[2]), lease_before, "the same key after a restart");
     mesh(&cluster, &pods);
 
-    // A join on the far segment, then its leave: every peer set follows.
-    let new = cluster.add_node(1, &[]);
-    cluster.nodes[new].start();
-    let subnet = cluster.nodes[new].wait_ready(READY);
-    wait_routes(&cluster, 3);
-    assert!(wg_peers(&cluster.nodes[0], "flannel-wg").iter().any(|p| p.allowed_ips == [subnet]));
-    let (pod, ip) = cluster.nodes[new].add_pod();
-    pods.push((new, pod, ip));
-    mesh(&cluster, &pods);
-    cluster.nodes[new].stop(Signal::SIGTERM);
-    let cleanup = cluster.nodes[new].run(&["cleanup"]);
-    assert!(cleanup.success(), "{}", cleanup.stderr);
-    let left = wait_for(CONVERGE, || cluster.nodes[..new].iter().all(|n| n.fabric_routes().len() == 2));
-    assert!(left.is_some(), "routes to the departed node remain");
+    // A join on the far segment, then its leave: every peer set follows, the device goes with cleanup.
+    let joined = |cluster: &Cluster, subnet| {
+        assert!(wg_peers(&cluster.nodes[0], "flannel-wg").iter().any(|p| p.allowed_ips == [subnet]));
+    };
+    join_and_leave(&mut cluster, 1, &mut pods, 2, joined);
     let gone = wait_for(CONVERGE, || wg_peers(&cluster.nodes[0], "flannel-wg").len() == 2);
     assert!(gone.is_some(), "the departed node's peer remains");
-    assert!(!cluster.nodes[new].node.links().contains(&"flannel-wg".to_string()), "cleanup removes the device");
-    pods.pop();
-    mesh(&cluster, &pods);
+    let departed = cluster.nodes.last().unwrap();
+    assert!(!departed.node.links().contains(&"flannel-wg".to_string()), "cleanup removes the device");
 }
 
 #[test]

@@ -109,14 +109,7 @@ mod tests {
     use super::*;
 
     fn underlay() -> Underlay {
-        Underlay {
-            index: 2,
-            name: "eth0".into(),
-            mtu: 1500,
-            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
-            public_ipv6: Some("fd00:50::10".parse().unwrap()),
-            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
-        }
+        Underlay::example()
     }
 
     fn peer(ip: &str) -> PeerEndpoint<'static> {

@@ -312,21 +312,13 @@ impl Backend for WireguardBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::Ipv4Addr;
 
     fn backend(options: Value) -> Arc<dyn Backend> {
         parse(&options).unwrap()
     }
 
     fn underlay() -> Underlay {
-        Underlay {
-            index: 2,
-            name: "eth0".into(),
-            mtu: 1500,
-            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
-            public_ipv6: Some("fd00:50::10".parse().unwrap()),
-            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
-        }
+        Underlay::example()
     }
 
     fn peer<'a>(public_ip: &str, key: u8) -> PeerEndpoint<'a> {
