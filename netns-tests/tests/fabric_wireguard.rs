@@ -85,6 +85,20 @@ fn wireguard_three_nodes_encrypted_with_restart_outage_joins_and_leaves() {
     assert_eq!(far.endpoint, Some(format!("{}:51820", cluster.nodes[2].ip).parse().unwrap()));
     assert!(far.preshared_key.is_some() && far.keepalive == 25);
 
+    // In sync: status sees nothing to change (the peers read back as they were set), and a resync changes
+    // nothing (no peer rewritten every pass).
+    let status = node.run(&["status"]);
+    assert!(status.success() && status.stdout_text.contains("in sync"), "{}{}", status.stdout_text, status.stderr);
+    let far_line = format!(
+        "{} node {}: wireguard to {} port 51820 (PublicKey ",
+        subnets[2], cluster.nodes[2].ip, cluster.nodes[2].ip
+    );
+    assert!(status.stdout_text.contains(&far_line), "{}", status.stdout_text);
+    let applied = |node: &FabricNode| node.log().matches("applied").count();
+    let settled = applied(node);
+    std::thread::sleep(Duration::from_secs(11));
+    assert_eq!(applied(node), settled, "a resync changed something:\n{}", node.log());
+
     // Pods mesh, and the underlay carries only wireguard's UDP: no pod address, no payload in clear.
     let mut pods = pods(&mut cluster);
     let capture = Capture::start(&cluster.infra, "n1");
