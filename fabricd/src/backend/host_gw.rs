@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{direct_if_same_l2, Backend, OptionsError, PeerEndpoint};
+use super::contract::{direct_if_same_l2, Backend, LeaseData, OptionsError, PeerEndpoint};
 use crate::family::Family;
 use crate::path::{PeerPath, Refusal};
 use crate::underlay::Underlay;
@@ -27,7 +27,7 @@ impl Backend for HostGw {
         0
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> std::io::Result<Option<super::LeaseData>> {
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> std::io::Result<Option<LeaseData>> {
         Ok(None)
     }
 

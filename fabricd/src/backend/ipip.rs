@@ -11,7 +11,10 @@ use cnicore::netlink::{Ipip, Link};
 use ipnet::IpNet;
 use serde_json::Value;
 
-use super::{direct_if_same_l2, onlink_route, option, Backend, DeviceContext, OptionsError, PeerEndpoint, Wanted};
+use super::contract::{
+    direct_if_same_l2, onlink_route, option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted,
+};
+use super::device::DeviceContext;
 use crate::dataplane::diff::DeviceChange;
 use crate::family::Family;
 use crate::path::{PeerPath, Refusal};
@@ -64,7 +67,7 @@ impl Backend for IpipBackend {
         OVERHEAD
     }
 
-    fn lease_data(&self, _family: Family, _local: IpAddr) -> io::Result<Option<super::LeaseData>> {
+    fn lease_data(&self, _family: Family, _local: IpAddr) -> io::Result<Option<LeaseData>> {
         Ok(None)
     }
 

@@ -12,9 +12,10 @@ use cnicore::netlink::{FdbEntry, Link, Neighbour, Vxlan as VxlanSettings};
 use ipnet::IpNet;
 use serde_json::Value;
 
-use super::{
-    direct_if_same_l2, onlink_route, option, Backend, DeviceContext, LeaseData, OptionsError, PeerEndpoint, Wanted,
+use super::contract::{
+    direct_if_same_l2, onlink_route, option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted,
 };
+use super::device::DeviceContext;
 use crate::dataplane::diff::DeviceChange;
 use crate::family::Family;
 use crate::path::{PeerPath, Refusal, TunnelId};

@@ -23,9 +23,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 #[cfg(test)]
-use super::peers_by_device;
+use super::contract::peers_by_device;
+use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted};
+use super::device::DeviceContext;
 use super::wireguard_key::{load_or_create, PrivateKey};
-use super::{option, Backend, DeviceContext, LeaseData, OptionsError, PeerEndpoint, Wanted};
 use crate::dataplane::diff::{Change, DeviceChange, Object};
 use crate::family::Family;
 use crate::path::{key_text, parse_key, PeerPath, Refusal, TunnelId};
