@@ -5,6 +5,9 @@
 //! on it and parse only the attributes they need (see [`wire`] for why). Errors are
 //! `std::io::Error`s carrying the kernel's errno, so callers can test e.g.
 //! `e.raw_os_error() == Some(libc::EEXIST)` (see [`is_exists`] and [`is_not_found`]).
+//!
+//! Tunnel devices: [`vxlan`], [`tunnel`] (ipip, and the wireguard link). Generic netlink: [`genl`] (a
+//! NETLINK_GENERIC socket, family ids from nlctrl) and [`wireguard`] (a wireguard device's key, port and peers).
 
 pub mod addr;
 pub mod bridge_vlan;
