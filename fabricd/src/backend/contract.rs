@@ -270,3 +270,27 @@ pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, WgPeer)>) -> Vec<(u32, 
     }
     wanted
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_device_gets_its_wanted_peers_even_none() {
+        let peer = |key: u8, subnet: &str| WgPeer {
+            public_key: [key; 32],
+            preshared_key: None,
+            endpoint: None,
+            keepalive: 0,
+            allowed_ips: vec![subnet.parse().unwrap()],
+        };
+        let wanted = peers_by_device(
+            &[3, 7, 3],
+            vec![(7, peer(1, "10.244.2.0/24")), (7, peer(1, "fd00:10:244:2::/64")), (9, peer(2, "10.244.3.0/24"))],
+        );
+        assert_eq!(wanted.len(), 2, "one entry per device; a peer of no device of this pass is dropped");
+        assert_eq!(wanted[0], (3, Vec::new()), "a device whose peers all left: its peers are all removed");
+        let (index, peers) = &wanted[1];
+        assert_eq!((*index, peers.len(), peers[0].allowed_ips.len()), (7, 1, 2), "both families on one peer");
+    }
+}
