@@ -4,9 +4,9 @@
 //! The store is not trusted: any node, or a typo, can write a lease, and one bad lease must not cut a node
 //! off or take over another node's traffic. A lease is used only if its subnet lies inside the cluster's
 //! Network with the configured length; its public address is unicast, not loopback, not this node's and not
-//! another lease's; its VtepMAC (vxlan) is unicast and not this node's or another lease's; and its route would
-//! neither replace nor shadow a route that fabricd did not make. Of two leases claiming one address or MAC,
-//! the older keeps it.
+//! another lease's; its tunnel identity (vxlan's VtepMAC, wireguard's PublicKey) valid and not this node's or
+//! another lease's; and its route would neither replace nor shadow a route that fabricd did not make. Of two
+//! leases claiming one address or identity, the older keeps it.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -139,7 +139,7 @@ fn refusal(
 /// fabricd did not make: one for the same destination (replace would overwrite it), or one it overlaps that
 /// is not broader than the cluster's `network` (a default or supernet route is what peers' routes refine). A
 /// route for the same destination that already goes where fabricd would send it (flanneld's, on a node moved
-/// from it) is taken over instead. `device`: the family's vxlan device's index.
+/// from it) is taken over instead. `device`: the family's tunnel device's index.
 pub fn refuse_route_conflicts(
     paths: &mut BTreeMap<IpNet, PeerPath>,
     network: IpNet,

@@ -3,7 +3,7 @@
 //!
 //! Everything here is synchronous (cnicore's netlink is); the agent runs it on a blocking thread. Routes that
 //! fabricd makes carry the protocol [`ROUTE_PROTOCOL`], so it only ever removes routes it made; neighbour and
-//! FDB entries live on its own vxlan device.
+//! FDB entries live on its own vxlan device, wireguard peers on its own wireguard device.
 
 pub mod diff;
 
