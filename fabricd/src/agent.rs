@@ -141,7 +141,8 @@ impl Agent {
         }
         Metrics::set(&self.metrics.ready, ok as u64);
         let underlay = self.dataplane_mut().underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-        let mtu = pod_mtu(&cluster.config, &underlay);
+        let families = cluster.config.families().map(|f| f.family());
+        let mtu = pod_mtu(&*cluster.config.backend, families, &underlay);
         self.masquerade_if_due(cluster);
         self.write_files(cluster, mtu, ok);
         self.schedule(ok);

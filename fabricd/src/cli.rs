@@ -69,6 +69,10 @@ pub struct Cli {
     /// Firewall backend for the masquerade: iptables or nftables (default: iptables when installed).
     #[arg(long, global = true)]
     pub firewall_backend: Option<String>,
+    /// The wireguard backend's private key, created (0600) when missing (default: $WIREGUARD_KEY_FILE, else
+    /// `wgkey` beside --subnet-file: flannel's /run/flannel/wgkey).
+    #[arg(long)]
+    pub wireguard_key_file: Option<PathBuf>,
     /// Serve Prometheus metrics here ("" to disable).
     #[arg(long, global = true, default_value = "127.0.0.1:9799")]
     pub metrics_addr: String,
@@ -150,6 +154,16 @@ impl Cli {
             subnet_file: self.subnet_file.clone(),
             ipam_data_dir: self.cni_ipam_data_dir.clone(),
         }
+    }
+
+    /// Where the wireguard key is kept (see --wireguard-key-file).
+    pub fn wireguard_key_file(&self) -> PathBuf {
+        let beside_subnet_file = || self.subnet_file.with_file_name("wgkey");
+        self.wireguard_key_file.clone().unwrap_or_else(|| {
+            std::env::var_os(crate::backend::wireguard::KEY_FILE_VARIABLE)
+                .map(PathBuf::from)
+                .unwrap_or_else(beside_subnet_file)
+        })
     }
 
     /// The subnet and lease remembered in subnet.env.

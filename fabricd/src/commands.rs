@@ -1,8 +1,9 @@
 //! The one-shot commands: `status`, `cleanup`, and the hidden `acquire` (a client for tests).
 
+use crate::backend;
 use crate::cli::Cli;
 use crate::dataplane::diff::{Change, DeviceChange};
-use crate::dataplane::{self, Dataplane};
+use crate::dataplane::Dataplane;
 use crate::error::{Error, Result};
 use crate::flannel::Family;
 use crate::log::{log, summary};
@@ -34,8 +35,10 @@ pub async fn status(cli: &Cli) -> Result<i32> {
             let family = Family::of(&subnet.addr());
             let how = match report.paths.get(&subnet) {
                 Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
-                Some(PeerPath::Overlay { vtep_mac, endpoint }) => {
-                    format!("vxlan to {endpoint} (VTEP {})", cnicore::mac::format(vtep_mac))
+                Some(PeerPath::Overlay { endpoint, port, id }) => {
+                    let port = port.map(|p| format!(" port {p}")).unwrap_or_default();
+                    let id = id.map(|id| format!(" ({id})")).unwrap_or_default();
+                    format!("{} to {endpoint}{port}{id}", cluster.config.backend.type_name())
                 }
                 Some(PeerPath::Refused(reason)) => format!("REFUSED: {reason}"),
                 None => format!("not used ({family} is not enabled)"),
@@ -52,7 +55,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
             .routes(family.netlink(), cnicore::netlink::RT_TABLE_MAIN)
             .map_err(|e| Error::netlink("reading the routes", e))?
             .into_iter()
-            .filter(|r| r.protocol == Some(dataplane::ROUTE_PROTOCOL))
+            .filter(|r| r.protocol == Some(crate::underlay::ROUTE_PROTOCOL))
             .count();
     }
     println!("routes made by fabricd: {ours}");
@@ -90,7 +93,7 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
     match source.current(&identity, cli.previous()).await {
         Ok(cluster) => {
             subnet = Some(cluster.subnet);
-            devices.extend(Family::ALL.map(|f| cluster.config.vxlan_device(f)));
+            devices.extend(Family::ALL.into_iter().filter_map(|f| cluster.config.backend.device_name(f)));
             match source.release(&cluster).await {
                 Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
                 Ok(false) => {}
@@ -105,11 +108,10 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
             code = 1;
         }
     }
-    // A vxlan device of ours under any VNI, of either family.
+    // A device of ours under any backend's options (a vxlan device of any VNI), of either family.
     let links = dataplane.netlink().links().map_err(|e| Error::netlink("listing links", e))?;
     for link in links {
-        let named = link.name.starts_with("flannel.") || link.name.starts_with("flannel-v6.");
-        if named && link.kind.as_deref() == Some("vxlan") && !devices.contains(&link.name) {
+        if backend::any_owns_link(&link.name, link.kind.as_deref()) && !devices.contains(&link.name) {
             devices.push(link.name);
         }
     }

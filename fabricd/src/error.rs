@@ -87,6 +87,8 @@ pub enum Error {
     Cni { what: String, source: cnicore::spec::Error },
     /// The cluster's config, a flag or a file is not usable.
     Config(String),
+    /// The network config in the store is not usable.
+    Format(crate::flannel::FormatError),
     /// The store holds something fabricd cannot use (no config, no free subnet, no lease of this node).
     Store(String),
     /// The network config does not hold the node's subnet (its lease, or the one in subnet.env): the node
@@ -137,6 +139,7 @@ impl fmt::Display for Error {
                  (changed since the node got it): its pods would lose their addresses. Put the config back, or \
                  drain the node and run `fabricd cleanup` to move it to the new Network"
             ),
+            Error::Format(e) => write!(f, "{e}"),
         }
     }
 }

@@ -8,96 +8,52 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::backend::{BackendConfig, LeaseData, OptionsError};
+use crate::family::number;
+pub use crate::family::Family;
+
 /// The default flanneld `--etcd-prefix`.
 pub const DEFAULT_PREFIX: &str = "/coreos.com/network";
-/// The vxlan backend's defaults (flannel's `flannel.<VNI>` device, VNI 1, the kernel's port 8472).
-pub const DEFAULT_VNI: u32 = 1;
-pub const DEFAULT_VXLAN_PORT: u16 = 8472;
-/// Bytes of a vxlan header over IPv4: outer IP 20 + UDP 8 + VXLAN 8 + inner Ethernet 14.
-pub const VXLAN_OVERHEAD: u32 = 50;
-/// Over IPv6 the outer IP header is 40 bytes: 70.
-pub const VXLAN_OVERHEAD_V6: u32 = 70;
-
-/// An address family: the cluster's networks, leases, routes and devices exist once per family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    V4,
-    V6,
+/// Why a network config or a lease in flannel's format cannot be used.
+#[derive(Debug)]
+pub enum FormatError {
+    /// Not JSON of the expected shape (`what`: "network config", "lease").
+    Json { what: &'static str, source: serde_json::Error },
+    /// A key the config needs is missing.
+    Missing(&'static str),
+    /// Neither `EnableIPv4` nor `EnableIPv6`.
+    NoFamily,
+    /// The subnet length (`key`) does not fit in the network.
+    SubnetLen { key: &'static str, length: u8, network: IpNet },
+    /// The leasable range (`keys`) is not inside the network.
+    SubnetRange { keys: &'static str, min: IpAddr, max: IpAddr, network: IpNet },
+    /// The `Backend` object.
+    Backend(OptionsError),
 }
 
-impl Family {
-    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
-
-    pub fn of(ip: &IpAddr) -> Family {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    pub fn bits(self) -> u8 {
-        match self {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        }
-    }
-
-    /// The vxlan overhead over an underlay of this family.
-    pub fn vxlan_overhead(self) -> u32 {
-        match self {
-            Family::V4 => VXLAN_OVERHEAD,
-            Family::V6 => VXLAN_OVERHEAD_V6,
-        }
-    }
-
-    pub fn netlink(self) -> cnicore::netlink::IpFamily {
-        match self {
-            Family::V4 => cnicore::netlink::IpFamily::V4,
-            Family::V6 => cnicore::netlink::IpFamily::V6,
-        }
-    }
-
-    fn address(self, value: u128) -> IpAddr {
-        match self {
-            Family::V4 => IpAddr::V4(Ipv4Addr::from(value as u32)),
-            Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
-        }
-    }
-}
-
-impl std::fmt::Display for Family {
+impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        })
-    }
-}
-
-fn number(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(ip) => u32::from(ip) as u128,
-        IpAddr::V6(ip) => u128::from(ip),
-    }
-}
-
-/// How packets reach another node's pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendKind {
-    /// A route to each peer's subnet via its node address: peers must share the L2 segment.
-    HostGw,
-    /// An overlay; with `direct_routing`, peers on the same L2 segment get host-gw routes instead.
-    Vxlan { direct_routing: bool },
-}
-
-impl BackendKind {
-    /// The `BackendType` of a lease.
-    pub fn type_name(self) -> &'static str {
         match self {
-            BackendKind::HostGw => "host-gw",
-            BackendKind::Vxlan { .. } => "vxlan",
+            FormatError::Json { what, source } => write!(f, "bad {what}: {source}"),
+            FormatError::Missing(key) => write!(f, "bad network config: {key:?} is missing"),
+            FormatError::NoFamily => f.write_str("bad network config: neither EnableIPv4 nor EnableIPv6"),
+            FormatError::SubnetLen { key, length, network } => {
+                write!(f, "bad network config: {key} {length} does not fit in {network}")
+            }
+            FormatError::SubnetRange { keys, min, max, network } => {
+                write!(f, "bad network config: {keys} {min}..{max} not in {network}")
+            }
+            FormatError::Backend(e) => write!(f, "bad network config: {e}"),
         }
     }
+}
+
+impl std::error::Error for FormatError {}
+
+/// The keys that name one family's subnet length and range in the config.
+struct FamilyKeys {
+    length: &'static str,
+    range: &'static str,
 }
 
 /// One family's address plan: its Network, the length of a node's subnet, and the leasable range.
@@ -119,13 +75,14 @@ impl FamilyNetwork {
         min: Option<IpAddr>,
         max: Option<IpAddr>,
         default_len: u8,
-    ) -> Result<FamilyNetwork, String> {
+        keys: FamilyKeys,
+    ) -> Result<FamilyNetwork, FormatError> {
         let network = network.trunc();
         let family = Family::of(&network.addr());
         let subnet_len = subnet_len.unwrap_or(default_len);
         let limit = family.bits() - 2;
         if subnet_len <= network.prefix_len() || subnet_len > limit {
-            return Err(format!("bad network config: subnet length {subnet_len} does not fit in {network}"));
+            return Err(FormatError::SubnetLen { key: keys.length, length: subnet_len, network });
         }
         let size = 1u128 << (family.bits() - subnet_len);
         let first = family.address(number(network.network()) + size);
@@ -133,7 +90,7 @@ impl FamilyNetwork {
         let subnet_min = min.unwrap_or(first);
         let subnet_max = max.unwrap_or(last);
         if !network.contains(&subnet_min) || !network.contains(&subnet_max) || subnet_min > subnet_max {
-            return Err(format!("bad network config: subnet range {subnet_min}..{subnet_max} not in {network}"));
+            return Err(FormatError::SubnetRange { keys: keys.range, min: subnet_min, max: subnet_max, network });
         }
         Ok(FamilyNetwork { network, subnet_len, subnet_min, subnet_max })
     }
@@ -199,9 +156,8 @@ pub struct NetworkConfig {
     pub v4: Option<FamilyNetwork>,
     /// `EnableIPv6`: `IPv6Network`, `IPv6SubnetLen`, `IPv6SubnetMin`, `IPv6SubnetMax`.
     pub v6: Option<FamilyNetwork>,
-    pub backend: BackendKind,
-    pub vni: u32,
-    pub port: u16,
+    /// The `Backend` object and the backend it configures.
+    pub backend: BackendConfig,
 }
 
 #[derive(Deserialize)]
@@ -217,37 +173,24 @@ struct RawConfig {
     ipv6subnetlen: Option<u8>,
     ipv6subnetmin: Option<Ipv6Addr>,
     ipv6subnetmax: Option<Ipv6Addr>,
-    backend: Option<RawBackend>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-struct RawBackend {
-    r#type: Option<String>,
-    vni: Option<u32>,
-    port: Option<u16>,
-    directrouting: Option<bool>,
+    backend: Option<Value>,
 }
 
 /// flannel writes and reads these with Go's encoding/json: keys match case-insensitively and null is absent,
 /// as `cnicore::spec::gojson` decodes them.
-fn parse_go<T: serde::de::DeserializeOwned>(text: &[u8]) -> Result<T, String> {
-    cnicore::spec::gojson::from_slice(text).map_err(|e| e.to_string())
+fn parse_go<T: serde::de::DeserializeOwned>(what: &'static str, text: &[u8]) -> Result<T, FormatError> {
+    cnicore::spec::gojson::from_slice(text).map_err(|source| FormatError::Json { what, source })
 }
 
 impl NetworkConfig {
-    pub fn parse(text: &[u8]) -> Result<NetworkConfig, String> {
-        let raw: RawConfig = parse_go(text).map_err(|e| format!("bad network config: {e}"))?;
-        let backend_raw = raw.backend.unwrap_or_default();
-        let backend = match backend_raw.r#type.as_deref().unwrap_or("udp") {
-            "host-gw" => BackendKind::HostGw,
-            "vxlan" => BackendKind::Vxlan { direct_routing: backend_raw.directrouting.unwrap_or(false) },
-            other => return Err(format!("backend type {other:?} is not supported: use \"vxlan\" or \"host-gw\"")),
-        };
+    pub fn parse(text: &[u8]) -> Result<NetworkConfig, FormatError> {
+        let raw: RawConfig = parse_go("network config", text)?;
+        let backend =
+            BackendConfig::parse(raw.backend.unwrap_or_else(|| serde_json::json!({}))).map_err(FormatError::Backend)?;
         let v4 = match raw.enableipv4.unwrap_or(true) {
             false => None,
             true => {
-                let network = raw.network.ok_or("bad network config: \"Network\" is missing")?.trunc();
+                let network = raw.network.ok_or(FormatError::Missing("Network"))?.trunc();
                 // /24 subnets in a network of /22 or larger, else 4 bits more than the network.
                 let default_len = if network.prefix_len() < 24 { 24 } else { network.prefix_len() + 4 };
                 let length = raw.subnetlen.filter(|l| *l > 0);
@@ -257,15 +200,15 @@ impl NetworkConfig {
                     raw.subnetmin.map(IpAddr::V4),
                     raw.subnetmax.map(IpAddr::V4),
                     default_len,
-                )
-                .map_err(|e| e.replace("subnet length", "SubnetLen").replace("subnet range", "SubnetMin/SubnetMax"))?;
+                    FamilyKeys { length: "SubnetLen", range: "SubnetMin/SubnetMax" },
+                )?;
                 Some(network)
             }
         };
         let v6 = match raw.enableipv6.unwrap_or(false) {
             false => None,
             true => {
-                let network = raw.ipv6network.ok_or("bad network config: \"IPv6Network\" is missing")?.trunc();
+                let network = raw.ipv6network.ok_or(FormatError::Missing("IPv6Network"))?.trunc();
                 // flannel: /64 subnets in a network of /62 or larger, else 2 bits more than the network.
                 let default_len = if network.prefix_len() <= 62 { 64 } else { network.prefix_len() + 2 };
                 let length = raw.ipv6subnetlen.filter(|l| *l > 0);
@@ -275,26 +218,15 @@ impl NetworkConfig {
                     raw.ipv6subnetmin.map(IpAddr::V6),
                     raw.ipv6subnetmax.map(IpAddr::V6),
                     default_len,
-                )
-                .map_err(|e| {
-                    e.replace("subnet length", "IPv6SubnetLen").replace("subnet range", "IPv6SubnetMin/IPv6SubnetMax")
-                })?;
+                    FamilyKeys { length: "IPv6SubnetLen", range: "IPv6SubnetMin/IPv6SubnetMax" },
+                )?;
                 Some(network)
             }
         };
         if v4.is_none() && v6.is_none() {
-            return Err("bad network config: neither EnableIPv4 nor EnableIPv6".into());
+            return Err(FormatError::NoFamily);
         }
-        Ok(NetworkConfig {
-            v4,
-            v6,
-            backend,
-            vni: backend_raw.vni.unwrap_or(DEFAULT_VNI),
-            port: match backend_raw.port {
-                None | Some(0) => DEFAULT_VXLAN_PORT,
-                Some(port) => port,
-            },
-        })
+        Ok(NetworkConfig { v4, v6, backend })
     }
 
     /// The plan of `family`, when it is enabled.
@@ -322,14 +254,6 @@ impl NetworkConfig {
             (None, None) => true,
             _ => false,
         })
-    }
-
-    /// The vxlan device of `family`: flannel's `flannel.<VNI>` and `flannel-v6.<VNI>`.
-    pub fn vxlan_device(&self, family: Family) -> String {
-        match family {
-            Family::V4 => format!("flannel.{}", self.vni),
-            Family::V6 => format!("flannel-v6.{}", self.vni),
-        }
     }
 }
 
@@ -367,13 +291,6 @@ impl std::fmt::Display for SubnetKey {
     }
 }
 
-/// One family's backend data (`BackendData`, `BackendV6Data`): vxlan's VNI and VTEP MAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VxlanData {
-    pub vni: Option<u32>,
-    pub vtep_mac: Option<[u8; 6]>,
-}
-
 /// A lease's value: the node's public addresses and how to reach its pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseAttrs {
@@ -381,8 +298,9 @@ pub struct LeaseAttrs {
     pub public_ip: Option<Ipv4Addr>,
     pub public_ipv6: Option<Ipv6Addr>,
     pub backend_type: String,
-    pub backend_data: Option<VxlanData>,
-    pub backend_v6_data: Option<VxlanData>,
+    /// `BackendData`, `BackendV6Data`: each family's data of the backend, as written (the backend reads it).
+    pub backend_data: Option<LeaseData>,
+    pub backend_v6_data: Option<LeaseData>,
 }
 
 impl LeaseAttrs {
@@ -400,31 +318,12 @@ impl LeaseAttrs {
     }
 
     /// The backend data of `family`.
-    pub fn data(&self, family: Family) -> Option<VxlanData> {
+    pub fn data(&self, family: Family) -> Option<&Value> {
         match family {
-            Family::V4 => self.backend_data,
-            Family::V6 => self.backend_v6_data,
+            Family::V4 => self.backend_data.as_ref().map(LeaseData::value),
+            Family::V6 => self.backend_v6_data.as_ref().map(LeaseData::value),
         }
     }
-
-    /// The VTEP MAC of `family`, if any.
-    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
-        self.data(family).and_then(|d| d.vtep_mac)
-    }
-}
-
-#[derive(Serialize)]
-struct LeaseJson {
-    #[serde(rename = "PublicIP")]
-    public_ip: String,
-    #[serde(rename = "PublicIPv6")]
-    public_ipv6: Option<String>,
-    #[serde(rename = "BackendType")]
-    backend_type: String,
-    #[serde(rename = "BackendData")]
-    backend_data: Option<Value>,
-    #[serde(rename = "BackendV6Data", skip_serializing_if = "Option::is_none")]
-    backend_v6_data: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -433,63 +332,41 @@ struct RawLease {
     publicip: Option<Ipv4Addr>,
     publicipv6: Option<Ipv6Addr>,
     backendtype: Option<String>,
-    backenddata: Option<RawBackendData>,
-    backendv6data: Option<RawBackendData>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-struct RawBackendData {
-    vni: Option<u32>,
-    vtepmac: Option<String>,
-}
-
-impl RawBackendData {
-    fn into_data(self, key: &str) -> Result<VxlanData, String> {
-        let vtep_mac = match self.vtepmac {
-            Some(text) => Some(parse_mac(&text).ok_or_else(|| format!("bad lease: {key} VtepMAC {text:?}"))?),
-            None => None,
-        };
-        Ok(VxlanData { vni: self.vni, vtep_mac })
-    }
-}
-
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let bytes: Vec<u8> = text.split(':').map(|part| u8::from_str_radix(part, 16).ok()).collect::<Option<_>>()?;
-    bytes.try_into().ok()
-}
-
-fn data_json(data: Option<VxlanData>) -> Option<Value> {
-    match data {
-        Some(VxlanData { vni: Some(vni), vtep_mac: Some(mac) }) => {
-            Some(serde_json::json!({ "VNI": vni, "VtepMAC": cnicore::mac::format(&mac) }))
-        }
-        _ => None,
-    }
+    backenddata: Option<Value>,
+    backendv6data: Option<Value>,
 }
 
 impl LeaseAttrs {
     /// The value as flanneld writes it (an IPv4 lease is byte for byte flanneld's; `BackendV6Data` only when
     /// there is IPv6 backend data).
     pub fn to_json(&self) -> String {
-        let json = LeaseJson {
-            public_ip: self.public_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).to_string(),
-            public_ipv6: self.public_ipv6.map(|ip| ip.to_string()),
-            backend_type: self.backend_type.clone(),
-            backend_data: data_json(self.backend_data),
-            backend_v6_data: data_json(self.backend_v6_data),
-        };
-        serde_json::to_string(&json).expect("serialisable")
+        fn json(value: &impl Serialize) -> String {
+            serde_json::to_string(value).expect("serialisable")
+        }
+        let public_ip = self.public_ip.unwrap_or(Ipv4Addr::UNSPECIFIED).to_string();
+        let data = |data: &Option<LeaseData>| data.as_ref().map_or("null", LeaseData::text).to_string();
+        let mut text = format!(
+            r#"{{"PublicIP":{},"PublicIPv6":{},"BackendType":{},"BackendData":{}"#,
+            json(&public_ip),
+            json(&self.public_ipv6.map(|ip| ip.to_string())),
+            json(&self.backend_type),
+            data(&self.backend_data)
+        );
+        if self.backend_v6_data.is_some() {
+            text.push_str(&format!(r#","BackendV6Data":{}"#, data(&self.backend_v6_data)));
+        }
+        text.push('}');
+        text
     }
 
-    pub fn parse(text: &[u8]) -> Result<LeaseAttrs, String> {
-        let raw: RawLease = parse_go(text).map_err(|e| format!("bad lease: {e}"))?;
+    pub fn parse(text: &[u8]) -> Result<LeaseAttrs, FormatError> {
+        let raw: RawLease = parse_go("lease", text)?;
         Ok(LeaseAttrs {
             public_ip: raw.publicip.filter(|ip| !ip.is_unspecified()),
             public_ipv6: raw.publicipv6,
             backend_type: raw.backendtype.unwrap_or_default(),
-            backend_data: raw.backenddata.map(|d| d.into_data("BackendData")).transpose()?,
-            backend_v6_data: raw.backendv6data.map(|d| d.into_data("BackendV6Data")).transpose()?,
+            backend_data: raw.backenddata.map(LeaseData::from),
+            backend_v6_data: raw.backendv6data.map(LeaseData::from),
         })
     }
 }
@@ -547,18 +424,20 @@ mod tests {
         assert_eq!(v4.network, net("10.244.0.0/16"));
         assert_eq!((v4.subnet_min, v4.subnet_max), ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap()));
         assert_eq!(config.v6, None);
-        assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: false });
-        assert_eq!((config.vni, config.port, config.vxlan_device(Family::V4)), (1, 8472, "flannel.1".to_string()));
-        assert_eq!(config.vxlan_device(Family::V6), "flannel-v6.1");
+        assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 1, port: 8472, direct_routing: false }");
+        assert_eq!(config.backend.device_name(Family::V4).unwrap(), "flannel.1");
+        assert_eq!(config.backend.device_name(Family::V6).unwrap(), "flannel-v6.1");
         // Go's key matching, nulls as absent, the defaults.
         let config = NetworkConfig::parse(br#"{"network":"10.1.0.0/16","subnetmin":null,"backend":{"type":"vxlan","VNI":4,"Port":4789,"directRouting":true}}"#).unwrap();
-        assert_eq!((config.v4.unwrap().subnet_len, config.vni, config.port), (24, 4, 4789));
-        assert_eq!(config.backend, BackendKind::Vxlan { direct_routing: true });
+        assert_eq!(config.v4.unwrap().subnet_len, 24);
+        assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 4, port: 4789, direct_routing: true }");
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)
             .unwrap_err()
+            .to_string()
             .contains("udp"));
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","SubnetLen":8,"Backend":{"Type":"vxlan"}}"#)
             .unwrap_err()
+            .to_string()
             .contains("SubnetLen 8"));
     }
 
@@ -674,7 +553,7 @@ mod tests {
             public_ip: Some("192.168.0.3".parse().unwrap()),
             public_ipv6: None,
             backend_type: "vxlan".into(),
-            backend_data: Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0xfd, 1, 2, 3, 4]) }),
+            backend_data: Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:fd:01:02:03:04" }).into()),
             backend_v6_data: None,
         };
         let json = attrs.to_json();
@@ -684,7 +563,7 @@ mod tests {
         );
         assert_eq!(LeaseAttrs::parse(json.as_bytes()).unwrap(), attrs);
         let host_gw = LeaseAttrs::parse(br#"{"PublicIP":"192.168.0.4","BackendType":"host-gw"}"#).unwrap();
-        assert_eq!((host_gw.vtep_mac(Family::V4), host_gw.backend_type.as_str()), (None, "host-gw"));
+        assert_eq!((host_gw.data(Family::V4), host_gw.backend_type.as_str()), (None, "host-gw"));
         assert_eq!(
             parse_subnet_key("/coreos.com/network/subnets/10.244.3.0-24"),
             Some(SubnetKey::v4("10.244.3.0/24".parse().unwrap()))
@@ -707,8 +586,8 @@ mod tests {
         assert_eq!(subnet_key(&key), "10.244.3.0-24&fd00:10:244:3::-64");
         let attrs = LeaseAttrs::parse(dual_value).unwrap();
         assert_eq!(attrs.public(Family::V6), Some("fd00:192:168:50::12".parse().unwrap()));
-        assert_eq!(attrs.vtep_mac(Family::V4), Some([0xa6, 0x2e, 0x5a, 0x91, 0x0c, 0x11]));
-        assert_eq!(attrs.vtep_mac(Family::V6), Some([0x8e, 0x0b, 0x2c, 0x4d, 0x7a, 0x02]));
+        assert_eq!(attrs.data(Family::V4).unwrap()["VtepMAC"], "a6:2e:5a:91:0c:11");
+        assert_eq!(attrs.data(Family::V6).unwrap()["VtepMAC"], "8e:0b:2c:4d:7a:02");
         assert_eq!(attrs.to_json().as_bytes(), dual_value, "written back byte for byte");
 
         let only_key = "/coreos.com/network/subnets/0.0.0.0-0&fd00:10:244:5::-64";

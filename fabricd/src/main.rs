@@ -7,12 +7,15 @@ mod cli;
 mod commands;
 mod dataplane;
 mod error;
+mod family;
 mod flannel;
 mod log;
 mod metrics;
 mod node;
+mod path;
 mod plan;
 mod source;
+mod underlay;
 
 use clap::Parser;
 
@@ -21,6 +24,7 @@ use log::log;
 
 fn main() {
     let cli = Cli::parse_from(go_style_args());
+    backend::wireguard::set_key_file(cli.wireguard_key_file());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         let command = if cli.cleanup { Some(Command::Cleanup) } else { cli.command.clone() };

@@ -4,110 +4,22 @@
 //! The store is not trusted: any node, or a typo, can write a lease, and one bad lease must not cut a node
 //! off or take over another node's traffic. A lease is used only if its subnet lies inside the cluster's
 //! Network with the configured length; its public address is unicast, not loopback, not this node's and not
-//! another lease's; its VtepMAC (vxlan) is unicast and not this node's or another lease's; and its route would
-//! neither replace nor shadow a route that fabricd did not make. Of two leases claiming one address or MAC,
-//! the older keeps it.
+//! another lease's; its tunnel identity (vxlan's VtepMAC, wireguard's PublicKey) valid and not this node's or
+//! another lease's; and its route would neither replace nor shadow a route that fabricd did not make. Of two
+//! leases claiming one address or identity, the older keeps it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 
 use cnicore::netlink::Route;
 use ipnet::IpNet;
 
-use crate::dataplane::{Underlay, ROUTE_PROTOCOL};
-use crate::flannel::{BackendKind, Family, FamilyNetwork, SubnetKey};
-use crate::source::{derived_vtep_mac, Cluster, Peer};
-
-/// How one peer's pods of one family are reached.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerPath {
-    /// A route via the peer's node address (host-gw, or direct routing).
-    Direct { gateway: IpAddr },
-    /// Through the family's vxlan device: route, neighbour and FDB entry.
-    Overlay { vtep_mac: [u8; 6], endpoint: IpAddr },
-    /// Not used: the lease is not valid, or the backend cannot reach it.
-    Refused(Refusal),
-}
-
-/// Why a lease (of one family) is not used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The subnet is not inside the cluster's Network of its family.
-    OutsideNetwork { network: IpNet },
-    /// The subnet's length is not the configured one.
-    WrongLength { wanted: u8 },
-    /// The lease has no public address of the subnet's family.
-    NoPublicIp { family: Family },
-    /// The public address is not a unicast address of another host.
-    BadPublicIp { public_ip: IpAddr, why: &'static str },
-    /// The public address is this node's.
-    OwnPublicIp { public_ip: IpAddr },
-    /// The public address is inside a cluster Network (a pod's address, not a node's).
-    PublicIpInNetwork { public_ip: IpAddr, network: IpNet },
-    /// Another key names the same subnet: this node's own, or an older lease's (`holder`).
-    SubnetTaken { holder: Option<IpNet> },
-    /// An older lease has this public address.
-    PublicIpTaken { public_ip: IpAddr, holder: IpNet },
-    /// The VTEP MAC is multicast or zero.
-    BadVtepMac { vtep_mac: [u8; 6] },
-    /// The VTEP MAC is this node's, or an older lease's.
-    VtepMacTaken { vtep_mac: [u8; 6], holder: Option<IpNet> },
-    /// vxlan: the lease has no VTEP MAC.
-    NoVtepMac { public_ip: IpAddr, backend_type: String },
-    /// host-gw: the peer's node is not on this node's L2 segment.
-    BeyondL2 { public_ip: IpAddr, prefixes: String, underlay: String },
-    /// Its route would replace or shadow a route fabricd did not make.
-    RouteConflict { route: String },
-}
-
-impl Refusal {
-    /// True for refusals of the lease itself (not of the backend's reach).
-    pub fn is_invalid_lease(&self) -> bool {
-        !matches!(self, Refusal::BeyondL2 { .. })
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mac = cnicore::mac::format;
-        match self {
-            Refusal::OutsideNetwork { network } => write!(f, "its subnet is not inside the Network {network}"),
-            Refusal::WrongLength { wanted } => write!(f, "its subnet is not a /{wanted} (SubnetLen)"),
-            Refusal::NoPublicIp { family } => write!(f, "it has no public {family} address"),
-            Refusal::BadPublicIp { public_ip, why } => write!(f, "its public address {public_ip} is {why}"),
-            Refusal::OwnPublicIp { public_ip } => write!(f, "its public address {public_ip} is this node's"),
-            Refusal::PublicIpInNetwork { public_ip, network } => {
-                write!(f, "its public address {public_ip} is inside the cluster's Network {network} (a pod's address)")
-            }
-            Refusal::SubnetTaken { holder: None } => write!(f, "its subnet overlaps this node's own"),
-            Refusal::SubnetTaken { holder: Some(holder) } => {
-                write!(f, "its subnet overlaps that of the older lease of {holder} (another key names it)")
-            }
-            Refusal::PublicIpTaken { public_ip, holder } => {
-                write!(f, "its public address {public_ip} is already that of the lease of {holder}")
-            }
-            Refusal::BadVtepMac { vtep_mac } => write!(f, "its VtepMAC {} is not a unicast address", mac(vtep_mac)),
-            Refusal::VtepMacTaken { vtep_mac, holder: None } => {
-                write!(f, "its VtepMAC {} is this node's", mac(vtep_mac))
-            }
-            Refusal::VtepMacTaken { vtep_mac, holder: Some(holder) } => {
-                write!(f, "its VtepMAC {} is already that of the lease of {holder}", mac(vtep_mac))
-            }
-            Refusal::NoVtepMac { public_ip, backend_type } => {
-                write!(f, "node {public_ip} announces backend {backend_type:?} without a VtepMAC")
-            }
-            Refusal::BeyondL2 { public_ip, prefixes, underlay } => write!(
-                f,
-                "host-gw cannot reach it: its node {public_ip} is not on this node's L2 segment ({prefixes} on \
-                 {underlay}); use the vxlan backend (with DirectRouting)"
-            ),
-            Refusal::RouteConflict { route } => {
-                write!(f, "its route would replace or shadow a route fabricd did not make ({route})")
-            }
-        }
-    }
-}
+use crate::backend::PeerEndpoint;
+use crate::family::Family;
+use crate::flannel::{FamilyNetwork, SubnetKey};
+pub use crate::path::{PeerPath, Refusal, TunnelId};
+use crate::source::{Cluster, Peer};
+use crate::underlay::{Underlay, ROUTE_PROTOCOL};
 
 /// Why `ip` cannot be a peer's public address, if it cannot.
 fn not_unicast(ip: IpAddr) -> Option<&'static str> {
@@ -122,15 +34,12 @@ fn not_unicast(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
-fn is_unicast_mac(mac: &[u8; 6]) -> bool {
-    mac[0] & 1 == 0 && *mac != [0; 6]
-}
-
 /// One family's share of a peer's lease.
 struct FamilyLease<'a> {
     subnet: IpNet,
     public: Option<IpAddr>,
-    vtep_mac: Option<[u8; 6]>,
+    /// The backend's reading of its data.
+    id: Result<Option<TunnelId>, Refusal>,
     peer: &'a Peer,
 }
 
@@ -143,49 +52,26 @@ pub fn plan(cluster: &Cluster, underlay: &Underlay) -> BTreeMap<IpNet, PeerPath>
     paths
 }
 
-/// One family: each lease checked alone, then of the leases left the older keeps an address or a MAC claimed
-/// twice, then the backend's path.
+/// One family: each lease checked alone, then of the leases left the older keeps an address or a tunnel
+/// identity (VTEP MAC, public key) claimed twice, then the backend's path.
 fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, paths: &mut BTreeMap<IpNet, PeerPath>) {
     let family = network.family();
-    let vxlan = matches!(cluster.config.backend, BackendKind::Vxlan { .. });
+    let backend = &*cluster.config.backend;
     let own_public = underlay.public(family);
-    let own_mac = own_public.map(derived_vtep_mac);
-    let own_subnet = cluster.subnet.get(family);
-    let networks = cluster.config.networks();
-    let overlaps = |a: &IpNet, b: &IpNet| a.contains(&b.network()) || b.contains(&a.network());
+    let own_id = own_public.and_then(|ip| backend.own_tunnel_id(family, ip));
+    let own = Own { public: own_public, id: own_id, subnet: cluster.subnet.get(family), networks: cluster.config.networks() };
     let leases: Vec<FamilyLease> = cluster
         .peers
         .iter()
         .filter_map(|(key, peer)| {
             let subnet = key.get(family)?;
-            Some(FamilyLease { subnet, public: peer.attrs.public(family), vtep_mac: peer.attrs.vtep_mac(family), peer })
+            let id = backend.tunnel_id(family, peer.attrs.data(family));
+            Some(FamilyLease { subnet, public: peer.attrs.public(family), id, peer })
         })
         .collect();
     let mut valid = Vec::new();
     for lease in &leases {
-        let refusal = if !network.network.contains(&lease.subnet) {
-            Some(Refusal::OutsideNetwork { network: network.network })
-        } else if lease.subnet.prefix_len() != network.subnet_len {
-            Some(Refusal::WrongLength { wanted: network.subnet_len })
-        } else if let Some(public_ip) = lease.public.filter(|ip| not_unicast(*ip).is_some()) {
-            Some(Refusal::BadPublicIp { public_ip, why: not_unicast(public_ip).expect("checked") })
-        } else if lease.public.is_none() {
-            Some(Refusal::NoPublicIp { family })
-        } else if let Some(public_ip) = lease.public.filter(|ip| Some(*ip) == own_public) {
-            Some(Refusal::OwnPublicIp { public_ip })
-        } else if let Some((public_ip, network)) =
-            lease.public.and_then(|ip| networks.iter().find(|n| n.contains(&ip)).map(|n| (ip, *n)))
-        {
-            Some(Refusal::PublicIpInNetwork { public_ip, network })
-        } else if own_subnet.is_some_and(|own| overlaps(&own, &lease.subnet)) {
-            Some(Refusal::SubnetTaken { holder: None })
-        } else if let Some(vtep_mac) = lease.vtep_mac.filter(|m| vxlan && !is_unicast_mac(m)) {
-            Some(Refusal::BadVtepMac { vtep_mac })
-        } else {
-            let own = lease.vtep_mac.filter(|m| vxlan && Some(*m) == own_mac);
-            own.map(|vtep_mac| Refusal::VtepMacTaken { vtep_mac, holder: None })
-        };
-        match refusal {
+        match refusal(lease, network, &own) {
             Some(refusal) => {
                 paths.insert(lease.subnet, PeerPath::Refused(refusal));
             }
@@ -194,10 +80,11 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     }
     valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
     let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
-    let mut mac_holders: BTreeMap<[u8; 6], IpNet> = BTreeMap::new();
+    let mut id_holders: BTreeMap<TunnelId, IpNet> = BTreeMap::new();
     let mut subnet_holders: Vec<IpNet> = Vec::new();
     for lease in valid {
         let public_ip = lease.public.expect("checked");
+        let id = lease.id.clone().expect("checked");
         if let Some(holder) = subnet_holders.iter().find(|held| overlaps(held, &lease.subnet)) {
             // Two keys for one subnet (`10.244.1.0-24` and `10.244.1.0-24&<v6>` in an IPv4 cluster): the
             // older speaks for it, the newer is refused, and keeps the older's entry in `paths`.
@@ -211,18 +98,38 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
             paths.insert(lease.subnet, PeerPath::Refused(Refusal::PublicIpTaken { public_ip, holder: *holder }));
             continue;
         }
-        if let Some(vtep_mac) = lease.vtep_mac.filter(|_| vxlan) {
-            if let Some(holder) = mac_holders.get(&vtep_mac) {
-                let refusal = Refusal::VtepMacTaken { vtep_mac, holder: Some(*holder) };
+        if let Some(id) = id {
+            if let Some(holder) = id_holders.get(&id) {
+                let refusal = Refusal::TunnelIdTaken { id, holder: Some(*holder) };
                 paths.insert(lease.subnet, PeerPath::Refused(refusal));
                 continue;
             }
-            mac_holders.insert(vtep_mac, lease.subnet);
+            id_holders.insert(id, lease.subnet);
         }
         ip_holders.insert(public_ip, lease.subnet);
-        let path = path(cluster.config.backend, public_ip, lease.vtep_mac, &lease.peer.attrs.backend_type, underlay);
-        paths.insert(lease.subnet, path);
+        let attrs = &lease.peer.attrs;
+        let peer = PeerEndpoint {
+            public_ip,
+            id,
+            backend_type: &attrs.backend_type,
+            addresses: Family::ALL.map(|f| attrs.public(f)),
+            ports: Family::ALL.map(|f| backend.peer_port(f, attrs.data(f))),
+        };
+        paths.insert(lease.subnet, backend.path(&peer, underlay));
     }
+}
+
+/// What of this node a lease must not claim, in one family.
+struct Own {
+    public: Option<IpAddr>,
+    id: Option<TunnelId>,
+    subnet: Option<IpNet>,
+    /// The cluster's Networks (of every family): a node address inside one is a pod's.
+    networks: Vec<IpNet>,
+}
+
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 /// Peer keys naming a subnet that an older peer's key (`holder`) also names, as (key, holder): the plan
@@ -242,33 +149,31 @@ pub fn second_keys(cluster: &Cluster) -> Vec<(SubnetKey, SubnetKey)> {
     seconds
 }
 
-/// How the backend reaches a valid peer at `public_ip`.
-fn path(
-    backend: BackendKind,
-    public_ip: IpAddr,
-    vtep_mac: Option<[u8; 6]>,
-    backend_type: &str,
-    underlay: &Underlay,
-) -> PeerPath {
-    let same_l2 = underlay.same_l2(public_ip);
-    match backend {
-        BackendKind::HostGw if same_l2 => PeerPath::Direct { gateway: public_ip },
-        BackendKind::HostGw => PeerPath::Refused(Refusal::BeyondL2 {
-            public_ip,
-            prefixes: underlay
-                .prefixes
-                .iter()
-                .filter(|p| Family::of(&p.addr()) == Family::of(&public_ip))
-                .map(|p| p.to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-            underlay: underlay.name.clone(),
-        }),
-        BackendKind::Vxlan { direct_routing: true } if same_l2 => PeerPath::Direct { gateway: public_ip },
-        BackendKind::Vxlan { .. } => match vtep_mac {
-            Some(vtep_mac) => PeerPath::Overlay { vtep_mac, endpoint: public_ip },
-            None => PeerPath::Refused(Refusal::NoVtepMac { public_ip, backend_type: backend_type.to_string() }),
-        },
+/// Why one lease is not used on its own (before it is compared with the others), if it is not.
+fn refusal(lease: &FamilyLease, network: &FamilyNetwork, own: &Own) -> Option<Refusal> {
+    if !network.network.contains(&lease.subnet) {
+        return Some(Refusal::OutsideNetwork { network: network.network });
+    }
+    if lease.subnet.prefix_len() != network.subnet_len {
+        return Some(Refusal::WrongLength { wanted: network.subnet_len });
+    }
+    let Some(public_ip) = lease.public else { return Some(Refusal::NoPublicIp { family: network.family() }) };
+    if let Some(why) = not_unicast(public_ip) {
+        return Some(Refusal::BadPublicIp { public_ip, why });
+    }
+    if Some(public_ip) == own.public {
+        return Some(Refusal::OwnPublicIp { public_ip });
+    }
+    if let Some(network) = own.networks.iter().find(|n| n.contains(&public_ip)) {
+        return Some(Refusal::PublicIpInNetwork { public_ip, network: *network });
+    }
+    if own.subnet.is_some_and(|subnet| overlaps(&subnet, &lease.subnet)) {
+        return Some(Refusal::SubnetTaken { holder: None });
+    }
+    match &lease.id {
+        Err(refusal) => Some(refusal.clone()),
+        Ok(Some(id)) if Some(*id) == own.id => Some(Refusal::TunnelIdTaken { id: *id, holder: None }),
+        Ok(_) => None,
     }
 }
 
@@ -276,7 +181,7 @@ fn path(
 /// fabricd did not make: one for the same destination (replace would overwrite it), or one it overlaps that
 /// is not broader than the cluster's `network` (a default or supernet route is what peers' routes refine). A
 /// route for the same destination that already goes where fabricd would send it (flanneld's, on a node moved
-/// from it) is taken over instead. `device`: the family's vxlan device's index.
+/// from it) is taken over instead. `device`: the family's tunnel device's index.
 pub fn refuse_route_conflicts(
     paths: &mut BTreeMap<IpNet, PeerPath>,
     network: IpNet,
@@ -314,18 +219,11 @@ pub fn refuse_route_conflicts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
-    use std::net::Ipv4Addr;
+    use crate::backend::vxlan::derived_vtep_mac;
+    use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 
     fn underlay() -> Underlay {
-        Underlay {
-            index: 2,
-            name: "eth0".into(),
-            mtu: 1500,
-            public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
-            public_ipv6: Some("fd00:50::10".parse().unwrap()),
-            prefixes: vec!["192.168.50.0/24".parse().unwrap(), "fd00:50::/64".parse().unwrap()],
-        }
+        Underlay::example()
     }
 
     fn ip(text: &str) -> IpAddr {
@@ -335,7 +233,7 @@ mod tests {
     /// A vxlan lease of a node at `public` (either family), its MAC derived from it.
     fn peer(public: &str, created: i64) -> Peer {
         let public = ip(public);
-        let data = Some(VxlanData { vni: Some(1), vtep_mac: Some(derived_vtep_mac(public)) });
+        let data = Some(vxlan_data(derived_vtep_mac(public)));
         let attrs = match public {
             IpAddr::V4(v4) => LeaseAttrs {
                 public_ip: Some(v4),
@@ -355,7 +253,11 @@ mod tests {
         Peer { attrs, created }
     }
 
-    fn key(subnet: &str) -> SubnetKey {
+    fn vxlan_data(mac: [u8; 6]) -> crate::backend::LeaseData {
+        serde_json::json!({ "VNI": 1, "VtepMAC": cnicore::mac::format(&mac) }).into()
+    }
+
+    fn key_of(subnet: &str) -> SubnetKey {
         match subnet.parse::<IpNet>().unwrap() {
             IpNet::V4(v4) => SubnetKey { v4: Some(v4), v6: None },
             IpNet::V6(v6) => SubnetKey { v4: None, v6: Some(v6) },
@@ -373,7 +275,7 @@ mod tests {
                 v6: Some("fd00:10:244:1::/64".parse().unwrap()),
             },
             lease: None,
-            peers: peers.into_iter().map(|(s, p)| (key(s), p)).collect(),
+            peers: peers.into_iter().map(|(s, p)| (key_of(s), p)).collect(),
         }
     }
 
@@ -395,7 +297,11 @@ mod tests {
         assert!(matches!(path_of(&vxlan, "10.244.2.0/24"), PeerPath::Overlay { .. }));
         assert_eq!(
             path_of(&vxlan, "fd00:10:244:3::/64"),
-            PeerPath::Overlay { vtep_mac: derived_vtep_mac(ip("fd00:60::3")), endpoint: ip("fd00:60::3") }
+            PeerPath::Overlay {
+                endpoint: ip("fd00:60::3"),
+                port: None,
+                id: Some(TunnelId::VtepMac(derived_vtep_mac(ip("fd00:60::3"))))
+            }
         );
         let direct = plan(&cluster(r#"{"Type":"vxlan","DirectRouting":true}"#, peers()), &underlay());
         assert_eq!(path_of(&direct, "10.244.2.0/24"), PeerPath::Direct { gateway: ip("192.168.50.11") });
@@ -420,7 +326,7 @@ mod tests {
     fn leases_that_are_not_valid_are_refused_and_the_others_used() {
         let with_mac = |mut peer: Peer, mac: [u8; 6]| {
             for data in [&mut peer.attrs.backend_data, &mut peer.attrs.backend_v6_data].into_iter().flatten() {
-                data.vtep_mac = Some(mac);
+                *data = vxlan_data(mac);
             }
             peer
         };
@@ -497,13 +403,13 @@ mod tests {
     fn vtep_macs_of_ipv6_addresses_differ_when_their_last_bytes_agree() {
         let (a, b) = (derived_vtep_mac(ip("fd00:192:168:50::a")), derived_vtep_mac(ip("fd00:192:168:51::a")));
         assert_ne!(a, b);
-        assert!(is_unicast_mac(&a) && a[0] & 2 == 2, "locally administered unicast");
+        assert!(a[0] & 1 == 0 && a[0] & 2 == 2, "locally administered unicast");
     }
 
     #[test]
     fn a_dual_stack_lease_without_a_public_ipv6_address_is_used_for_ipv4_only() {
         let mut dual = peer("192.168.50.11", 1);
-        dual.attrs.backend_v6_data = dual.attrs.backend_data;
+        dual.attrs.backend_v6_data = dual.attrs.backend_data.clone();
         let mut cluster = cluster(r#"{"Type":"vxlan"}"#, vec![]);
         let key =
             SubnetKey { v4: Some("10.244.2.0/24".parse().unwrap()), v6: Some("fd00:10:244:2::/64".parse().unwrap()) };
@@ -546,7 +452,14 @@ mod tests {
         let mut paths: BTreeMap<IpNet, PeerPath> = [
             ("10.244.2.0/24", PeerPath::Direct { gateway: ip("192.168.50.11") }),
             ("10.244.3.0/24", PeerPath::Direct { gateway: ip("192.168.50.12") }),
-            ("10.244.4.0/24", PeerPath::Overlay { vtep_mac: [2, 0, 0, 0, 0, 1], endpoint: ip("192.168.60.3") }),
+            (
+                "10.244.4.0/24",
+                PeerPath::Overlay {
+                    endpoint: ip("192.168.60.3"),
+                    port: None,
+                    id: Some(TunnelId::VtepMac([2, 0, 0, 0, 0, 1])),
+                },
+            ),
             ("10.244.5.0/24", PeerPath::Direct { gateway: ip("192.168.50.13") }),
             ("fd00:10:244:2::/64", PeerPath::Direct { gateway: ip("fd00:50::11") }),
         ]
@@ -573,6 +486,55 @@ mod tests {
             path_of(&paths, "fd00:10:244:2::/64"),
             PeerPath::Refused(Refusal::RouteConflict { route: "fd00:10:244:2::/64 via fd00:50::99".into() })
         );
+    }
+
+    #[test]
+    fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
+        let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
+        crate::backend::wireguard::set_key_file(dir.join("wgkey"));
+        let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
+        let Some(TunnelId::PublicKey(own)) = cluster.config.backend.own_tunnel_id(Family::V4, ip("192.168.50.10"))
+        else {
+            panic!("no key of this node")
+        };
+        let lease = |public: &str, key: &str, created: i64| {
+            let mut peer = peer(public, created);
+            let data = Some(serde_json::json!({ "PublicKey": key, "Port": 51820 }).into());
+            peer.attrs.backend_type = "wireguard".into();
+            peer.attrs.backend_data = data;
+            peer
+        };
+        let key = crate::path::key_text;
+        let peers = vec![
+            ("10.244.2.0/24", lease("192.168.50.11", &key(&[1; 32]), 1)),
+            ("10.244.3.0/24", lease("192.168.50.12", &key(&[1; 32]), 2)),
+            ("10.244.4.0/24", lease("192.168.50.13", "bm90IGEga2V5", 3)),
+            ("10.244.5.0/24", lease("192.168.50.14", &key(&own), 4)),
+            ("10.244.6.0/24", peer("192.168.50.15", 5)),
+        ];
+        cluster.peers = peers.into_iter().map(|(s, p)| (key_of(s), p)).collect();
+        let paths = plan(&cluster, &underlay());
+        assert_eq!(
+            path_of(&paths, "10.244.2.0/24"),
+            PeerPath::Overlay {
+                endpoint: ip("192.168.50.11"),
+                port: Some(51820),
+                id: Some(TunnelId::PublicKey([1; 32]))
+            }
+        );
+        let reason = |subnet: &str| match path_of(&paths, subnet) {
+            PeerPath::Refused(refusal) => refusal.to_string(),
+            other => panic!("{subnet} not refused: {other:?}"),
+        };
+        let first = key(&[1; 32]);
+        assert_eq!(
+            reason("10.244.3.0/24"),
+            format!("its PublicKey {first} is already that of the lease of 10.244.2.0/24")
+        );
+        assert!(reason("10.244.4.0/24").contains("PublicKey \"bm90IGEga2V5\" is not a base64 key of 32 bytes"));
+        assert_eq!(reason("10.244.5.0/24"), format!("its PublicKey {} is this node's", key(&own)));
+        assert_eq!(reason("10.244.6.0/24"), "node 192.168.50.15 announces backend \"vxlan\" without a PublicKey");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A store it does not trust, round two: a node address inside the cluster Network (a pod's), a key for

@@ -34,9 +34,11 @@ use ipnet::IpNet;
 use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
+pub mod capture;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;
+pub mod fabric_faults;
 pub mod images;
 pub mod kubenet;
 pub mod linkrig;

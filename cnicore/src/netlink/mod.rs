@@ -5,19 +5,25 @@
 //! on it and parse only the attributes they need (see [`wire`] for why). Errors are
 //! `std::io::Error`s carrying the kernel's errno, so callers can test e.g.
 //! `e.raw_os_error() == Some(libc::EEXIST)` (see [`is_exists`] and [`is_not_found`]).
+//!
+//! Tunnel devices: [`vxlan`], [`tunnel`] (ipip, and the wireguard link). Generic netlink: [`genl`] (a
+//! NETLINK_GENERIC socket, family ids from nlctrl) and [`wireguard`] (a wireguard device's key, port and peers).
 
 pub mod addr;
 pub mod bridge_vlan;
 pub mod dad;
+pub mod genl;
 pub mod kinds;
 pub mod link;
 pub mod neigh;
 pub mod refusal;
 pub mod route;
 pub mod rule;
+pub mod tunnel;
 pub mod vrf;
 pub mod vxlan;
 pub mod wire;
+pub mod wireguard;
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -36,8 +42,10 @@ pub use neigh::{FdbEntry, Neighbour};
 pub use netlink_packet_route::RouteNetlinkMessage;
 pub use route::{Route, RT_TABLE_MAIN};
 pub use rule::Rule;
+pub use tunnel::Ipip;
 pub use vxlan::Vxlan;
 pub use wire::{Reply, Request};
+pub use wireguard::{PeerChange, WgDevice, WgPeer, Wireguard};
 
 /// A dump that the kernel flags as interrupted (the table changed meanwhile) is retried at once this many times,
 /// then with a growing pause (1, 2, 4 ... 32 ms) until [`DUMP_PATIENCE`] has passed and [`DUMP_MIN_ATTEMPTS`]

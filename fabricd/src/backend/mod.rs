@@ -1,66 +1,82 @@
-//! The backends: each builds, from the plan, the kernel objects its peers need (and the device it needs).
-//! A new backend is a module here and a [`PeerPath`] it plans; the reconcile loop and the diff are shared.
+//! The backends, behind one trait ([`contract::Backend`]: what a backend needs and gives), chosen by flannel's
+//! `Backend.Type` from [`REGISTRY`]. Adding a backend is its module and one line in [`REGISTRY`]; the plan, the
+//! reconcile loop and the diff are shared.
 //!
-//! - [`host_gw`]: a route to each peer's subnet via its node address (also vxlan's DirectRouting peers);
-//! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry.
+//! - [`host_gw`]: a route to each peer's subnet via its node address (also the DirectRouting peers of vxlan
+//!   and ipip);
+//! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry;
+//! - [`ipip`]: the `flannel.ipip` device (IPv4), and per peer an onlink route via its public address;
+//! - [`wireguard`]: `flannel-wg` (and `flannel-wg-v6`), configured over generic netlink, and per peer a
+//!   wireguard peer (key, endpoint, its subnets as allowed IPs) and a route on the device.
 
+mod contract;
+mod device;
 pub mod host_gw;
+pub mod ipip;
 pub mod vxlan;
+pub mod wireguard;
+mod wireguard_key;
 
-use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
 
-use cnicore::netlink::{FdbEntry, Neighbour, Route};
-use ipnet::IpNet;
+use serde_json::Value;
 
-use crate::dataplane::diff::{Change, DeviceChange};
-use crate::dataplane::Underlay;
-use crate::flannel::{BackendKind, Family, NetworkConfig, VXLAN_OVERHEAD};
-use crate::plan::PeerPath;
+pub use contract::{peers_by_device, pod_mtu, wanted, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted};
+pub use device::DeviceContext;
 
-/// What the node should hold for its peers.
-#[derive(Debug, Default)]
-pub struct Wanted {
-    pub routes: Vec<Route>,
-    pub neighbours: Vec<Neighbour>,
-    pub fdb: Vec<FdbEntry>,
-    /// What a dry run cannot build yet (the device is missing): reported as changes.
-    pub pending: Vec<Change>,
+type Parse = fn(&Value) -> Result<Arc<dyn Backend>, OptionsError>;
+
+/// The backends by flannel's `Backend.Type`.
+const REGISTRY: &[(&str, Parse)] =
+    &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse), ("ipip", ipip::parse), ("wireguard", wireguard::parse)];
+
+/// The config's `Backend` object and the backend it configures. Two are equal when their options are.
+#[derive(Clone)]
+pub struct BackendConfig {
+    options: Value,
+    backend: Arc<dyn Backend>,
 }
 
-/// The wanted objects for the paths of one family. `device`: the family's vxlan device's index, when the
-/// backend has one.
-pub fn wanted(
-    config: &NetworkConfig,
-    family: Family,
-    paths: &BTreeMap<IpNet, PeerPath>,
-    underlay: &Underlay,
-    device: Option<u32>,
-) -> Wanted {
-    let mut wanted = Wanted::default();
-    for (subnet, path) in paths {
-        match path {
-            PeerPath::Direct { gateway } => wanted.routes.push(host_gw::route(*subnet, *gateway, underlay)),
-            PeerPath::Overlay { vtep_mac, endpoint } => match device {
-                Some(index) => vxlan::add_peer(&mut wanted, index, *subnet, *vtep_mac, *endpoint),
-                None => wanted.pending.push(Change::Device(DeviceChange::PendingRoute {
-                    dst: *subnet,
-                    via: subnet.network(),
-                    name: config.vxlan_device(family),
-                })),
-            },
-            PeerPath::Refused(_) => {}
-        }
+impl BackendConfig {
+    /// The backend named by `options`' `Type` (flannel's default: udp, which fabricd does not have).
+    pub fn parse(options: Value) -> Result<BackendConfig, OptionsError> {
+        let name = match cnicore::spec::gojson::field(&options, "Type") {
+            Some(Value::String(name)) => name.clone(),
+            _ => "udp".into(),
+        };
+        let (_, parse) = REGISTRY.iter().find(|(known, _)| *known == name).ok_or_else(|| {
+            OptionsError::UnknownType { name: name.clone(), known: REGISTRY.iter().map(|(known, _)| *known).collect() }
+        })?;
+        Ok(BackendConfig { backend: parse(&options)?, options })
     }
-    wanted
 }
 
-/// The MTU of pods' interfaces for `config` over `underlay`: vxlan takes its header off, the larger IPv6 one
-/// when a family tunnels over IPv6 (one MTU for the pod's interface, whichever family a packet is).
-pub fn pod_mtu(config: &NetworkConfig, underlay: &Underlay) -> u32 {
-    match config.backend {
-        BackendKind::HostGw => underlay.mtu,
-        BackendKind::Vxlan { .. } => {
-            underlay.mtu - config.families().map(|f| f.family().vxlan_overhead()).max().unwrap_or(VXLAN_OVERHEAD)
-        }
+impl std::ops::Deref for BackendConfig {
+    type Target = dyn Backend;
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        &*self.backend
     }
+}
+
+impl PartialEq for BackendConfig {
+    fn eq(&self, other: &BackendConfig) -> bool {
+        self.options == other.options
+    }
+}
+
+impl Eq for BackendConfig {}
+
+impl fmt::Debug for BackendConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.backend)
+    }
+}
+
+/// True when some backend makes links of this name and kind: `cleanup` removes them whatever the config.
+pub fn any_owns_link(name: &str, kind: Option<&str>) -> bool {
+    REGISTRY
+        .iter()
+        .filter_map(|(type_name, parse)| parse(&serde_json::json!({ "Type": type_name })).ok())
+        .any(|backend| backend.owns_link(name, kind))
 }

@@ -4,27 +4,44 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use cnicore::mac::format as format_mac;
 use cnicore::netlink::{self, FdbEntry, IpFamily, Neighbour, Netlink, Request, Route};
 use ipnet::IpNet;
 
+use crate::path::key_text;
+
 /// A kernel object as the changes name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Object {
-    Route { dst: IpNet, via: Option<IpAddr> },
-    Neighbour { dst: IpAddr, mac: Option<[u8; 6]> },
-    Fdb { mac: [u8; 6], dst: Option<IpAddr> },
+    Route {
+        dst: IpNet,
+        via: Option<IpAddr>,
+    },
+    Neighbour {
+        dst: IpAddr,
+        mac: Option<[u8; 6]>,
+    },
+    Fdb {
+        mac: [u8; 6],
+        dst: Option<IpAddr>,
+    },
+    /// A wireguard peer (its public key) and where it is reached.
+    TunnelPeer {
+        key: [u8; 32],
+        endpoint: Option<SocketAddr>,
+    },
 }
 
-/// A change of the vxlan device.
+/// A change of a backend's tunnel device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeviceChange {
     Create {
         name: String,
-        vni: u32,
-        port: u16,
+        /// The link kind (vxlan, ipip, wireguard) and its settings as the log shows them.
+        kind: &'static str,
+        settings: String,
         mtu: u32,
     },
     /// Its settings differ: deleted and created again.
@@ -50,6 +67,12 @@ pub enum DeviceChange {
     },
     Up {
         name: String,
+    },
+    /// Settings that are not link attributes (wireguard's private key and port: `what` names them, never
+    /// their value).
+    Configure {
+        name: String,
+        what: &'static str,
     },
     Remove {
         name: String,
@@ -80,6 +103,10 @@ impl fmt::Display for Object {
             Object::Neighbour { dst, mac: None } => write!(f, "neighbour {dst}"),
             Object::Fdb { mac, dst: Some(dst) } => write!(f, "fdb {} dst {dst}", format_mac(mac)),
             Object::Fdb { mac, dst: None } => write!(f, "fdb {}", format_mac(mac)),
+            Object::TunnelPeer { key, endpoint: Some(endpoint) } => {
+                write!(f, "wireguard peer {} endpoint {endpoint}", key_text(key))
+            }
+            Object::TunnelPeer { key, endpoint: None } => write!(f, "wireguard peer {}", key_text(key)),
         }
     }
 }
@@ -90,8 +117,11 @@ impl fmt::Display for Change {
             Change::Put(object) => write!(f, "{object}"),
             Change::Remove(object) => write!(f, "remove {object}"),
             Change::Device(change) => match change {
-                DeviceChange::Create { name, vni, port, mtu } => {
-                    write!(f, "create vxlan device {name} (VNI {vni}, port {port}, MTU {mtu})")
+                DeviceChange::Create { name, kind, settings, mtu } if settings.is_empty() => {
+                    write!(f, "create {kind} device {name} (MTU {mtu})")
+                }
+                DeviceChange::Create { name, kind, settings, mtu } => {
+                    write!(f, "create {kind} device {name} ({settings}, MTU {mtu})")
                 }
                 DeviceChange::Recreate { name } => write!(f, "recreate {name}: its settings differ"),
                 DeviceChange::Mtu { name, from, to } => write!(f, "{name} MTU {from} -> {to}"),
@@ -99,6 +129,7 @@ impl fmt::Display for Change {
                 DeviceChange::Address { name, address } => write!(f, "address {address} on {name}"),
                 DeviceChange::RemoveAddress { name, address } => write!(f, "remove address {address} from {name}"),
                 DeviceChange::Up { name } => write!(f, "set {name} up"),
+                DeviceChange::Configure { name, what } => write!(f, "set the {what} of {name}"),
                 DeviceChange::Remove { name } => write!(f, "remove device {name}"),
                 DeviceChange::PendingRoute { dst, via, name } => {
                     write!(f, "route {dst} via {via} dev {name} onlink (with its device)")

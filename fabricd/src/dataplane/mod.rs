@@ -3,130 +3,27 @@
 //!
 //! Everything here is synchronous (cnicore's netlink is); the agent runs it on a blocking thread. Routes that
 //! fabricd makes carry the protocol [`ROUTE_PROTOCOL`], so it only ever removes routes it made; neighbour and
-//! FDB entries live on its own vxlan device.
+//! FDB entries live on its own vxlan device, wireguard peers on its own wireguard device.
 
 pub mod diff;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cnicore::netlink::{self, Event, IpFamily, Netlink, Route, RT_TABLE_MAIN};
 use ipnet::IpNet;
 
-use crate::backend;
-use crate::flannel::{BackendKind, Family};
+use crate::backend::{self, DeviceContext};
+use crate::family::Family;
 use crate::log::log;
-use crate::plan::{self, PeerPath, Refusal};
+use crate::path::{PeerPath, Refusal};
+use crate::plan;
 use crate::source::Cluster;
+use crate::underlay::{Underlay, ROUTE_PROTOCOL};
 use diff::{Change, DeviceChange, Kept, Step};
-
-/// `proto 75` in `ip route`: the routes fabricd made (and will remove).
-pub const ROUTE_PROTOCOL: u8 = 75;
-
-/// The underlay interface the node's traffic to other nodes leaves by.
-#[derive(Debug, Clone)]
-pub struct Underlay {
-    pub index: u32,
-    pub name: String,
-    pub mtu: u32,
-    /// The addresses announced to peers, per family (`--public-ip`, `--public-ipv6`, or the interface's first).
-    pub public_ip: Option<Ipv4Addr>,
-    pub public_ipv6: Option<Ipv6Addr>,
-    /// The prefixes on the interface (IPv6: global ones): a peer inside one is on the same L2 segment.
-    pub prefixes: Vec<IpNet>,
-}
-
-/// fe80::/10: the addresses the kernel gives each IPv6 interface.
-pub fn is_link_local(net: &IpNet) -> bool {
-    matches!(net, IpNet::V6(net) if net.addr().segments()[0] & 0xffc0 == 0xfe80)
-}
-
-impl Underlay {
-    /// Finds the interface: `iface` (a name or one of its addresses), else the one of the default route
-    /// (IPv4, else IPv6). `public_ip` and `public_ipv6` override the addresses announced to peers.
-    pub fn find(
-        nl: &mut Netlink,
-        iface: &[String],
-        public_ip: Option<Ipv4Addr>,
-        public_ipv6: Option<Ipv6Addr>,
-    ) -> io::Result<Underlay> {
-        let links = nl.links()?;
-        let addresses = nl.addresses(None)?;
-        let mut chosen = None;
-        // An --iface given as an address is also the public address of its family (as flanneld takes it).
-        let mut iface_address = None;
-        for wanted in iface {
-            chosen = match wanted.parse::<IpAddr>() {
-                Ok(ip) => {
-                    iface_address = Some(ip);
-                    addresses.iter().find(|a| a.addr.addr() == ip).map(|a| a.index)
-                }
-                Err(_) => links.iter().find(|l| &l.name == wanted).map(|l| l.index),
-            };
-            if chosen.is_some() {
-                break;
-            }
-        }
-        if !iface.is_empty() && chosen.is_none() {
-            return Err(io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("--iface {}: no such interface or address", iface.join(",")),
-            ));
-        }
-        for family in [IpFamily::V4, IpFamily::V6] {
-            if chosen.is_none() {
-                let default = nl.routes(family, RT_TABLE_MAIN)?.into_iter().find(|r| r.dst.prefix_len() == 0);
-                chosen = default.and_then(|r| r.oif);
-            }
-        }
-        let index = chosen.ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, "no --iface given and no default route to choose the interface by")
-        })?;
-        let link = links.iter().find(|l| l.index == index).expect("listed");
-        let prefixes: Vec<IpNet> =
-            addresses.iter().filter(|a| a.index == index && !is_link_local(&a.addr)).map(|a| a.addr).collect();
-        let first_v4 = prefixes.iter().find_map(|p| match p {
-            IpNet::V4(net) => Some(net.addr()),
-            _ => None,
-        });
-        let first_v6 = prefixes.iter().find_map(|p| match p {
-            IpNet::V6(net) => Some(net.addr()),
-            _ => None,
-        });
-        let (first_v4, first_v6) = match iface_address {
-            Some(IpAddr::V4(ip)) => (Some(ip), first_v6),
-            Some(IpAddr::V6(ip)) => (first_v4, Some(ip)),
-            None => (first_v4, first_v6),
-        };
-        let underlay = Underlay {
-            index,
-            name: link.name.clone(),
-            mtu: link.mtu,
-            public_ip: public_ip.or(first_v4),
-            public_ipv6: public_ipv6.or(first_v6),
-            prefixes: prefixes.iter().map(|p| p.trunc()).collect(),
-        };
-        if underlay.public_ip.is_none() && underlay.public_ipv6.is_none() {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} has no address", link.name)));
-        }
-        Ok(underlay)
-    }
-
-    /// The address announced to peers for `family`.
-    pub fn public(&self, family: Family) -> Option<IpAddr> {
-        match family {
-            Family::V4 => self.public_ip.map(IpAddr::V4),
-            Family::V6 => self.public_ipv6.map(IpAddr::V6),
-        }
-    }
-
-    pub fn same_l2(&self, ip: IpAddr) -> bool {
-        self.prefixes.iter().any(|p| p.contains(&ip))
-    }
-}
 
 /// The result of one reconciliation.
 #[derive(Debug, Default)]
@@ -147,6 +44,13 @@ impl Report {
             _ => None,
         })
     }
+}
+
+/// The tunnel devices of a pass and the peers wanted on them (wireguard).
+#[derive(Default)]
+struct Tunnel {
+    devices: Vec<u32>,
+    peers: Vec<(u32, cnicore::netlink::WgPeer)>,
 }
 
 /// Owns the netlink socket of the node's namespace.
@@ -181,14 +85,20 @@ impl Dataplane {
         let underlay = self.underlay()?;
         let mut report = Report { paths: plan::plan(cluster, &underlay), ..Report::default() };
         let mut steps = Vec::new();
+        let mut tunnel = Tunnel::default();
         for family in Family::ALL {
-            steps.extend(self.family_steps(cluster, family, &underlay, dry_run, &mut report)?);
+            steps.extend(self.family_steps(cluster, family, &underlay, dry_run, &mut report, &mut tunnel)?);
         }
         let (changes, requests): (Vec<Change>, Vec<_>) = steps.into_iter().map(|s| (s.change, s.request)).unzip();
         if !dry_run && !requests.is_empty() {
             self.apply(&changes, requests, &mut report)?;
         }
         report.changes.extend(changes);
+        // Peers that are not rtnetlink objects (wireguard's), per device, both families' at once.
+        let backend = &*cluster.config.backend;
+        for (index, peers) in backend::peers_by_device(&tunnel.devices, tunnel.peers) {
+            report.changes.extend(backend.sync_tunnel_peers(index, peers, dry_run)?);
+        }
         Ok(report)
     }
 
@@ -200,20 +110,21 @@ impl Dataplane {
         underlay: &Underlay,
         dry_run: bool,
         report: &mut Report,
+        tunnel: &mut Tunnel,
     ) -> io::Result<Vec<Step>> {
         let network = cluster.config.family(family);
         let own_subnet = cluster.subnet.get(family);
-        let device = match (cluster.config.backend, network, own_subnet, underlay.public(family)) {
-            (BackendKind::Vxlan { .. }, Some(_), Some(subnet), Some(local)) => backend::vxlan::ensure_device(
-                &mut self.nl,
-                &cluster.config,
+        let backend = &*cluster.config.backend;
+        let device = match (network, own_subnet, underlay.public(family)) {
+            (Some(_), Some(subnet), Some(local)) => backend.ensure_device(DeviceContext {
+                nl: &mut self.nl,
                 family,
                 subnet,
                 underlay,
                 local,
                 dry_run,
-                &mut report.changes,
-            )?,
+                changes: &mut report.changes,
+            })?,
             _ => None,
         };
         let routes = self.nl.routes(family.netlink(), RT_TABLE_MAIN)?;
@@ -227,7 +138,9 @@ impl Dataplane {
                 .map(|(s, p)| (*s, p.clone()))
                 .collect();
         }
-        let wanted = backend::wanted(&cluster.config, family, &paths, underlay, device);
+        let mut wanted = backend::wanted(backend, family, &paths, underlay, device);
+        tunnel.devices.extend(device);
+        tunnel.peers.append(&mut wanted.tunnel_peers);
         self.steps(family, wanted, routes, device, report)
     }
 
@@ -278,8 +191,8 @@ impl Dataplane {
         Ok(())
     }
 
-    /// Removes everything fabricd made in the data plane: its routes of both families and its vxlan devices
-    /// (with their neighbour and FDB entries). `devices`: the vxlan device names to remove.
+    /// Removes everything fabricd made in the data plane: its routes of both families and its tunnel devices
+    /// (with their neighbour and FDB entries). `devices`: the device names to remove.
     pub fn cleanup(&mut self, devices: &[String]) -> io::Result<Vec<Change>> {
         let mut removed = Vec::new();
         let mut routes = self.nl.routes(IpFamily::V4, RT_TABLE_MAIN)?;

@@ -224,7 +224,7 @@ impl EtcdStore {
 impl LeaseStore for EtcdStore {
     async fn config(&mut self) -> Result<NetworkConfig> {
         match self.config_text().await? {
-            Some(text) => NetworkConfig::parse(&text).map_err(Error::Config),
+            Some(text) => NetworkConfig::parse(&text).map_err(Error::Format),
             None => Err(Error::Store(format!(
                 "no network config at {}/config (etcdctl put {}/config '{{\"Network\":\"10.244.0.0/16\",\"Backend\":{{\"Type\":\"vxlan\"}}}}')",
                 self.prefix, self.prefix

@@ -25,9 +25,7 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::flannel::{
-    parse_subnet_key, subnet_key, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData,
-};
+use crate::flannel::{parse_subnet_key, subnet_key, Family, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 use crate::metrics::Metrics;
 
@@ -36,7 +34,7 @@ use crate::metrics::Metrics;
 pub const MAX_LEASE_VALUE: usize = 4096;
 
 /// Why an entry under the leases' prefix is not read as a lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum NotALease {
     /// The key is not exactly the key fabricd writes for a subnet; `canonical`: that key, when the key is an
     /// alias of one.
@@ -46,7 +44,7 @@ pub enum NotALease {
     /// The value is larger than a response fabricd reads.
     Unreadable { limit: usize },
     /// The value is not a lease.
-    Value(String),
+    Value(crate::flannel::FormatError),
 }
 
 impl std::fmt::Display for NotALease {
@@ -60,7 +58,7 @@ impl std::fmt::Display for NotALease {
                 write!(f, "its value is {bytes} bytes, larger than any lease ({MAX_LEASE_VALUE})")
             }
             NotALease::Unreadable { limit } => write!(f, "its value is larger than {limit} bytes"),
-            NotALease::Value(why) => f.write_str(why),
+            NotALease::Value(why) => write!(f, "{why}"),
         }
     }
 }
@@ -161,18 +159,12 @@ impl NodeIdentity {
         }
     }
 
-    /// The MAC of this node's vxlan device of `family`.
-    pub fn vtep_mac(&self, family: Family) -> Option<[u8; 6]> {
-        self.public(family).map(derived_vtep_mac)
-    }
-
     /// The lease value for `config`'s families and backend; an error when the node has no public address of
     /// an enabled family.
     pub fn attrs(&self, config: &NetworkConfig) -> Result<LeaseAttrs> {
-        let vxlan = matches!(config.backend, crate::flannel::BackendKind::Vxlan { .. });
-        let data = |family: Family| {
-            (vxlan && config.family(family).is_some())
-                .then(|| VxlanData { vni: Some(config.vni), vtep_mac: self.vtep_mac(family) })
+        let data = |family: Family| match self.public(family).filter(|_| config.family(family).is_some()) {
+            Some(local) => config.backend.lease_data(family, local).map_err(|e| Error::io("the backend's key", e)),
+            None => Ok(None),
         };
         for plan in config.families() {
             if self.public(plan.family()).is_none() {
@@ -189,27 +181,9 @@ impl NodeIdentity {
             public_ip: self.public_ip.filter(|_| config.v4.is_some()),
             public_ipv6: self.public_ipv6.filter(|_| config.v6.is_some()),
             backend_type: config.backend.type_name().to_string(),
-            backend_data: data(Family::V4),
-            backend_v6_data: data(Family::V6),
+            backend_data: data(Family::V4)?,
+            backend_v6_data: data(Family::V6)?,
         })
-    }
-}
-
-/// The VTEP MAC a node uses: derived from its public address of the device's family (locally administered,
-/// unicast; `0e:fa` and an IPv4 address, `0e:fb` and a 32-bit FNV-1a hash of an IPv6 address), so a device
-/// recreated after being deleted keeps its MAC and peers need no update, and static files need not list MACs.
-pub fn derived_vtep_mac(public: IpAddr) -> [u8; 6] {
-    match public {
-        IpAddr::V4(ip) => {
-            let [a, b, c, d] = ip.octets();
-            [0x0e, 0xfa, a, b, c, d]
-        }
-        IpAddr::V6(ip) => {
-            // FNV-1a of the whole address: nodes of different prefixes often share their last bytes.
-            let hash = ip.octets().iter().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193));
-            let [a, b, c, d] = hash.to_be_bytes();
-            [0x0e, 0xfb, a, b, c, d]
-        }
     }
 }
 
@@ -407,15 +381,9 @@ pub fn describe_config_change(old: &NetworkConfig, new: &NetworkConfig) -> Strin
     if lengths(old) != lengths(new) {
         changes.push(format!("SubnetLen {} -> {}", lengths(old), lengths(new)));
     }
-    let backend = |c: &NetworkConfig| match c.backend {
-        BackendKind::Vxlan { direct_routing: true } => "vxlan (DirectRouting)".to_string(),
-        other => other.type_name().to_string(),
-    };
-    if backend(old) != backend(new) {
-        changes.push(format!("Backend {} -> {}", backend(old), backend(new)));
-    }
-    if (old.vni, old.port) != (new.vni, new.port) {
-        changes.push(format!("VNI/Port {}/{} -> {}/{}", old.vni, old.port, new.vni, new.port));
+    if old.backend != new.backend {
+        let (from, to) = (old.backend.type_name(), new.backend.type_name());
+        changes.push(if from == to { format!("Backend {from}'s options") } else { format!("Backend {from} -> {to}") });
     }
     if changes.is_empty() {
         changes.push("SubnetMin/SubnetMax".to_string());
@@ -580,7 +548,9 @@ mod tests {
             assert_eq!(store.writes, writes, "an unchanged live lease is not rewritten");
             // Its value changed (another VNI): rewritten at the same subnet, on a new lease.
             let mut changed = node(10);
-            changed.backend_data = Some(VxlanData { vni: Some(4), ..changed.backend_data.unwrap() });
+            let mut data = changed.backend_data.unwrap().value().clone();
+            data["VNI"] = 4.into();
+            changed.backend_data = Some(data.into());
             let (same, new_token) = acquire(&mut store, &config(), &changed, Previous::default()).await.unwrap();
             assert_eq!(same, subnet);
             assert_ne!(new_token, token);
@@ -616,7 +586,7 @@ mod tests {
             let (subnet, token) = acquire(&mut store, &config(), &node(10), previous).await.unwrap();
             // Written by hand at a lower subnet, with this node's address and another MAC.
             let mut forged = node(10);
-            forged.backend_data = Some(VxlanData { vni: Some(1), vtep_mac: Some([0x0e, 0, 0, 0, 0, 1]) });
+            forged.backend_data = Some(serde_json::json!({ "VNI": 1, "VtepMAC": "0e:00:00:00:00:01" }).into());
             store.create(net("10.244.1.0/24"), &forged).await.unwrap();
             let previous = Previous { subnet: Some(subnet), lease: Some(token) };
             assert_eq!(acquire(&mut store, &config(), &node(10), previous).await.unwrap(), (subnet, token));
@@ -720,15 +690,13 @@ mod tests {
         assert_eq!(subnet, net("10.244.1.0/24"));
         for alias in ["10.244.1.0-024", "10.244.1.0-+24", "x/10.244.1.0-24", "10.244.1.0-24 ", " 10.244.1.0-24"] {
             let error = lease_entry(prefix, &format!("{prefix}{alias}"), value.as_bytes()).unwrap_err();
-            assert_eq!(error, NotALease::Key { canonical: Some("10.244.1.0-24".into()) }, "{alias:?}");
+            assert!(matches!(&error, NotALease::Key { canonical: Some(c) } if c == "10.244.1.0-24"), "{alias:?}");
         }
-        assert_eq!(
-            lease_entry(prefix, &format!("{prefix}garbage"), value.as_bytes()).unwrap_err(),
-            NotALease::Key { canonical: None }
-        );
+        let error = lease_entry(prefix, &format!("{prefix}garbage"), value.as_bytes()).unwrap_err();
+        assert!(matches!(error, NotALease::Key { canonical: None }), "{error:?}");
         let large = vec![b' '; MAX_LEASE_VALUE + 1];
         let error = lease_entry(prefix, &format!("{prefix}10.244.1.0-24"), &large).unwrap_err();
-        assert_eq!(error, NotALease::TooLarge { bytes: MAX_LEASE_VALUE + 1 });
+        assert!(matches!(error, NotALease::TooLarge { bytes } if bytes == MAX_LEASE_VALUE + 1), "{error:?}");
     }
 
     #[test]

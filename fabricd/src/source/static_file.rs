@@ -18,11 +18,13 @@ use std::time::{Duration, SystemTime};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{derived_vtep_mac, Cluster, Peer};
+use super::{Cluster, Peer};
+use crate::backend::LeaseData;
 use crate::error::{Error, Result};
-use crate::flannel::{parse_mac, BackendKind, Family, LeaseAttrs, NetworkConfig, SubnetKey, VxlanData};
+use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
 #[derive(Deserialize)]
@@ -49,7 +51,7 @@ struct PeerEntry {
 pub fn load(path: &std::path::Path) -> Result<Cluster> {
     let fail = |e: String| Error::Config(format!("static config {}: {e}", path.display()));
     let text = std::fs::read(path).map_err(|e| Error::io(format!("static config {}", path.display()), e))?;
-    let config = NetworkConfig::parse(&text).map_err(fail)?;
+    let config = NetworkConfig::parse(&text).map_err(Error::Format)?;
     let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(e.to_string()))?;
     // Each subnet must be one of its family's network, for exactly the families the config enables.
     let check = |what: &str, key: SubnetKey| -> Result<SubnetKey> {
@@ -69,14 +71,17 @@ pub fn load(path: &std::path::Path) -> Result<Cluster> {
         Ok(key)
     };
     let own = check("Subnet", SubnetKey { v4: file.subnet, v6: file.ipv6subnet })?;
-    let vxlan = matches!(config.backend, BackendKind::Vxlan { .. });
-    let data = |public: Option<IpAddr>, mac: Option<String>| -> Result<Option<VxlanData>> {
-        let Some(public) = public.filter(|_| vxlan) else { return Ok(None) };
-        let vtep_mac = match mac {
-            Some(text) => parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?,
-            None => derived_vtep_mac(public),
-        };
-        Ok(Some(VxlanData { vni: Some(config.vni), vtep_mac: Some(vtep_mac) }))
+    // The data the backend would announce for a node at that address, with the VtepMAC the file gives.
+    let data = |family: Family, public: Option<IpAddr>, mac: Option<String>| -> Result<Option<LeaseData>> {
+        let data = public.map(|public| config.backend.lease_data(family, public)).transpose();
+        let data = data.map_err(|e| Error::io("the backend's lease data", e))?.flatten();
+        let Some(data) = data else { return Ok(None) };
+        let mut data = data.value().clone();
+        if let (Some(text), Some(fields)) = (mac, data.as_object_mut()) {
+            crate::backend::vxlan::parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?;
+            fields.insert("VtepMAC".into(), Value::String(text));
+        }
+        Ok(Some(LeaseData::from(data)))
     };
     let mut peers = BTreeMap::new();
     for (position, peer) in file.peers.into_iter().enumerate() {
@@ -88,8 +93,8 @@ pub fn load(path: &std::path::Path) -> Result<Cluster> {
             public_ip: peer.publicip,
             public_ipv6: peer.publicipv6,
             backend_type: config.backend.type_name().into(),
-            backend_data: data(peer.publicip.map(IpAddr::V4), peer.vtepmac)?,
-            backend_v6_data: data(peer.publicipv6.map(IpAddr::V6), peer.vtepmacv6)?,
+            backend_data: data(Family::V4, peer.publicip.map(IpAddr::V4), peer.vtepmac)?,
+            backend_v6_data: data(Family::V6, peer.publicipv6.map(IpAddr::V6), peer.vtepmacv6)?,
         };
         peers.insert(key, Peer { attrs, created: position as i64 });
     }
@@ -141,7 +146,7 @@ mod tests {
         assert_eq!(cluster.subnet, SubnetKey::v4("10.244.1.0/24".parse().unwrap()));
         assert_eq!(cluster.peers.len(), 1, "its own entry skipped");
         let peer = &cluster.peers[&SubnetKey::v4("10.244.2.0/24".parse().unwrap())];
-        assert_eq!(peer.attrs.vtep_mac(Family::V4), Some(derived_vtep_mac("192.168.50.2".parse().unwrap())));
+        assert_eq!(peer.attrs.data(Family::V4).unwrap()["VtepMAC"], "0e:fa:c0:a8:32:02");
     }
 
     #[test]
@@ -153,7 +158,8 @@ mod tests {
         )
         .unwrap();
         let peer = cluster.peers.values().next().unwrap();
-        assert_eq!(peer.attrs.vtep_mac(Family::V6), Some(derived_vtep_mac("fd00:50::2".parse().unwrap())));
+        let derived = crate::backend::vxlan::derived_vtep_mac("fd00:50::2".parse().unwrap());
+        assert_eq!(peer.attrs.data(Family::V6).unwrap()["VtepMAC"], cnicore::mac::format(&derived));
         let missing = load_text(
             r#"{"EnableIPv6":true,"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Subnet":"10.244.1.0/24","Backend":{"Type":"vxlan"}}"#,
         );

@@ -1,0 +1,296 @@
+//! What a backend needs and gives (the [`Backend`] trait), and what the backends share: reading options, the
+//! routes every tunnel makes, the wanted objects of a pass. Below the backends and the registry (mod.rs), which
+//! both use it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+
+use cnicore::netlink::{FdbEntry, Neighbour, Route, WgPeer, RT_TABLE_MAIN};
+use ipnet::IpNet;
+use serde_json::Value;
+
+use crate::dataplane::diff::{Change, DeviceChange};
+use crate::family::Family;
+use crate::path::{PeerPath, Refusal, TunnelId};
+use crate::underlay::{Underlay, ROUTE_PROTOCOL};
+
+use super::device::DeviceContext;
+
+/// What a backend must say and do. Implementations are configured from the config's `Backend` object.
+pub trait Backend: fmt::Debug + Send + Sync {
+    /// flannel's `Backend.Type`, also the lease's `BackendType`.
+    fn type_name(&self) -> &'static str;
+
+    /// Bytes the tunnel takes from the underlay's MTU over an underlay of `family` (0: no tunnel).
+    fn overhead(&self, family: Family) -> u32;
+
+    /// This node's lease data for `family` (flannel's `BackendData`, `BackendV6Data`) as flannel writes it,
+    /// for a node at `local`; None when the backend has none. An error when the node's key cannot be read.
+    fn lease_data(&self, family: Family, local: IpAddr) -> io::Result<Option<LeaseData>>;
+
+    /// What identifies a peer's tunnel endpoint in its lease `data` of `family` (None: the backend has no
+    /// such identity), or why the data cannot be used.
+    fn tunnel_id(&self, family: Family, data: Option<&Value>) -> Result<Option<TunnelId>, Refusal> {
+        let _ = (family, data);
+        Ok(None)
+    }
+
+    /// The UDP port a peer's lease `data` of `family` announces, when the backend has one.
+    fn peer_port(&self, family: Family, data: Option<&Value>) -> Option<u16> {
+        let _ = (family, data);
+        None
+    }
+
+    /// This node's own tunnel identity for `family` at `local`: no peer may claim it.
+    fn own_tunnel_id(&self, family: Family, local: IpAddr) -> Option<TunnelId> {
+        let _ = (family, local);
+        None
+    }
+
+    /// How a valid peer is reached.
+    fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath;
+
+    /// The device name of `family`, when the backend has one.
+    fn device_name(&self, family: Family) -> Option<String> {
+        let _ = family;
+        None
+    }
+
+    /// Makes the device of the context's family right; its index (in a dry run, None when it is missing).
+    fn ensure_device(&self, context: DeviceContext) -> io::Result<Option<u32>> {
+        let _ = context;
+        Ok(None)
+    }
+
+    /// Adds what one overlay peer (subnet `subnet`, node at `endpoint`) needs on the device `index`.
+    fn add_peer(&self, wanted: &mut Wanted, index: u32, subnet: IpNet, endpoint: &PeerPath) {
+        let _ = (wanted, index, subnet, endpoint);
+    }
+
+    /// Makes the peers of the tunnel device `index` the `wanted` ones (a backend whose peers are not kernel
+    /// routes, neighbours or FDB entries: wireguard); the changes made (in a dry run, that would be).
+    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<WgPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+        let _ = (index, wanted, dry_run);
+        Ok(Vec::new())
+    }
+
+    /// True when a link of this name and kind is one that this backend makes (under any options): `cleanup`
+    /// removes it.
+    fn owns_link(&self, name: &str, kind: Option<&str>) -> bool {
+        let _ = (name, kind);
+        false
+    }
+}
+
+/// One family's backend data of a lease, as written: flannel keeps it as Go's json.RawMessage, so its text
+/// (field order included) is written back as it was made; two are equal when their content is.
+#[derive(Debug, Clone)]
+pub struct LeaseData {
+    text: String,
+    value: Value,
+}
+
+impl LeaseData {
+    /// The data as `data` serialises (a struct: its fields in their order, as Go's encoding/json writes them).
+    pub fn of(data: &impl serde::Serialize) -> LeaseData {
+        let text = serde_json::to_string(data).expect("serialisable");
+        let value = serde_json::from_str(&text).expect("just written");
+        LeaseData { text, value }
+    }
+
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<Value> for LeaseData {
+    fn from(value: Value) -> LeaseData {
+        LeaseData { text: value.to_string(), value }
+    }
+}
+
+impl PartialEq for LeaseData {
+    fn eq(&self, other: &LeaseData) -> bool {
+        self.value == other.value
+    }
+}
+
+impl Eq for LeaseData {}
+
+/// A valid peer of one family, as the plan hands it to the backend.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerEndpoint<'a> {
+    pub public_ip: IpAddr,
+    pub id: Option<TunnelId>,
+    /// The peer's public addresses and announced ports of both families (IPv4, IPv6): a backend with one
+    /// tunnel for both families picks the endpoint among them.
+    pub addresses: [Option<IpAddr>; 2],
+    pub ports: [Option<u16>; 2],
+    /// The lease's `BackendType` (for the refusal of a lease without the identity this backend needs).
+    pub backend_type: &'a str,
+}
+
+/// A backend's options could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionsError {
+    /// No backend of this `Type` (`known`: the types there are).
+    UnknownType { name: String, known: Vec<&'static str> },
+    /// An option of the right name has a value the backend cannot use.
+    BadOption { backend: &'static str, key: &'static str, why: String },
+}
+
+impl fmt::Display for OptionsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionsError::UnknownType { name, known } => {
+                let known: Vec<String> = known.iter().map(|name| format!("{name:?}")).collect();
+                write!(f, "backend type {name:?} is not supported: use {}", known.join(", "))
+            }
+            OptionsError::BadOption { backend, key, why } => write!(f, "{backend} backend: {key}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for OptionsError {}
+
+/// Reads a backend option with Go's key matching (absent and null: None).
+pub fn option<T: serde::de::DeserializeOwned>(
+    options: &Value,
+    backend: &'static str,
+    key: &'static str,
+) -> Result<Option<T>, OptionsError> {
+    match cnicore::spec::gojson::field(options, key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => cnicore::spec::gojson::from_value(value).map(Some).map_err(|e| OptionsError::BadOption {
+            backend,
+            key,
+            why: e.to_string(),
+        }),
+    }
+}
+
+/// What the node should hold for its peers.
+#[derive(Debug, Default)]
+pub struct Wanted {
+    pub routes: Vec<Route>,
+    pub neighbours: Vec<Neighbour>,
+    pub fdb: Vec<FdbEntry>,
+    /// Tunnel peers by device index (wireguard); a peer of both families on one device is listed twice.
+    pub tunnel_peers: Vec<(u32, WgPeer)>,
+    /// What a dry run cannot build yet (the device is missing): reported as changes.
+    pub pending: Vec<Change>,
+}
+
+/// The route to `subnet` via `gateway` out of the underlay interface (host-gw, and direct routing).
+pub fn direct_route(subnet: IpNet, gateway: IpAddr, underlay: &Underlay) -> Route {
+    Route {
+        dst: subnet,
+        gateway: Some(gateway),
+        oif: Some(underlay.index),
+        protocol: Some(ROUTE_PROTOCOL),
+        table: Some(RT_TABLE_MAIN),
+        ..Route::default()
+    }
+}
+
+/// The route to `subnet` via `gateway` on the tunnel device `index`, onlink (the gateway is not on a subnet
+/// of the device).
+pub fn onlink_route(subnet: IpNet, gateway: IpAddr, index: u32) -> Route {
+    Route {
+        dst: subnet,
+        gateway: Some(gateway),
+        oif: Some(index),
+        onlink: true,
+        protocol: Some(ROUTE_PROTOCOL),
+        table: Some(RT_TABLE_MAIN),
+        ..Route::default()
+    }
+}
+
+/// The path of a peer on the same L2 segment when the backend routes directly, else None: host-gw's rule,
+/// and that of vxlan's and ipip's `DirectRouting`.
+pub fn direct_if_same_l2(peer: &PeerEndpoint, underlay: &Underlay) -> Option<PeerPath> {
+    underlay.same_l2(peer.public_ip).then_some(PeerPath::Direct { gateway: peer.public_ip })
+}
+
+/// The wanted objects for the paths of one family. `device`: the family's tunnel device's index, when the
+/// backend has one.
+pub fn wanted(
+    backend: &dyn Backend,
+    family: Family,
+    paths: &BTreeMap<IpNet, PeerPath>,
+    underlay: &Underlay,
+    device: Option<u32>,
+) -> Wanted {
+    let mut wanted = Wanted::default();
+    for (subnet, path) in paths {
+        match path {
+            PeerPath::Direct { gateway } => wanted.routes.push(direct_route(*subnet, *gateway, underlay)),
+            PeerPath::Overlay { .. } => match device {
+                Some(index) => backend.add_peer(&mut wanted, index, *subnet, path),
+                None => wanted.pending.push(Change::Device(DeviceChange::PendingRoute {
+                    dst: *subnet,
+                    via: subnet.network(),
+                    name: backend.device_name(family).unwrap_or_default(),
+                })),
+            },
+            PeerPath::Refused(_) => {}
+        }
+    }
+    wanted
+}
+
+/// The MTU of pods' interfaces over `underlay` for the enabled `families`: the backend's overhead taken off,
+/// the largest of the families' (one MTU for the pod's interface, whichever family a packet is).
+pub fn pod_mtu(backend: &dyn Backend, families: impl Iterator<Item = Family>, underlay: &Underlay) -> u32 {
+    underlay.mtu - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
+}
+
+/// The wanted tunnel peers of each of `devices` (none: every peer goes), a peer's subnets of both families
+/// joined into one peer (one device for both families).
+pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, WgPeer)>) -> Vec<(u32, Vec<WgPeer>)> {
+    let mut wanted: Vec<(u32, Vec<WgPeer>)> = Vec::new();
+    for index in devices {
+        if !wanted.iter().any(|(known, _)| known == index) {
+            wanted.push((*index, Vec::new()));
+        }
+    }
+    for (index, peer) in peers {
+        let Some((_, device)) = wanted.iter_mut().find(|(known, _)| *known == index) else { continue };
+        match device.iter_mut().find(|p| p.public_key == peer.public_key) {
+            Some(known) => known.allowed_ips.extend(peer.allowed_ips),
+            None => device.push(peer),
+        }
+    }
+    wanted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_device_gets_its_wanted_peers_even_none() {
+        let peer = |key: u8, subnet: &str| WgPeer {
+            public_key: [key; 32],
+            preshared_key: None,
+            endpoint: None,
+            keepalive: 0,
+            allowed_ips: vec![subnet.parse().unwrap()],
+        };
+        let wanted = peers_by_device(
+            &[3, 7, 3],
+            vec![(7, peer(1, "10.244.2.0/24")), (7, peer(1, "fd00:10:244:2::/64")), (9, peer(2, "10.244.3.0/24"))],
+        );
+        assert_eq!(wanted.len(), 2, "one entry per device; a peer of no device of this pass is dropped");
+        assert_eq!(wanted[0], (3, Vec::new()), "a device whose peers all left: its peers are all removed");
+        let (index, peers) = &wanted[1];
+        assert_eq!((*index, peers.len(), peers[0].allowed_ips.len()), (7, 1, 2), "both families on one peer");
+    }
+}
