@@ -59,7 +59,8 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     let backend = &*cluster.config.backend;
     let own_public = underlay.public(family);
     let own_id = own_public.and_then(|ip| backend.own_tunnel_id(family, ip));
-    let own = Own { public: own_public, id: own_id, subnet: cluster.subnet.get(family), networks: cluster.config.networks() };
+    let own =
+        Own { public: own_public, id: own_id, subnet: cluster.subnet.get(family), networks: cluster.config.networks() };
     let leases: Vec<FamilyLease> = cluster
         .peers
         .iter()

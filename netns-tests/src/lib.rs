@@ -8,9 +8,11 @@
 //! `cargo build --workspace --bins`.
 //!
 //! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
-//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd.
+//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd;
+//!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave).
 //! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
-//!   [`traffic`]: TCP servers and clients between namespaces.
+//!   [`traffic`]: TCP servers and clients between namespaces; [`capture`]: frames seen on an interface (a raw
+//!   socket, no tcpdump), to show what crosses an underlay.
 //! - [`upstream`]: the reference plugins and upstream cnitool; [`recorder`]: what a runtime sends its plugins.
 //! - [`daemon`]: a daemon a test starts, in its own mount namespace, ended by PID; [`containerd`],
 //!   [`podman`], [`podman_macvlan`]: those runtimes on a test node; [`runtimes`]: what their tests share;

@@ -192,7 +192,7 @@ pub(crate) fn split_datagram(datagram: &[u8]) -> io::Result<Vec<Incoming<'_>>> {
                 None => return Err(invalid("truncated netlink error message")),
                 Some(0) => Received::End,
                 Some(code) => {
-                    super::refusal::record(flags, payload);
+                    super::refusal::record(extended_ack_message(flags, payload));
                     Received::Failed(io::Error::from_raw_os_error(-code))
                 }
             },
@@ -319,9 +319,67 @@ pub(crate) fn emitted(value: &impl Emitable) -> Vec<u8> {
     buf
 }
 
+/// `NLMSGERR_ATTR_MSG`: the extended ACK's message (a NUL-terminated string).
+const NLMSGERR_ATTR_MSG: u16 = 1;
+/// `NLM_F_CAPPED`: the error message echoes only the request's header.
+const NLM_F_CAPPED: u16 = 0x100;
+/// `NLM_F_ACK_TLVS`: extended ACK attributes follow the echoed request.
+const NLM_F_ACK_TLVS: u16 = 0x200;
+
+/// The extended ACK's message of an `NLMSG_ERROR` (`payload`: errno, echoed request, attributes; `flags`: its
+/// header's), if the kernel gave one.
+fn extended_ack_message(flags: u16, payload: &[u8]) -> Option<String> {
+    if flags & NLM_F_ACK_TLVS == 0 {
+        return None;
+    }
+    let echoed = payload.get(4..)?;
+    let echoed_len = u32::from_ne_bytes(echoed.get(..4)?.try_into().ok()?) as usize;
+    let skip = if flags & NLM_F_CAPPED != 0 { NLMSG_HDRLEN } else { align(echoed_len) };
+    let mut attrs = echoed.get(skip..)?;
+    while attrs.len() >= 4 {
+        let len = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
+        let kind = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
+        let value = attrs.get(4..len.max(4))?;
+        if kind == NLMSGERR_ATTR_MSG {
+            let text = value.split(|&b| b == 0).next().unwrap_or_default();
+            let text = String::from_utf8_lossy(text).trim().to_string();
+            return (!text.is_empty()).then_some(text);
+        }
+        attrs = attrs.get(align(len.max(4)).min(attrs.len())..)?;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn error_payload(flags_capped: bool, message: &str) -> Vec<u8> {
+        let mut payload = (-libc::EEXIST).to_ne_bytes().to_vec();
+        let echoed_len: u32 = if flags_capped { 16 } else { 24 };
+        payload.extend_from_slice(&echoed_len.to_ne_bytes());
+        payload.extend_from_slice(&[0; 12]);
+        if !flags_capped {
+            payload.extend_from_slice(&[7; 8]);
+        }
+        let text = [message.as_bytes(), &[0]].concat();
+        payload.extend_from_slice(&((4 + text.len()) as u16).to_ne_bytes());
+        payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        payload.extend_from_slice(&text);
+        payload.resize(align(payload.len()), 0);
+        payload
+    }
+
+    #[test]
+    fn reads_the_extended_ack_message_capped_or_not() {
+        let capped = error_payload(true, "VLAN device already exists");
+        let message = extended_ack_message(NLM_F_ACK_TLVS | NLM_F_CAPPED, &capped);
+        assert_eq!(message.as_deref(), Some("VLAN device already exists"));
+        let full = error_payload(false, "Unknown device type");
+        assert_eq!(extended_ack_message(NLM_F_ACK_TLVS, &full).as_deref(), Some("Unknown device type"));
+        assert_eq!(extended_ack_message(0, &full), None);
+        assert_eq!(extended_ack_message(NLM_F_ACK_TLVS, &full[..10]), None);
+    }
 
     #[test]
     fn nested_attributes_round_trip() {

@@ -26,7 +26,7 @@ use etcd_client::{
 use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
-use super::{
+use super::lease::{
     acquire, lease_entry, random_below, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity, NotALease,
     Peer, Previous, StoredLease,
 };
@@ -442,10 +442,10 @@ async fn running_config(
     let Some(running) = running else { return store.config().await };
     let new = text.as_deref().map(NetworkConfig::parse);
     match new {
-        Some(Ok(new)) if super::subnet_outside(&new, &running.subnet).is_none() => {
+        Some(Ok(new)) if super::lease::subnet_outside(&new, &running.subnet).is_none() => {
             // Changed (seen by the watch, or while etcd was out of reach).
             if new != running.config {
-                let changes = super::describe_config_change(&running.config, &new);
+                let changes = super::lease::describe_config_change(&running.config, &new);
                 log!(info, "the network config changed: {changes}; applying it");
             }
             Ok(new)
@@ -469,8 +469,8 @@ fn report_config(state: &mut SourceState, text: Option<&[u8]>, running: &Cluster
         None => "it was deleted".to_string(),
         Some(Err(e)) => format!("it is not valid ({e})"),
         Some(Ok(new)) => {
-            let changes = super::describe_config_change(&running.config, &new);
-            let misfit = super::subnet_outside(&new, &running.subnet).map(|e| e.to_string()).unwrap_or_default();
+            let changes = super::lease::describe_config_change(&running.config, &new);
+            let misfit = super::lease::subnet_outside(&new, &running.subnet).map(|e| e.to_string()).unwrap_or_default();
             format!("{changes}, and {misfit}")
         }
     };
@@ -590,7 +590,7 @@ impl Watch<'_> {
         match text.as_deref().map(NetworkConfig::parse) {
             Some(Ok(new)) if new == cluster.config => false,
             // Applied (and logged) by the session, which reads the config again.
-            Some(Ok(new)) if super::subnet_outside(&new, &cluster.subnet).is_none() => {
+            Some(Ok(new)) if super::lease::subnet_outside(&new, &cluster.subnet).is_none() => {
                 self.state.reported_config = None;
                 true
             }

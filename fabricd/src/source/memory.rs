@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use super::{LeaseStore, LeaseToken, Listing, StoredLease};
+use super::lease::{LeaseStore, LeaseToken, Listing, StoredLease};
 use crate::error::{Error, Result};
 use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 

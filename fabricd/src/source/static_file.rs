@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::{Cluster, Peer};
+use super::lease::{Cluster, Peer};
 use crate::backend::LeaseData;
 use crate::error::{Error, Result};
 use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
