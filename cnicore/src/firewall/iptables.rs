@@ -466,6 +466,9 @@ pub fn cleanup(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot,
     read_and_apply(family, table, what, true, plan)
 }
 
+/// The lock our plugins hold from the read of a table to the end of the transaction computed from it.
+const UPDATE_LOCK: &str = "/run/cni-rs-iptables.lock";
+
 fn read_and_apply(
     family: Family,
     table: &str,
@@ -473,6 +476,12 @@ fn read_and_apply(
     unreadable_is_empty: bool,
     plan: impl Fn(&Snapshot, &mut Script),
 ) -> Result<()> {
+    // A transaction computed from a read is not refused when a concurrent one got there first: iptables-nft's
+    // restore accepts `:CHAIN` for a chain that exists, so two ADDs that both read "no CNI-HOSTPORT-DNAT" both
+    // append its jump from PREROUTING (seen in portmap's concurrent test; the xtables lock covers one restore,
+    // not a read and the restore after it). Ours are serialized from the read on; without the lock (an
+    // unwritable /run) the retries below are what is left.
+    let _serialized = crate::state::FileLock::exclusive(std::path::Path::new(UPDATE_LOCK)).ok();
     let mut last = None;
     for _ in 0..super::ATTEMPTS {
         let snapshot = match save(family, table) {
