@@ -115,11 +115,25 @@ for k in "${kernels[@]}"; do
     echo 'exit 0'
   } >"$plan"
   started=$SECONDS
-  echo "vm-lane: booting ${release[$k]} for: ${run[*]}"
-  set +e
-  vm_run "${release[$k]}" "$plan" "$timeout" | tee -a "$log"
-  rc=${PIPESTATUS[0]}
-  set -e
+  for attempt in 1 2; do
+    echo "vm-lane: booting ${release[$k]} for: ${run[*]}"
+    guest_log=$(mktemp /tmp/cni-vm-guest.XXXXXX)
+    set +e
+    vm_run "${release[$k]}" "$plan" "$timeout" | tee "$guest_log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    # A guest kernel that dies (an Oops under emulation: seen once on 6.12 in 20 boots, int3 at a static branch
+    # being patched while the other vCPU ran it, a known hazard of multi-threaded TCG) is booted once more; its
+    # log above says what happened. Test failures and timeouts are never retried.
+    if ((rc == 125 && attempt == 1)); then
+      echo "vm-lane: ${release[$k]} died without a result (an emulation crash, see above): booting it once more"
+      rm -f "$guest_log"
+      continue
+    fi
+    cat "$guest_log" >>"$log"
+    rm -f "$guest_log"
+    break
+  done
   if ((rc == 0)); then
     echo "vm-lane: ${release[$k]}: all passed in $((SECONDS - started)) s"
   else

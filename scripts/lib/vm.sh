@@ -113,7 +113,8 @@ vm_build_initramfs() { # DIR RELEASE
 
 # Boots RELEASE once and runs PLAN (a bash script run in the guest with the host's root as /, the guest's own
 # /proc, /sys, /dev, and tmpfs on /tmp, /run and /var/lib/cni) with the guest's output on this terminal. The
-# guest's exit status becomes ours; a guest that runs past TIMEOUT seconds is killed and that is an error.
+# guest's exit status becomes ours; a guest that runs past TIMEOUT seconds is killed and that is an error (124);
+# a guest that stops without a result (its kernel died: its log is on the terminal) is 125.
 vm_run() { # RELEASE PLAN TIMEOUT
   local release=$1 plan=$2 timeout=$3 dir=$CNI_VM_CACHE/$1 out rc=0 smp mem
   out=$(mktemp -d /tmp/cni-vm.XXXXXX)
@@ -142,7 +143,7 @@ vm_run() { # RELEASE PLAN TIMEOUT
   if [[ ! -s $out/status ]]; then
     vm_log "the guest ($release) stopped without a result (qemu exit $rc; a kernel panic or a crash of its init)"
     rm -rf "$out"
-    return 1
+    return 125
   fi
   rc=$(cat "$out/status")
   rm -rf "$out"
