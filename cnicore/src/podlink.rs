@@ -118,7 +118,7 @@ pub struct MasterLink {
     /// The master is a link of the pod's namespace, not the node's (`linkInContainer`).
     pub in_container: bool,
     pub mtu: Option<u32>,
-    /// The MTU may not exceed the master's (macvlan, vlan: [`check_mtu`]).
+    /// The MTU may not exceed the master's (macvlan, ipvlan, vlan: [`check_mtu`]).
     pub mtu_at_most_master: bool,
     /// An IPAM plugin is configured ([`ipam_configured`]).
     pub layer3: bool,
