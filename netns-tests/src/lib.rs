@@ -277,6 +277,68 @@ impl Drop for Node {
     }
 }
 
+/// A node and a pod beside it: where a single plugin's test starts. A test adds what its plugin needs in a rig
+/// of its own, declared with [`pod_rig!`].
+pub struct NodeWithPod {
+    pub node: Node,
+    pub pod: TestNetns,
+}
+
+impl NodeWithPod {
+    /// A node and an empty pod.
+    pub fn new() -> NodeWithPod {
+        let node = Node::new();
+        let pod = node.pod_netns();
+        NodeWithPod { node, pod }
+    }
+
+    /// A node and a pod whose `eth0` is a veth to it, see [`Node::pod_with_eth0`].
+    pub fn with_eth0(host_veth: &str, node_addr: &str, pod_addr: &str) -> NodeWithPod {
+        let node = Node::new();
+        let pod = node.pod_with_eth0(host_veth, node_addr, pod_addr);
+        NodeWithPod { node, pod }
+    }
+
+    /// Runs `binary` for the attachment (`container`, `ifname`) of the pod, see [`run_for_pod`].
+    pub fn run(
+        &self,
+        binary: &Path,
+        verb: &str,
+        attachment: (&str, &str),
+        netns: Option<&str>,
+        conf: &Value,
+    ) -> PluginOutput {
+        run_for_pod(&self.node, &self.pod, binary, verb, attachment, netns, conf)
+    }
+}
+
+impl Default for NodeWithPod {
+    fn default() -> NodeWithPod {
+        NodeWithPod::new()
+    }
+}
+
+/// Declares a test's rig: a struct whose `lab` is a [`NodeWithPod`], with the test's own fields after it, that
+/// reads as the lab (`rig.node`, `rig.pod`, `rig.run(..)`); the test gives it the methods its plugin needs in an
+/// `impl` of its own. `pod_rig!(Rig)`, or `pod_rig!(Rig { wan: TestNetns })`.
+#[macro_export]
+macro_rules! pod_rig {
+    ($(#[$meta:meta])* $name:ident $({ $($(#[$field_meta:meta])* $field:ident: $ty:ty),* $(,)? })?) => {
+        $(#[$meta])*
+        struct $name {
+            lab: $crate::NodeWithPod,
+            $($($(#[$field_meta])* $field: $ty,)*)?
+        }
+
+        impl ::std::ops::Deref for $name {
+            type Target = $crate::NodeWithPod;
+            fn deref(&self) -> &$crate::NodeWithPod {
+                &self.lab
+            }
+        }
+    };
+}
+
 /// Connects two test namespaces with a veth pair (`name_a` in `a`, `name_b` in `b`), both ends up, with
 /// the given addresses (IPv6 ones without duplicate address detection, so usable at once).
 /// Returns the link indexes in `a` and `b`.
@@ -379,6 +441,13 @@ impl PluginOutput {
     pub fn expect_ok(&self) -> &Value {
         assert!(self.success(), "plugin failed ({}): stdout {} stderr {}", self.status, self.stdout_text, self.stderr);
         &self.stdout
+    }
+
+    /// The result of a successful run, which must be in `version` (as the request's `cniVersion` asks).
+    pub fn expect_result_in(&self, version: &str) -> Value {
+        let result = self.expect_ok();
+        assert_eq!(result["cniVersion"], version, "result not in the version asked for: {result}");
+        result.clone()
     }
 
     /// The CNI error of a failed run; panics if the run succeeded.

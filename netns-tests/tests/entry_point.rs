@@ -4,26 +4,24 @@
 
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::upstream::{reference, run_raw};
-use netns_tests::{bin, bin_dir, json, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, bin_dir, json, pod_rig, NodeWithPod, PluginOutput, Value};
 
 /// The entry point's cap on stdin (cnicore's `MAX_STDIN`).
 const MAX_STDIN: usize = 1 << 20;
 const VERBS: &[&str] = &["ADD", "DEL", "CHECK", "GC", "STATUS"];
 
-/// A node to run in and a pod whose `lo` is down: any request that is refused must leave it down.
-struct Rig {
-    node: Node,
-    pod: TestNetns,
-}
+pod_rig!(
+    /// A node to run in and a pod whose `lo` is down: any request that is refused must leave it down.
+    Rig
+);
 
 impl Rig {
     fn new() -> Rig {
-        let node = Node::new();
-        let pod = node.pod_netns();
-        let mut netlink = pod.netlink();
+        let rig = Rig { lab: NodeWithPod::new() };
+        let mut netlink = rig.pod.netlink();
         let lo = netlink.require_link("lo").expect("lo");
         netlink.set_down(lo.index).expect("set lo down");
-        Rig { node, pod }
+        rig
     }
 
     /// The complete, valid environment of `verb`, as `(name, value)` pairs.

@@ -13,7 +13,8 @@ use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
 use netns_tests::{
-    assert_ping, bin, json, run_for_pod, unique_name, veth_between, with_prev, Node, PluginOutput, TestNetns, Value,
+    assert_ping, bin, json, net, pod_rig, unique_name, veth_between, with_prev, NodeWithPod, PluginOutput, TestNetns,
+    Value,
 };
 
 const CONTAINER: &str = "hostdev1";
@@ -21,30 +22,26 @@ const NODE_ADDR: &str = "10.44.0.2/24";
 const WAN_ADDR: &str = "10.44.0.1";
 const POD_ADDR: &str = "10.44.0.5/24";
 
-struct Rig {
-    node: Node,
+pod_rig!(Rig {
     wan: TestNetns,
-    pod: TestNetns,
     /// The device's name in the node.
     device: String,
-}
+});
 
 impl Rig {
     fn new() -> Rig {
-        let node = Node::new();
+        let lab = NodeWithPod::new();
         let wan = TestNetns::new("wan");
-        let pod = node.pod_netns();
         let device = unique_name("hd");
-        let wan_end = unique_name("hw");
         veth_between(
-            &node,
+            &lab.node,
             &wan,
             &device,
-            &wan_end,
-            &[NODE_ADDR.parse().unwrap()],
-            &[format!("{WAN_ADDR}/24").parse().unwrap()],
+            &unique_name("hw"),
+            &[net(NODE_ADDR)],
+            &[net(&format!("{WAN_ADDR}/24"))],
         );
-        Rig { node, wan, pod, device }
+        Rig { lab, wan, device }
     }
 
     fn conf(&self, version: &str) -> Value {
@@ -55,7 +52,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, netns: Option<&str>) -> PluginOutput {
-        run_for_pod(&self.node, &self.pod, &binary, verb, (CONTAINER, "eth0"), netns, conf)
+        self.run(&binary, verb, (CONTAINER, "eth0"), netns, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {
@@ -130,8 +127,7 @@ fn every_spec_version() {
     let rig = Rig::new();
     for version in SUPPORTED_VERSIONS {
         let conf = rig.conf(version);
-        let result = rig.ours("ADD", &conf).expect_ok().clone();
-        assert_eq!(result["cniVersion"], *version);
+        let result = rig.ours("ADD", &conf).expect_result_in(version);
         let address = if version.starts_with("0.1") || version.starts_with("0.2") {
             &result["ip4"]["ip"]
         } else {

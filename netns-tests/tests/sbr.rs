@@ -11,22 +11,17 @@ use std::time::Duration;
 use netns_tests::cnicore::spec::SUPPORTED_VERSIONS;
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, json, run_for_pod, unique_name, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, json, pod_rig, unique_name, NodeWithPod, PluginOutput, Value};
 
 const CONTAINER: &str = "sbr1";
 const POD_IP: &str = "10.46.0.5";
 const GATEWAY: &str = "10.46.0.1";
 
-struct Rig {
-    node: Node,
-    pod: TestNetns,
-}
+pod_rig!(Rig);
 
 impl Rig {
     fn new() -> Rig {
-        let node = Node::new();
-        let pod = node.pod_with_eth0(&unique_name("sb"), &format!("{GATEWAY}/24"), &format!("{POD_IP}/24"));
-        Rig { node, pod }
+        Rig { lab: NodeWithPod::with_eth0(&unique_name("sb"), &format!("{GATEWAY}/24"), &format!("{POD_IP}/24")) }
     }
 
     fn prev(&self, version: &str) -> Value {
@@ -46,7 +41,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, netns: Option<&str>) -> PluginOutput {
-        run_for_pod(&self.node, &self.pod, &binary, verb, (CONTAINER, "eth0"), netns, conf)
+        self.run(&binary, verb, (CONTAINER, "eth0"), netns, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {
@@ -143,8 +138,7 @@ fn every_spec_version() {
     let rig = Rig::new();
     for version in SUPPORTED_VERSIONS {
         let conf = rig.conf(version);
-        let result = rig.ours("ADD", &conf).expect_ok().clone();
-        assert_eq!(result["cniVersion"], *version);
+        rig.ours("ADD", &conf).expect_result_in(version);
         assert_eq!(rig.source_rules().len(), 1, "{version}");
         rig.ours("DEL", &conf).expect_ok();
         assert!(rig.source_rules().is_empty(), "{version}");

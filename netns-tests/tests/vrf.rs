@@ -11,20 +11,15 @@ use std::time::Duration;
 use netns_tests::linkrig::{ping_via, skip_with_kind, skip_without_kind};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::upstream::reference;
-use netns_tests::{bin, ip, json, net, run_for_pod, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
+use netns_tests::{bin, ip, json, net, pod_rig, unique_name, veth_between, NodeWithPod, PluginOutput, Value};
 
 const POD_IP: &str = "10.47.0.5";
 
-struct Rig {
-    node: Node,
-    pod: TestNetns,
-}
+pod_rig!(Rig);
 
 impl Rig {
     fn new() -> Rig {
-        let node = Node::new();
-        let pod = node.pod_with_eth0(&unique_name("vr"), "10.47.0.1/24", &format!("{POD_IP}/24"));
-        Rig { node, pod }
+        Rig { lab: NodeWithPod::with_eth0(&unique_name("vr"), "10.47.0.1/24", &format!("{POD_IP}/24")) }
     }
 
     fn conf(&self, extra: Value) -> Value {
@@ -37,7 +32,7 @@ impl Rig {
     }
 
     fn call(&self, binary: PathBuf, verb: &str, conf: &Value, ifname: &str) -> PluginOutput {
-        run_for_pod(&self.node, &self.pod, &binary, verb, ("vrf1", ifname), None, conf)
+        self.run(&binary, verb, ("vrf1", ifname), None, conf)
     }
 
     fn ours(&self, verb: &str, conf: &Value) -> PluginOutput {
