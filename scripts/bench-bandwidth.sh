@@ -16,34 +16,22 @@
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/bandwidth)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 RATES=${BENCH_RATES:-"1 10 50"}
 SECONDS_PER_RUN=${BENCH_SECONDS:-4}
-OURS_DIR=${OURS_DIR:-target/stage}
-REFERENCE=${REFERENCE:-/usr/lib/cni/bandwidth}
 
-die() { echo "bench-bandwidth: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-bandwidth
 command -v jq >/dev/null || die "needs jq"
 command -v iperf3 >/dev/null || die "needs iperf3"
-[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/bandwidth ]] || cni_build_release plugins
-OURS=$(realpath "$OURS_DIR/bandwidth")
+bench_plugin bandwidth
 
 NODE=bwbench-node-$$ POD=bwbench-pod-$$ WAN=bwbench-wan-$$
 HOST_VETH=bwbh$$ UPLINK=bwbu$$
-WORK=$(mktemp -d /tmp/bench-bandwidth.XXXXXX)
-cleanup() {
-    for ns in "$POD" "$WAN" "$NODE"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 # pod (eth0 10.1.0.2) ⇄ node (host veth 10.1.0.1, uplink 10.2.0.1) ⇄ wan (eth0 10.2.0.2)
-for ns in "$NODE" "$POD" "$WAN"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+bench_netns "$NODE" "$POD" "$WAN"
 ip -n "$NODE" link add "$HOST_VETH" type veth peer name eth0 netns "$POD"
 ip -n "$NODE" link add "$UPLINK" type veth peer name eth0 netns "$WAN"
 ip -n "$NODE" addr add 10.1.0.1/24 dev "$HOST_VETH"

@@ -11,7 +11,6 @@
 #   REFERENCE_DIR=dir   reference binaries (default /usr/lib/cni)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
@@ -19,10 +18,9 @@ CONFLIST=${BENCH_CONFLIST:-conf/10-kubenet.conflist}
 OURS_DIR=${OURS_DIR:-target/stage}
 REFERENCE_DIR=${REFERENCE_DIR:-/usr/lib/cni}
 
-[[ $(id -u) == 0 ]] || { echo "bench-bridge: needs root (network namespaces)" >&2; exit 1; }
-command -v jq >/dev/null || { echo "bench-bridge: needs jq" >&2; exit 1; }
-[[ -x $REFERENCE_DIR/bridge && -x $REFERENCE_DIR/host-local ]] || {
-    echo "bench-bridge: no reference bridge/host-local in $REFERENCE_DIR" >&2; exit 1; }
+bench_start bench-bridge
+command -v jq >/dev/null || die "needs jq"
+[[ -x $REFERENCE_DIR/bridge && -x $REFERENCE_DIR/host-local ]] || die "no reference bridge/host-local in $REFERENCE_DIR"
 if [[ ! -x $OURS_DIR/bridge || ! -x $OURS_DIR/host-local ]]; then
     cni_build_release plugins
 fi
@@ -30,13 +28,6 @@ OURS_DIR=$(realpath "$OURS_DIR")
 
 NODE=brbench-node-$$
 POD=brbench-pod-$$
-WORK=$(mktemp -d /tmp/bench-bridge.XXXXXX)
-cleanup() {
-    ip netns delete "$POD" 2>/dev/null || true
-    ip netns delete "$NODE" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 # The bridge config of the conflist, as a runtime passes it (name and cniVersion injected), with the IPAM
 # state in our temporary directory.
@@ -51,10 +42,7 @@ make_conf() { # <name> <dataDir>
 # counted. Prints adddel-times.sh's lines, named <label>.
 bench() { # <cni dir> <label>
     local dir=$1 label=$2
-    ip netns add "$NODE"
-    ip netns add "$POD"
-    ip -n "$NODE" link set lo up
-    ip -n "$POD" link set lo up
+    bench_netns "$NODE" "$POD"
     make_conf "bench-$label" "$WORK/ipam-$label" >"$WORK/conf-$label.json"
     ip netns exec "$NODE" env CNI_NETNS="/run/netns/$POD" CNI_IFNAME=eth0 CNI_PATH="$dir" \
         scripts/lib/adddel-times.sh "$RUNS" 2 "$label:$dir/bridge:$WORK/conf-$label.json"

@@ -13,47 +13,30 @@
 #   --medians         print only "<ours ADD> <ours DEL> <ref ADD> <ref DEL> <harness>" in microseconds
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
+source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-30}
-OURS_DIR=${OURS_DIR:-target/stage}
-REFERENCE=${REFERENCE:-/usr/lib/cni/dhcp}
 medians_only=0
 [[ ${1:-} == --medians ]] && medians_only=1
 
-die() { echo "bench-dhcp: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-dhcp
 command -v dnsmasq >/dev/null || die "needs dnsmasq (scripts/setup.sh installs dnsmasq-base)"
-[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/dhcp ]] || cni_build_release plugins
-OURS=$(realpath "$OURS_DIR/dhcp")
+bench_plugin dhcp
 
 NODE=dhcpbench-node-$$ POD=dhcpbench-pod-$$ SRV=dhcpbench-srv-$$
-WORK=$(mktemp -d /tmp/bench-dhcp.XXXXXX)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    for ns in "$POD" "$NODE" "$SRV"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
-for ns in "$NODE" "$POD" "$SRV"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
-ip -n "$SRV" link add s0 type veth peer name eth0 netns "$POD"
-ip -n "$SRV" addr add 10.77.0.1/24 dev s0
-ip -n "$SRV" link set s0 up
-ip -n "$POD" link set eth0 up
+bench_netns "$NODE" "$POD" "$SRV"
+bench_veth "$SRV" s0 10.77.0.1/24 "$POD" eth0
 
 ip netns exec "$SRV" dnsmasq --keep-in-foreground --conf-file=/dev/null --no-resolv --no-hosts --port=0 \
     --interface=s0 --bind-interfaces --user=root --group=root --dhcp-authoritative \
     --dhcp-range=10.77.0.10,10.77.0.250,255.255.255.0,10m --dhcp-option=option:router,10.77.0.1 \
     --dhcp-leasefile="$WORK/leases" --pid-file="$WORK/dnsmasq.pid" --log-facility="$WORK/dnsmasq.log" &
-pids+=($!)
+bench_background
 ip netns exec "$NODE" "$OURS" daemon -socketpath "$WORK/ours.sock" -statedir "$WORK/state" 2>"$WORK/ours.log" &
-pids+=($!)
+bench_background
 ip netns exec "$NODE" "$REFERENCE" daemon -socketpath "$WORK/ref.sock" 2>"$WORK/ref.log" &
-pids+=($!)
+bench_background
 for f in ours.sock ref.sock dnsmasq.log; do
     for ((i = 0; i < 100; i++)); do [[ -e $WORK/$f ]] && break; sleep 0.05; done
     [[ -e $WORK/$f ]] || die "$f did not appear"

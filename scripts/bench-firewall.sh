@@ -13,28 +13,13 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
-REFERENCE=/usr/lib/cni/firewall
-die() { echo "bench-firewall: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
-[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x target/stage/firewall ]] || cni_build_release plugins
-OURS=$(realpath target/stage/firewall)
+bench_start bench-firewall
+bench_plugin firewall
 
-WORK=$(mktemp -d /tmp/bench-firewall.XXXXXX)
 NODE=bench-fw-node-$$ POD=bench-fw-pod-$$
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    ip netns delete "$NODE" 2>/dev/null || true
-    ip netns delete "$POD" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-ip netns add "$NODE"
-ip netns add "$POD"
+bench_netns "$NODE" "$POD"
 
 conf() { # conf <file> <backend>
     printf '{"cniVersion":"0.4.0","name":"bench","type":"firewall","backend":"%s","dataDir":"%s/data","prevResult":{"cniVersion":"0.4.0","interfaces":[{"name":"cni0"},{"name":"eth0","sandbox":"/run/netns/%s"}],"ips":[{"version":"4","address":"10.88.0.2/16","interface":1},{"version":"6","address":"fd88::2/64","interface":1}]}}' \
@@ -55,11 +40,11 @@ if command -v firewalld >/dev/null && command -v dbus-daemon >/dev/null; then
 <policy user="root"><allow own="*"/><allow send_destination="*"/><allow receive_sender="*"/></policy></busconfig>
 EOF
     dbus-daemon --nofork --nopidfile --config-file="$WORK/bus.conf" >/dev/null 2>&1 &
-    PIDS+=($!)
+    bench_background
     for _ in $(seq 100); do [[ -S $WORK/bus.sock ]] && break; sleep 0.1; done
     export DBUS_SYSTEM_BUS_ADDRESS="unix:path=$WORK/bus.sock"
     nsenter --net="/run/netns/$NODE" firewalld --nofork --nopid --log-target console --system-config "$WORK/etc" >"$WORK/firewalld.log" 2>&1 &
-    PIDS+=($!)
+    bench_background
     for _ in $(seq 300); do
         dbus-send --bus="$DBUS_SYSTEM_BUS_ADDRESS" --print-reply --dest=org.freedesktop.DBus /org/freedesktop/DBus \
             org.freedesktop.DBus.NameHasOwner string:org.fedoraproject.FirewallD1 2>/dev/null | grep -q true && break

@@ -12,7 +12,6 @@
 # namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench-scratch.sh
 root=$PWD
 RUNS=${RUNS:-20}
@@ -20,10 +19,7 @@ ACCT_RUNS=${ACCT_RUNS:-10}
 OUT=${OUT-docs/benchmarks.md}
 
 if [[ -z ${CNI_BENCH_INNER:-} ]]; then
-  [[ $(id -u) == 0 ]] || { echo "bench-floor: run as root (network namespaces)" >&2; exit 1; }
-  scripts/setup.sh
-  echo "bench-floor: building release binaries" >&2
-  cni_build_release plugins
+  bench_prepare bench-floor
   cargo build --release --quiet -p netns-tests --example floor
   mkdir -p /var/lib/cni # a mount point only
   exec unshare --mount --propagation private env CNI_BENCH_INNER=1 "$0" "$@"

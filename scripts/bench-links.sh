@@ -12,32 +12,22 @@
 #   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
+source scripts/lib/bench.sh
 
 RUNS=${RUNS:-20}
 OURS_DIR=${OURS_DIR:-target/stage}
 REF_DIR=/usr/lib/cni
 PLUGINS=(ptp macvlan ipvlan vlan dummy)
 
-die() { echo "bench-links: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-links
 missing=()
 for p in "${PLUGINS[@]}" host-local; do [[ -x $OURS_DIR/$p ]] || missing+=(-p "$p"); done
 ((${#missing[@]} == 0)) || cni_build_release plugins
 OURS_DIR=$(realpath "$OURS_DIR")
 
 NODE=lkbench-node-$$ LAN=lkbench-lan-$$ POD=lkbench-pod-$$
-WORK=$(mktemp -d /tmp/bench-links.XXXXXX)
-cleanup() {
-    for ns in "$POD" "$NODE" "$LAN"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-for ns in "$NODE" "$LAN" "$POD"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
-ip -n "$NODE" link add up0 type veth peer name eth0 netns "$LAN"
-ip -n "$NODE" addr add 10.69.0.1/24 dev up0
-ip -n "$NODE" link set up0 up
-ip -n "$LAN" link set eth0 up
+bench_netns "$NODE" "$LAN" "$POD"
+bench_veth "$NODE" up0 10.69.0.1/24 "$LAN" eth0
 
 # The config of each plugin; host-local keeps its leases in the work directory.
 conf() {

@@ -10,28 +10,18 @@
 #   OURS_DIR=dir      our binaries (default target/stage, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-50}
 OURS_DIR=$(realpath "${OURS_DIR:-target/stage}")
 REF=/usr/lib/cni
 
-die() { echo "bench-misc: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-misc
 command -v jq >/dev/null || die "needs jq"
 for p in static host-device tap sbr vrf; do
     [[ -x $OURS_DIR/$p ]] || cni_build_release plugins
 done
 
-WORK=$(mktemp -d /tmp/bench-misc.XXXXXX)
-namespaces=()
-cleanup() {
-    for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
 
 row() { printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4"; }
 
@@ -51,7 +41,7 @@ bench() {
 }
 
 node=bmn$$ pod=bmp$$
-newns "$node"; newns "$pod"
+bench_netns "$node" "$pod"
 
 # static: IPAM alone.
 jq -n '{cniVersion: "1.0.0", name: "bench", type: "bridge", ipam: {type: "static",
@@ -69,9 +59,7 @@ ip -n "$node" link del bmd$$
 # sbr: the pod's eth0, a veth to the node. The result has no gateway: a default route left in the table by a DEL
 # (theirs and ours leave the table's routes to go with the link) makes the reference's next ADD fail with EEXIST.
 # The first ADD moves the subnet route to table 100; later ones find none to move: the rule is the steady work.
-ip -n "$node" link add bms$$ type veth peer name eth0 netns "$pod"
-ip -n "$node" addr add 10.61.0.1/24 dev bms$$; ip -n "$node" link set bms$$ up
-ip -n "$pod" addr add 10.61.0.5/24 dev eth0; ip -n "$pod" link set eth0 up
+bench_veth "$node" bms$$ 10.61.0.1/24 "$pod" eth0 10.61.0.5/24
 jq -n --arg pod "/run/netns/$pod" '{cniVersion: "1.0.0", name: "bench", type: "sbr",
     prevResult: {cniVersion: "1.0.0", interfaces: [{name: "eth0", sandbox: $pod}],
         ips: [{address: "10.61.0.5/24", interface: 0}]}}' >"$WORK/sbr.json"

@@ -18,24 +18,14 @@ source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-31}
 AFTER=$(realpath "${AFTER:-target/stage}")
 BEFORE=$(realpath "${BEFORE:?set BEFORE to the directory of the binaries to compare against}")
-die() { echo "bench-nftables: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-nftables
 command -v nft >/dev/null || die "needs nft"
 for dir in "$BEFORE" "$AFTER"; do
     for plugin in bridge host-local portmap firewall; do [[ -x $dir/$plugin ]] || die "no $dir/$plugin"; done
 done
 
-WORK=$(mktemp -d /tmp/bench-nftables.XXXXXX)
 NODE=bench-nft-node-$$ POD=bench-nft-pod-$$
-cleanup() {
-    ip netns delete "$NODE" 2>/dev/null || true
-    ip netns delete "$POD" 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-ip netns add "$NODE"
-ip netns add "$POD"
-ip -n "$NODE" link set lo up
+bench_netns "$NODE" "$POD"
 
 # The pod's address is host-local's first (the loop adds and deletes one pod at a time).
 prev='{"cniVersion":"1.0.0","interfaces":[{"name":"cbr0"},{"name":"eth0","sandbox":"/run/netns/'$POD'"}],"ips":[{"address":"10.77.0.2/24","interface":1},{"address":"fd77::2/64","interface":1}]}'

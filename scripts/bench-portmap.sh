@@ -34,38 +34,24 @@ fi
 # ---- outer script ----
 
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 SELF=$(realpath "$0")
 source scripts/lib/bench.sh
 RUNS=${BENCH_RUNS:-21}
 LEVELS=${BENCH_LEVELS:-"0 100 1000"}
-OURS_DIR=${OURS_DIR:-target/stage}
-REFERENCE=${REFERENCE:-/usr/lib/cni/portmap}
 
-die() { echo "bench-portmap: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-portmap
 command -v iptables-restore >/dev/null || die "needs iptables"
 command -v nft >/dev/null || die "needs nft"
-[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/portmap ]] || cni_build_release plugins
-OURS=$(realpath "$OURS_DIR/portmap")
+bench_plugin portmap
 
-WORK=$(mktemp -d /tmp/bench-portmap.XXXXXX)
-NAMESPACES=()
-cleanup() {
-    for ns in "${NAMESPACES[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
 POD=pmbench-pod-$$
-ip netns add "$POD"; NAMESPACES+=("$POD")
+bench_netns "$POD"
 export BENCH_POD_NETNS=/run/netns/$POD
 
 # A node namespace with a link towards the pods (route_localnet is set on it, as on a bridge).
 make_node() { # <name>
-    ip netns add "$1"; NAMESPACES+=("$1")
-    ip -n "$1" link set lo up
+    bench_netns "$1"
     ip -n "$1" link add pods type veth peer name pods-peer
     ip -n "$1" addr add 10.96.0.1/12 dev pods
     ip -n "$1" link set pods up

@@ -11,29 +11,17 @@
 #   REFERENCE=path    the reference plugin (default /usr/lib/cni/tuning)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench.sh
 
 RUNS=${BENCH_RUNS:-100}
-OURS_DIR=${OURS_DIR:-target/stage}
-REFERENCE=${REFERENCE:-/usr/lib/cni/tuning}
 
-die() { echo "bench-tuning: $*" >&2; exit 1; }
-[[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+bench_start bench-tuning
 command -v jq >/dev/null || die "needs jq"
-[[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
-[[ -x $OURS_DIR/tuning ]] || cni_build_release plugins
-OURS=$(realpath "$OURS_DIR/tuning")
+bench_plugin tuning
 
 NODE=tunbench-node-$$ POD=tunbench-pod-$$
-WORK=$(mktemp -d /tmp/bench-tuning.XXXXXX)
-cleanup() {
-    for ns in "$POD" "$NODE"; do ip netns delete "$ns" 2>/dev/null || true; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
 
-for ns in "$NODE" "$POD"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
+bench_netns "$NODE" "$POD"
 ip -n "$NODE" link add tbh$$ type veth peer name eth0 netns "$POD"
 before=$(ip -n "$POD" -d link show eth0)
 

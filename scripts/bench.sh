@@ -12,18 +12,13 @@
 # /var/lib/cni) is kept in a temporary directory mounted over /var/lib/cni in a private mount namespace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/binaries.sh
 source scripts/lib/bench-scratch.sh
 root=$PWD
 RUNS=${RUNS:-20}
 OUT=${OUT-docs/benchmarks.md}
 
 if [[ -z ${CNI_BENCH_INNER:-} ]]; then
-  [[ $(id -u) == 0 ]] || { echo "bench: run as root (network namespaces)" >&2; exit 1; }
-  scripts/setup.sh
-  echo "bench: building release binaries" >&2
-  # The plugins and cnitool; not the test crates (the CRI client's tonic would add minutes of release build).
-  cni_build_release plugins
+  bench_prepare bench
   if [[ ${CRI_BENCH:-1} != 0 ]]; then
     # The CRI client's own speed is not measured (containerd's metrics and ~100 ms calls are): a dev build.
     cargo build --quiet -p netns-tests --example cri-bench

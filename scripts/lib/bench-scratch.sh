@@ -2,6 +2,18 @@
 # namespace: a temporary directory, upstream cnitool's result cache (it always uses /var/lib/cni) mounted over
 # from it, and the network namespaces they make; all removed on exit. Source this file; it defines functions.
 
+source "$(dirname "${BASH_SOURCE[0]}")/binaries.sh"
+
+# bench_prepare NAME: what the outer run does first: refuses to run unless root, installs what the benchmarks
+# need (scripts/setup.sh) and builds the release plugins and cnitool (not the test crates: the CRI client's
+# tonic would add minutes of release build).
+bench_prepare() {
+  [[ $(id -u) == 0 ]] || { echo "$1: run as root (network namespaces)" >&2; exit 1; }
+  scripts/setup.sh
+  echo "$1: building release binaries" >&2
+  cni_build_release plugins
+}
+
 # bench_scratch NAME: makes $tmp (/tmp/cni-NAME.XXXXXX) with the cache mounted, and removes everything on exit.
 # NAME also prefixes the messages of `elapsed`.
 bench_scratch() {

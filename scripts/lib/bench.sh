@@ -1,5 +1,60 @@
-# Shared by the benchmark scripts (sourced): medians of what scripts/lib/adddel-times.sh printed, and the
+# Shared by the benchmark scripts of single plugins (sourced): their scratch (a work directory, namespaces,
+# background daemons, all gone on exit), medians of what scripts/lib/adddel-times.sh printed, and the
 # ours-against-the-reference table.
+
+source "$(dirname "${BASH_SOURCE[0]}")/binaries.sh"
+
+# bench_start NAME: names the benchmark for `die`, refuses to run unless root, and makes $WORK
+# (/tmp/NAME.XXXXXX). On exit, also on failure, the processes given to bench_background end, the namespaces
+# made by bench_netns go and $WORK is removed.
+bench_start() {
+    bench_name=$1
+    [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
+    WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+    bench_namespaces=() bench_pids=()
+    trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+    local pid ns
+    for pid in "${bench_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${bench_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for ns in "${bench_namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+
+# die MESSAGE: says it, named, and stops the benchmark.
+die() { echo "${bench_name:-bench}: $*" >&2; exit 1; }
+
+# bench_netns NAME...: network namespaces with their loopback up, deleted on exit.
+bench_netns() {
+    local ns
+    for ns; do ip netns add "$ns"; bench_namespaces+=("$ns"); ip -n "$ns" link set lo up; done
+}
+
+# bench_plugin PLUGIN: $OURS, our PLUGIN from $OURS_DIR (default target/stage; built if missing), and
+# $REFERENCE, the reference's (default /usr/lib/cni/PLUGIN), which must be there.
+bench_plugin() {
+    OURS_DIR=${OURS_DIR:-target/stage}
+    REFERENCE=${REFERENCE:-/usr/lib/cni/$1}
+    [[ -x $REFERENCE ]] || die "no reference plugin at $REFERENCE"
+    [[ -x $OURS_DIR/$1 ]] || cni_build_release plugins
+    OURS=$(realpath "$OURS_DIR/$1")
+}
+
+# bench_veth NS NAME ADDRESS PEER_NS PEER_NAME [PEER_ADDRESS]: a veth pair between two namespaces, both ends
+# up, with the addresses given ("" for none).
+bench_veth() {
+    local ns=$1 name=$2 address=$3 peer_ns=$4 peer=$5 peer_address=${6:-}
+    ip -n "$ns" link add "$name" type veth peer name "$peer" netns "$peer_ns"
+    [[ -z $address ]] || ip -n "$ns" addr add "$address" dev "$name"
+    [[ -z $peer_address ]] || ip -n "$peer_ns" addr add "$peer_address" dev "$peer"
+    ip -n "$ns" link set "$name" up
+    ip -n "$peer_ns" link set "$peer" up
+}
+
+# bench_background: the last process started in the background ($!) is ended on exit.
+bench_background() { bench_pids+=("$!"); }
 
 # median_us NAME COLUMN <TIMES: the median (µs) of column COLUMN (2 = ADD, 3 = DEL) of NAME's lines.
 median_us() {
