@@ -3,6 +3,7 @@
 //! ones, host-local state in the node's temporary directory, and helpers to run one plugin as a runtime does.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::snapshot::{assert_unchanged, NodeSnapshot};
 use crate::upstream::{clean_command, output, plugin_dir, reference};
@@ -87,20 +88,22 @@ impl LinkRig {
         conf: &Value,
         args: &str,
     ) -> PluginOutput {
-        let env = if args.is_empty() { Vec::new() } else { vec![("CNI_ARGS", args)] };
-        self.run_env(which, command, netns, id, conf, &env)
+        let mut cmd = self.command(which, command, netns, id, conf);
+        if !args.is_empty() {
+            cmd.env("CNI_ARGS", args);
+        }
+        output(&mut cmd, conf.to_string().as_bytes())
     }
 
-    /// Like [`LinkRig::run`] with extra environment variables (`CNI_ARGS`, `CNI_FAILPOINT`, ...).
-    pub fn run_env(
-        &self,
-        which: Impl,
-        command: &str,
-        netns: Option<&Path>,
-        id: &str,
-        conf: &Value,
-        env: &[(&str, &str)],
-    ) -> PluginOutput {
+    /// Our plugin's ADD into `pod` with `failpoint` armed (`CNI_FAILPOINT`, a failpoints build).
+    pub fn add_at_failpoint(&self, pod: &TestNetns, id: &str, conf: &Value, failpoint: &str) -> PluginOutput {
+        let mut cmd = self.command(Impl::Ours, "ADD", Some(&pod.path), id, conf);
+        cmd.env("CNI_FAILPOINT", failpoint);
+        output(&mut cmd, conf.to_string().as_bytes())
+    }
+
+    /// The plugin's process as [`LinkRig::run`] starts it, without `CNI_ARGS`.
+    fn command(&self, which: Impl, command: &str, netns: Option<&Path>, id: &str, conf: &Value) -> Command {
         let plugin = conf["type"].as_str().expect("config type");
         let cni_path = self.cni_path(which);
         let mut cmd = clean_command(&self.node, cni_path.join(plugin));
@@ -108,9 +111,8 @@ impl LinkRig {
             .env("CNI_CONTAINERID", id)
             .env("CNI_IFNAME", "eth0")
             .env("CNI_PATH", cni_path)
-            .env("CNI_NETNS", netns.map(|p| p.as_os_str().to_owned()).unwrap_or_default())
-            .envs(env.iter().copied());
-        output(&mut cmd, conf.to_string().as_bytes())
+            .env("CNI_NETNS", netns.map(|p| p.as_os_str().to_owned()).unwrap_or_default());
+        cmd
     }
 
     /// ADD into `pod`; panics on failure.

@@ -101,6 +101,25 @@ image_copy_tmp_dir = {tmp}
         command
     }
 
+    /// `podman run -d --name <name> <options>` of busybox's httpd (serving [`images::INDEX_HTML`] on port 80)
+    /// with the test's limits; unless it starts, panics with podman's output and `context()` (what else explains
+    /// the failure: the plugin calls, a daemon's log).
+    pub fn run_httpd(&self, name: &str, options: &[&str], context: impl FnOnce() -> String) {
+        let mut args = vec!["run", "-d", "--name", name];
+        args.extend_from_slice(options);
+        args.extend_from_slice(RUN_LIMITS);
+        args.push(images::BUSYBOX_IMAGE);
+        args.extend_from_slice(images::HTTPD_COMMAND);
+        let run = self.run(&args);
+        assert!(
+            run.status.success(),
+            "podman run: {}{}\n{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr),
+            context()
+        );
+    }
+
     /// `podman <args>` as the test's user would run it on the node.
     pub fn run(&self, args: &[&str]) -> Output {
         let mut command = self.command_beside("podman");

@@ -14,8 +14,8 @@ use cnicore::netlink::Netlink;
 use cnicore::netns::NetNs;
 
 use crate::daemon::http_get;
-use crate::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
-use crate::podman::{Podman, RUN_LIMITS};
+use crate::images::INDEX_HTML;
+use crate::podman::Podman;
 use crate::recorder::Recorder;
 use crate::runtimes::{eventually, summaries};
 use crate::snapshot::NodeSnapshot;
@@ -85,18 +85,9 @@ impl MacvlanPodman {
     /// `podman run -d` of busybox httpd on the network: no plugin call failed, the container's IP (as podman
     /// reports it) is on its eth0, a macvlan link, and httpd answers on it from the lan. Returns the IP.
     pub fn run_container(&self) -> IpAddr {
-        let mut args = vec!["run", "-d", "--name", CONTAINER, "--network", &self.network];
-        args.extend_from_slice(RUN_LIMITS);
-        args.push(BUSYBOX_IMAGE);
-        args.extend_from_slice(HTTPD_COMMAND);
-        let run = self.podman.run(&args);
-        assert!(
-            run.status.success(),
-            "podman run: {}{}\nplugin calls:\n  {}",
-            String::from_utf8_lossy(&run.stdout),
-            String::from_utf8_lossy(&run.stderr),
-            summaries(&self.recorder.calls())
-        );
+        self.podman.run_httpd(CONTAINER, &["--network", &self.network], || {
+            format!("plugin calls:\n  {}", summaries(&self.recorder.calls()))
+        });
         let adds = self.recorder.calls();
         assert!(adds.iter().all(|c| c.exit == 0), "a plugin call failed:\n  {}", summaries(&adds));
         assert!(adds.iter().any(|c| c.plugin == "macvlan" && c.command() == "ADD"), "{}", summaries(&adds));

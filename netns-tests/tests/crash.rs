@@ -327,7 +327,7 @@ fn link_plugin_crash(plugin: &str, failpoint: &str) {
     let settle = Duration::from_secs(5);
     let before = (NodeSnapshot::settled(&rig.node, &[], settle), NodeSnapshot::settled(&pod, &[], settle));
 
-    let out = rig.run_env(Impl::Ours, "ADD", Some(&pod.path), "crash", &conf, &[("CNI_FAILPOINT", failpoint)]);
+    let out = rig.add_at_failpoint(&pod, "crash", &conf, failpoint);
     assert_eq!(
         out.status.signal(),
         Some(SIGKILL),

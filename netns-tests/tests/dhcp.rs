@@ -536,8 +536,8 @@ fn reference_lease_from_dnsmasq() {
 /// netns; the macvlan's parent `up0` is the node's link to the server with dnsmasq. A container gets a lease
 /// (its address = dnsmasq's entry, reachable from the server), and `podman rm` releases it.
 fn podman_macvlan_dhcp(plugins: netns_tests::runtimes::Plugins) {
-    use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
-    use netns_tests::podman::{self, Podman, RUN_LIMITS};
+    use netns_tests::images::INDEX_HTML;
+    use netns_tests::podman::{self, Podman};
     if !podman::available() || !have_dnsmasq() {
         return;
     }
@@ -562,18 +562,7 @@ fn podman_macvlan_dhcp(plugins: netns_tests::runtimes::Plugins) {
     let macvlan = conf["plugins"].as_array().expect("plugins").iter().find(|p| p["type"] == "macvlan").cloned();
     assert_eq!(macvlan.as_ref().map(|m| &m["ipam"]["type"]), Some(&json!("dhcp")), "podman wrote {conf}");
 
-    let mut args = vec!["run", "-d", "--name", "web", "--network", NETWORK];
-    args.extend_from_slice(RUN_LIMITS);
-    args.push(BUSYBOX_IMAGE);
-    args.extend_from_slice(HTTPD_COMMAND);
-    let run = podman.run(&args);
-    assert!(
-        run.status.success(),
-        "podman run: {}{}\ndaemon log:\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr),
-        daemon_log()
-    );
+    podman.run_httpd("web", &["--network", NETWORK], || format!("daemon log:\n{}", daemon_log()));
     let inspect = podman.inspect("web");
     let ip: Ipv4Addr = inspect["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
         .as_str()

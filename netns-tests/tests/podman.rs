@@ -20,9 +20,9 @@ use std::time::Duration;
 use netns_tests::cnicore::netlink::Netlink;
 use netns_tests::cnicore::netns::NetNs;
 use netns_tests::daemon::http_get;
-use netns_tests::images::{BUSYBOX_IMAGE, HTTPD_COMMAND, INDEX_HTML};
+use netns_tests::images::INDEX_HTML;
 use netns_tests::kubenet;
-use netns_tests::podman::{self, Podman, RUN_LIMITS};
+use netns_tests::podman::{self, Podman};
 use netns_tests::recorder::Recorder;
 use netns_tests::runtimes::{node_with_wan, pod_links, summaries, Plugins, NODE_IP};
 use netns_tests::snapshot::NodeSnapshot;
@@ -127,21 +127,11 @@ fn hostport_container(plugins: Plugins, network: Network) {
     recorder.clear();
 
     let publish = format!("{HOST_PORT}:80");
-    let mut args = vec!["run", "-d", "--name", "web", "-p", &publish];
+    let mut options = vec!["-p", &publish];
     if !matches!(network, Network::Default) {
-        args.extend(["--network", &net_name]);
+        options.extend(["--network", &net_name]);
     }
-    args.extend_from_slice(RUN_LIMITS);
-    args.push(BUSYBOX_IMAGE);
-    args.extend_from_slice(HTTPD_COMMAND);
-    let run = podman.run(&args);
-    assert!(
-        run.status.success(),
-        "podman run: {}{}\nplugin calls:\n  {}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr),
-        summaries(&recorder.calls())
-    );
+    podman.run_httpd("web", &options, || format!("plugin calls:\n  {}", summaries(&recorder.calls())));
     let adds = recorder.calls();
     assert!(adds.iter().all(|c| c.exit == 0), "a plugin call failed:\n  {}", summaries(&adds));
 
