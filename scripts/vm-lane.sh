@@ -20,7 +20,8 @@ source scripts/lib/vm.sh
 
 # The matrix: the test files of netns-tests each kernel runs (FILE or FILE:FILTER).
 # 6.1 (Debian 12): the link kinds this machine's kernel lacks, then the kernel-sensitive suites.
-# 6.12 (Debian 13's series): the link plugins, the nftables paths and the tunnels (ipip, wireguard).
+# 6.12 (Debian 13's series): the link plugins, the veth plugins (ptp, bridge), tuning, bandwidth, portmap, the
+# nftables paths and the tunnels (ipip, wireguard).
 # The fabric's data-plane tests (host-gw, vxlan, dual stack, IPv6 only) run in the lane; its store tests (etcd
 # transactions, compaction, TLS, hostile leases) do not depend on the kernel and stay on the host.
 # firewall's firewalld test stays on the host: firewalld (Python) under emulation misses D-Bus's 25 s reply
@@ -28,7 +29,8 @@ source scripts/lib/vm.sh
 declare -A MATRIX=(
   [6.1]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
     fabric:host_gw_on_one_l2,vxlan_across_routed_segments fabric_dual:!turning_ipv6_on fabric_ipip fabric_wireguard'
-  [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals macvlan nfnl firewall:!firewalld fabric_ipip fabric_wireguard'
+  [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
+    fabric_ipip fabric_wireguard'
 )
 ORDER=(6.1 6.12)
 
