@@ -134,9 +134,10 @@ fn metric(node: &FabricNode, name: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse().ok()))
 }
 
-/// Peer `i`'s lease key and value, as flanneld writes them (peer `peers` is the one that joins later).
+/// Peer `i`'s lease key and value, as flanneld writes them (peer `peers` is the one that joins later). Public
+/// addresses are outside the cluster's Network: fabricd refuses a lease whose node address is a pod's.
 fn peer_lease(i: u32, dual: bool) -> (String, String) {
-    let ip = Ipv4Addr::new(10, 99, (i / 250) as u8, (i % 250 + 1) as u8);
+    let ip = Ipv4Addr::new(172, 20, (i / 250) as u8, (i % 250 + 1) as u8);
     let key = format!("/coreos.com/network/subnets/10.{}.{}.0-24", 1 + i / 256, i % 256);
     if dual {
         let ip6 = Ipv6Addr::new(0xfd00, 0x99, 0, 0, 0, 0, (i >> 16) as u16, i as u16 + 1);
