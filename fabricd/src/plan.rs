@@ -82,19 +82,19 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
     valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
     let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
     let mut id_holders: BTreeMap<TunnelId, IpNet> = BTreeMap::new();
-    let mut subnet_holders: Vec<IpNet> = Vec::new();
+    let mut subnet_holders = SubnetHolders::default();
     for lease in valid {
         let public_ip = lease.public.expect("checked");
         let id = lease.id.clone().expect("checked");
-        if let Some(holder) = subnet_holders.iter().find(|held| overlaps(held, &lease.subnet)) {
+        if let Some(holder) = subnet_holders.first_overlapping(&lease.subnet) {
             // Two keys for one subnet (`10.244.1.0-24` and `10.244.1.0-24&<v6>` in an IPv4 cluster): the
             // older speaks for it, the newer is refused, and keeps the older's entry in `paths`.
-            if paths.get(&lease.subnet).is_none() || *holder != lease.subnet {
-                paths.insert(lease.subnet, PeerPath::Refused(Refusal::SubnetTaken { holder: Some(*holder) }));
+            if paths.get(&lease.subnet).is_none() || holder != lease.subnet {
+                paths.insert(lease.subnet, PeerPath::Refused(Refusal::SubnetTaken { holder: Some(holder) }));
             }
             continue;
         }
-        subnet_holders.push(lease.subnet);
+        subnet_holders.insert(lease.subnet);
         if let Some(holder) = ip_holders.get(&public_ip) {
             paths.insert(lease.subnet, PeerPath::Refused(Refusal::PublicIpTaken { public_ip, holder: *holder }));
             continue;
@@ -133,18 +133,51 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
+/// The subnets one family's plan has given to leases so far (pairwise disjoint), and the order they were given
+/// in. Finding the first that overlaps a subnet takes a lookup per prefix length held and a range, not a scan of
+/// every holder: at 5,000 leases the scan made each pass quadratic (a cold start took 1.1 s instead of 0.3).
+#[derive(Default)]
+struct SubnetHolders {
+    /// Each holder by its network, with its rank and the subnet as its lease wrote it.
+    by_network: BTreeMap<IpNet, (usize, IpNet)>,
+    prefix_lens: std::collections::BTreeSet<u8>,
+}
+
+impl SubnetHolders {
+    fn insert(&mut self, subnet: IpNet) {
+        let rank = self.by_network.len();
+        self.by_network.insert(subnet.trunc(), (rank, subnet));
+        self.prefix_lens.insert(subnet.prefix_len());
+    }
+
+    /// The earliest holder that overlaps `subnet`: the one holder containing it, or those inside it.
+    fn first_overlapping(&self, subnet: &IpNet) -> Option<IpNet> {
+        let containing = self
+            .prefix_lens
+            .range(..=subnet.prefix_len())
+            .filter_map(|len| IpNet::new(subnet.network(), *len).ok())
+            .filter_map(|net| self.by_network.get(&net.trunc()));
+        let last = IpNet::new(subnet.broadcast(), subnet.max_prefix_len()).expect("a host prefix");
+        let inside = self.by_network.range(subnet.trunc()..=last).map(|(_, holder)| holder);
+        containing.chain(inside).min_by_key(|(rank, _)| *rank).map(|(_, held)| *held)
+    }
+}
+
 /// Peer keys naming a subnet that an older peer's key (`holder`) also names, as (key, holder): the plan
 /// refuses them, and where the subnet is the same, `paths` keeps the holder's path and cannot show the refusal.
 pub fn second_keys(cluster: &Cluster) -> Vec<(SubnetKey, SubnetKey)> {
     let mut peers: Vec<(&SubnetKey, &Peer)> = cluster.peers.iter().collect();
     peers.sort_by_key(|(key, peer)| (peer.created, **key));
+    // The first (oldest) key naming each subnet: a map, as a scan of the older keys is quadratic.
+    let mut first_with: BTreeMap<IpNet, (usize, SubnetKey)> = BTreeMap::new();
     let mut seconds = Vec::new();
-    for (index, (key, _)) in peers.iter().enumerate() {
-        let holder = peers[..index].iter().find(|(older, _)| {
-            Family::ALL.into_iter().any(|f| matches!((older.get(f), key.get(f)), (Some(a), Some(b)) if a == b))
-        });
-        if let Some((holder, _)) = holder {
-            seconds.push((**key, **holder));
+    for (rank, (key, _)) in peers.iter().enumerate() {
+        let subnets = Family::ALL.into_iter().filter_map(|f| key.get(f));
+        if let Some((_, holder)) = subnets.clone().filter_map(|s| first_with.get(&s)).min_by_key(|(r, _)| *r) {
+            seconds.push((**key, *holder));
+        }
+        for subnet in subnets {
+            first_with.entry(subnet).or_insert((rank, **key));
         }
     }
     seconds
@@ -282,6 +315,23 @@ mod tests {
 
     fn path_of(paths: &BTreeMap<IpNet, PeerPath>, subnet: &str) -> PeerPath {
         paths[&subnet.parse::<IpNet>().unwrap()].clone()
+    }
+
+    #[test]
+    fn the_first_overlapping_holder_is_found_without_a_scan() {
+        let net = |text: &str| text.parse::<IpNet>().unwrap();
+        let mut holders = SubnetHolders::default();
+        for held in ["10.244.7.0/24", "10.244.3.0/24", "fd00:10:0:1::/64"] {
+            holders.insert(net(held));
+        }
+        assert_eq!(holders.first_overlapping(&net("10.244.4.0/24")), None);
+        assert_eq!(holders.first_overlapping(&net("10.244.3.0/24")), Some(net("10.244.3.0/24")));
+        assert_eq!(holders.first_overlapping(&net("10.244.3.128/25")), Some(net("10.244.3.0/24")));
+        // A wider subnet over several holders names the one given first, as a scan in that order would.
+        assert_eq!(holders.first_overlapping(&net("10.244.0.0/16")), Some(net("10.244.7.0/24")));
+        assert_eq!(holders.first_overlapping(&net("10.0.0.0/8")), Some(net("10.244.7.0/24")));
+        assert_eq!(holders.first_overlapping(&net("fd00:10::/48")), Some(net("fd00:10:0:1::/64")));
+        assert_eq!(holders.first_overlapping(&net("fd00:11::/48")), None);
     }
 
     #[test]
