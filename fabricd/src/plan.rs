@@ -8,7 +8,7 @@
 //! another lease's; and its route would neither replace nor shadow a route that fabricd did not make. Of two
 //! leases claiming one address or identity, the older keeps it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use cnicore::netlink::Route;
@@ -133,20 +133,21 @@ fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
-/// The subnets one family's plan has given to leases so far (pairwise disjoint), and the order they were given
-/// in. Finding the first that overlaps a subnet takes a lookup per prefix length held and a range, not a scan of
-/// every holder: at 5,000 leases the scan made each pass quadratic (a cold start took 1.1 s instead of 0.3).
+/// The subnets one family's plan has given to leases so far (pairwise disjoint, and network prefixes: a key with
+/// host bits is not a lease), and the order they were given in. Finding the first that overlaps a subnet takes a
+/// lookup per prefix length held and a range, not a scan of every holder: at 5,000 leases the scan made each pass
+/// quadratic (a cold start took 1.1 s instead of 0.3).
 #[derive(Default)]
 struct SubnetHolders {
-    /// Each holder by its network, with its rank and the subnet as its lease wrote it.
-    by_network: BTreeMap<IpNet, (usize, IpNet)>,
-    prefix_lens: std::collections::BTreeSet<u8>,
+    /// Each holder, with its rank.
+    ranks: BTreeMap<IpNet, usize>,
+    prefix_lens: BTreeSet<u8>,
 }
 
 impl SubnetHolders {
     fn insert(&mut self, subnet: IpNet) {
-        let rank = self.by_network.len();
-        self.by_network.insert(subnet.trunc(), (rank, subnet));
+        let rank = self.ranks.len();
+        self.ranks.insert(subnet, rank);
         self.prefix_lens.insert(subnet.prefix_len());
     }
 
@@ -156,10 +157,10 @@ impl SubnetHolders {
             .prefix_lens
             .range(..=subnet.prefix_len())
             .filter_map(|len| IpNet::new(subnet.network(), *len).ok())
-            .filter_map(|net| self.by_network.get(&net.trunc()));
+            .filter_map(|net| self.ranks.get_key_value(&net.trunc()));
         let last = IpNet::new(subnet.broadcast(), subnet.max_prefix_len()).expect("a host prefix");
-        let inside = self.by_network.range(subnet.trunc()..=last).map(|(_, holder)| holder);
-        containing.chain(inside).min_by_key(|(rank, _)| *rank).map(|(_, held)| *held)
+        let inside = self.ranks.range(subnet.trunc()..=last);
+        containing.chain(inside).min_by_key(|(_, rank)| **rank).map(|(held, _)| *held)
     }
 }
 

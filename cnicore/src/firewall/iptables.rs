@@ -478,11 +478,7 @@ pub fn cleanup(family: Family, table: &str, what: &str, plan: impl Fn(&Snapshot,
 /// it: one per table and family, so that a pod's IPv4 and another's IPv6 rules, or portmap's nat and the
 /// firewall's filter, do not wait for each other. `table` is one of our constants, never input.
 fn update_lock(family: Family, table: &str) -> std::path::PathBuf {
-    let family = match family {
-        Family::V4 => "ipv4",
-        Family::V6 => "ipv6",
-    };
-    std::path::PathBuf::from(format!("/run/cni-rs-iptables-{family}-{table}.lock"))
+    std::path::PathBuf::from(format!("/run/cni-rs-iptables-ipv{}-{table}.lock", family.digit()))
 }
 
 fn read_and_apply(
