@@ -36,11 +36,11 @@ id=$$
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 node=cfn$id wan=cfw$id pod=cfp$id
-make_node "$node" "$wan"; newns "$pod"
+make_node "$node" "$wan"; bench_netns "$pod"
 # A node of its own for the chain with our nftables backends (below): its tables would otherwise be on the node
 # the iptables chain runs on, whose DEL then also tears down nftables elements (a node moved between backends).
 node_nft=cfm$id pod_nft=cfq$id
-make_node "$node_nft" "$wan" 1; newns "$pod_nft"
+make_node "$node_nft" "$wan" 1; bench_netns "$pod_nft"
 mkdir -p "$tmp/net.d"
 sed "s|\"type\": \"host-local\",|\"type\": \"host-local\", \"dataDir\": \"$tmp/ipam\",|" conf/10-kubenet.conflist >"$tmp/net.d/10-kubenet.conflist"
 # The same chain with our nftables backends (bridge's ipMasq and portmap): their usual transactions are netlink

@@ -55,7 +55,7 @@ cni() {
 
 declare -A add del cycle
 pod=cbp$id
-newns "$pod"
+bench_netns "$pod"
 echo "bench: chain ADD/DEL, $RUNS runs each side, alternating" >&2
 for side in ref ours; do add[$side]=""; del[$side]=""; cycle[$side]=""; done
 harness=""
@@ -108,7 +108,7 @@ done
 # 64 pods added concurrently, then deleted concurrently: wall time, and every address distinct.
 declare -A PAR_ADD PAR_DEL
 pods=()
-for ((i = 0; i < 64; i++)); do newns "cbq$id-$i"; pods+=("cbq$id-$i"); done
+for ((i = 0; i < 64; i++)); do bench_netns "cbq$id-$i"; pods+=("cbq$id-$i"); done
 for side in ref ours; do
   path=${!side}
   s=$EPOCHREALTIME
@@ -131,7 +131,7 @@ done
 # portmap ADD/DEL of one more container with 1,000 other containers' mappings installed (iptables: the only
 # backend the reference has). The 1,000 are installed by our portmap: the chain layout is the reference's.
 pm_node=cbm$id
-newns "$pm_node"
+bench_netns "$pm_node"
 pm_conf() { # CONTAINER HOSTPORT
   printf '{"cniVersion":"1.0.0","name":"kubenet","type":"portmap","snat":true,"capabilities":{"portMappings":true},"runtimeConfig":{"portMappings":[{"hostPort":%s,"containerPort":80,"protocol":"tcp"}]},"prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/run/netns/x"}],"ips":[{"address":"10.244.%s.%s/16","interface":0}]}}' "$2" $(($2 % 250)) $(($2 / 250 % 250 + 1))
 }

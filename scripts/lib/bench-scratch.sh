@@ -1,46 +1,39 @@
 # The scratch of the chain benchmarks (scripts/bench.sh, scripts/bench-floor.sh), which run in a private mount
 # namespace: a temporary directory, upstream cnitool's result cache (it always uses /var/lib/cni) mounted over
-# from it, and the network namespaces they make; all removed on exit. Source this file; it defines functions.
+# from it, and the network namespaces they make; all removed on exit: the single-plugin benchmarks' scratch
+# (scripts/lib/bench.sh) with the cache mounted. Source this file; it defines functions.
 
-source "$(dirname "${BASH_SOURCE[0]}")/binaries.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/bench.sh"
 
 # bench_prepare NAME: what the outer run does first: refuses to run unless root, installs what the benchmarks
 # need (scripts/setup.sh) and builds the release plugins and cnitool (not the test crates: the CRI client's
 # tonic would add minutes of release build).
 bench_prepare() {
-  [[ $(id -u) == 0 ]] || { echo "$1: run as root (network namespaces)" >&2; exit 1; }
+  bench_name=$1
+  [[ $(id -u) == 0 ]] || die "run as root (network namespaces)"
   scripts/setup.sh
   echo "$1: building release binaries" >&2
   cni_build_release plugins
 }
 
-# bench_scratch NAME: makes $tmp (/tmp/cni-NAME.XXXXXX) with the cache mounted, and removes everything on exit.
-# NAME also prefixes the messages of `elapsed`.
+# bench_scratch NAME: bench_start's scratch with $tmp (/tmp/cni-NAME.XXXXXX, the same as $WORK) and the cache
+# mounted; everything is removed, and the cache unmounted, on exit. NAME also prefixes the messages of `elapsed`.
 bench_scratch() {
+  bench_start "cni-$1"
   bench_name=$1
-  tmp=$(mktemp -d "/tmp/cni-$1.XXXXXX")
+  tmp=$WORK
   mkdir -p "$tmp/cache"
   mount --bind "$tmp/cache" /var/lib/cni
-  namespaces=()
-  trap bench_scratch_cleanup EXIT
+  bench_mounts+=(/var/lib/cni)
 }
-
-bench_scratch_cleanup() {
-  for ns in "${namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
-  umount /var/lib/cni 2>/dev/null || true
-  rm -rf "$tmp"
-}
-
-# newns NAME: a network namespace with its loopback up, removed on exit.
-newns() { ip netns add "$1"; namespaces+=("$1"); ip -n "$1" link set lo up; }
 
 # make_node NODE WAN [N]: a node netns with an uplink veth (eth0) to WAN (whose end is ethN) on 192.0.(2+N).0/24
 # and a default route through it; WAN is made with the first node (N 0).
 make_node() {
   local node=$1 wan=$2 n=${3:-0}
   local net=192.0.$((2 + n))
-  newns "$node"
-  ((n > 0)) || newns "$wan"
+  bench_netns "$node"
+  ((n > 0)) || bench_netns "$wan"
   ip -n "$node" link add eth0 type veth peer name "eth$n" netns "$wan"
   ip -n "$node" addr add "$net.1/24" dev eth0; ip -n "$node" link set eth0 up
   ip -n "$wan" addr add "$net.2/24" dev "eth$n"; ip -n "$wan" link set "eth$n" up

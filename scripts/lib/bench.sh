@@ -6,20 +6,21 @@ source "$(dirname "${BASH_SOURCE[0]}")/binaries.sh"
 
 # bench_start NAME: names the benchmark for `die`, refuses to run unless root, and makes $WORK
 # (/tmp/NAME.XXXXXX). On exit, also on failure, the processes given to bench_background end, the namespaces
-# made by bench_netns go and $WORK is removed.
+# made by bench_netns go, the mount points in bench_mounts are unmounted and $WORK is removed.
 bench_start() {
     bench_name=$1
     [[ $(id -u) == 0 ]] || die "needs root (network namespaces)"
     WORK=$(mktemp -d "/tmp/$1.XXXXXX")
-    bench_namespaces=() bench_pids=()
+    bench_namespaces=() bench_pids=() bench_mounts=()
     trap bench_cleanup EXIT
 }
 
 bench_cleanup() {
-    local pid ns
+    local pid ns mount
     for pid in "${bench_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${bench_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     for ns in "${bench_namespaces[@]}"; do ip netns delete "$ns" 2>/dev/null || true; done
+    for mount in "${bench_mounts[@]}"; do umount "$mount" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
 
