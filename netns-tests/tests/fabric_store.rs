@@ -254,15 +254,20 @@ fn assert_unharmed(
     for (index, node) in cluster.nodes.iter().enumerate() {
         assert_eq!(node.subnet(), Some(subnets[index]), "{}: subnet changed\n{}", node.node.name, node.log());
         let others: Vec<&ipnet::IpNet> = subnets.iter().filter(|s| **s != subnets[index]).collect();
+        // The agent may still be applying the lease written back (the test sees it in the store first), so
+        // the tunnel to the attacker is waited out like the routes.
+        let fdb = || {
+            let out = node.node.exec("bridge", &["fdb", "show"], &[], b"");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
         let routed = wait_for(CONVERGE, || {
             let routes = node.fabric_routes();
             others.iter().all(|s| routes.iter().any(|r| r.starts_with(&format!("{s} "))))
                 && !routes.iter().any(|r| r.contains(attacker))
         });
         assert!(routed.is_some(), "{}: routes {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
-        let fdb = node.node.exec("bridge", &["fdb", "show"], &[], b"");
-        let fdb = String::from_utf8_lossy(&fdb.stdout);
-        assert!(!fdb.contains(&format!("dst {attacker} ")), "{}: tunnel to the attacker: {fdb}", node.node.name);
+        let untunnelled = wait_for(CONVERGE, || !fdb().contains(&format!("dst {attacker} ")));
+        assert!(untunnelled.is_some(), "{}: tunnel to the attacker: {}\n{}", node.node.name, fdb(), node.log());
         let status = node.run(&["status"]);
         assert!(status.success(), "{}: status: {} {}", node.node.name, status.stdout_text, status.stderr);
         assert!(status.stdout_text.contains(&format!("subnet {}", subnets[index])), "{}", status.stdout_text);
