@@ -16,6 +16,8 @@ const IFLA_MACVLAN_MODE: u16 = 1;
 const IFLA_MACVLAN_BC_QUEUE_LEN: u16 = 7;
 const IFLA_IPVLAN_MODE: u16 = 1;
 const IFLA_VLAN_ID: u16 = 1;
+/// `IFLA_LINK_NETNSID`: where a link's lower device lives, as a namespace id.
+const IFLA_LINK_NETNSID: u16 = 37;
 
 /// `enum macvlan_mode` of the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,18 @@ impl IpvlanMode {
             1 => IpvlanMode::L3,
             2 => IpvlanMode::L3s,
             other => IpvlanMode::Other(other),
+        }
+    }
+}
+
+/// The mode as configs and `ip link` name it (`l2`, `l3`, `l3s`; one the kernel added later: `mode N`).
+impl std::fmt::Display for IpvlanMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpvlanMode::L2 => f.write_str("l2"),
+            IpvlanMode::L3 => f.write_str("l3"),
+            IpvlanMode::L3s => f.write_str("l3s"),
+            IpvlanMode::Other(mode) => write!(f, "mode {mode}"),
         }
     }
 }
@@ -245,6 +259,64 @@ impl Netlink {
     pub fn link_with_kind_data(&mut self, name: &str) -> io::Result<Option<(Link, KindData)>> {
         self.link_message_by_name(name, |data| Some((Link::parse(data)?.0, kind_data_of(data)?)))
     }
+
+    /// The links of `kind` (`ipvlan` or `ipvtap`) of this socket's namespace. The kernel leaves the others out
+    /// of the dump when it knows the kind, so a namespace without such links answers with an empty dump.
+    pub fn ipvlan_links(&mut self, kind: &str) -> io::Result<Vec<IpvlanLink>> {
+        self.dump(&mut links_of_kind_request(kind), libc::RTM_NEWLINK, ipvlan_link_of)
+    }
+}
+
+/// An ipvlan or ipvtap link as its namespace lists it. The kernel keeps one ipvlan "port" per master, and its
+/// mode is that of every ipvlan link of the master: a new one of another mode switches them all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvlanLink {
+    pub name: String,
+    /// `IFLA_LINK`: the master's index, in the master's namespace.
+    pub master: u32,
+    /// `IFLA_LINK_NETNSID`: the id this namespace gives the master's, when the master is in another one.
+    pub master_nsid: Option<i32>,
+    pub mode: IpvlanMode,
+}
+
+/// A dump of the links of `kind` only (`IFLA_LINKINFO` with `IFLA_INFO_KIND` as the filter).
+fn links_of_kind_request(kind: &str) -> Request {
+    let mut request = super::link::link_request(libc::RTM_GETLINK, 0, 0);
+    let info = request.begin_nested(libc::IFLA_LINKINFO);
+    request.attr_str(libc::IFLA_INFO_KIND, kind);
+    request.end_nested(info);
+    request
+}
+
+/// The ipvlan link of an `RTM_NEWLINK` payload; None for a link of another kind.
+fn ipvlan_link_of(data: &[u8]) -> Option<IpvlanLink> {
+    let (_, _, attrs) = split_link_message(data)?;
+    let mut link = IpvlanLink { name: String::new(), master: 0, master_nsid: None, mode: IpvlanMode::L3 };
+    let mut is_ipvlan = false;
+    for (attr, value) in attributes(attrs) {
+        match attr {
+            libc::IFLA_IFNAME => link.name = wire::as_string(value),
+            libc::IFLA_LINK => link.master = wire::as_u32(value)?,
+            IFLA_LINK_NETNSID => link.master_nsid = Some(wire::as_u32(value)? as i32),
+            libc::IFLA_LINKINFO => {
+                for (info, value) in attributes(value) {
+                    match info {
+                        libc::IFLA_INFO_KIND => {
+                            is_ipvlan = matches!(wire::as_string(value).as_str(), "ipvlan" | "ipvtap")
+                        }
+                        libc::IFLA_INFO_DATA => {
+                            if let Some((_, mode)) = attributes(value).find(|(a, _)| *a == IFLA_IPVLAN_MODE) {
+                                link.mode = IpvlanMode::from_kernel(wire::as_u16(mode)?);
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    is_ipvlan.then_some(link)
 }
 
 #[cfg(test)]
@@ -353,6 +425,32 @@ mod tests {
         }
         let bare = emitted(&LinkMessage::default());
         assert_eq!(kind_data_of(&bare), Some(KindData::Other));
+    }
+
+    #[test]
+    fn ipvlan_links_are_read_with_their_master_and_mode() {
+        for link in cases() {
+            let mut message = reference("x", &link, None);
+            message.attributes.push(LinkAttribute::LinkNetNsId(4));
+            let read = ipvlan_link_of(&emitted(&message));
+            match link.kind {
+                LinkKind::Ipvlan { mode } => {
+                    let want = IpvlanLink { name: "x".into(), master: 7, master_nsid: Some(4), mode };
+                    assert_eq!(read, Some(want), "{link:?}");
+                }
+                _ => assert_eq!(read, None, "{link:?}"),
+            }
+        }
+        let l3s = NewLink { kind: LinkKind::Ipvlan { mode: IpvlanMode::L3s }, parent: Some(7), mtu: None, mac: None };
+        let same_namespace = emitted(&reference("y", &l3s, None));
+        assert_eq!(ipvlan_link_of(&same_namespace).map(|l| (l.master, l.master_nsid)), Some((7, None)));
+    }
+
+    #[test]
+    fn the_dump_of_one_kind_matches_netlink_packet_route() {
+        let mut message = LinkMessage::default();
+        message.attributes = vec![LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::IpVlan)])];
+        assert_eq!(links_of_kind_request("ipvlan").payload(), emitted(&message));
     }
 
     #[test]

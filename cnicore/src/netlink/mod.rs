@@ -16,6 +16,7 @@ pub mod genl;
 pub mod kinds;
 pub mod link;
 pub mod neigh;
+pub mod nsid;
 pub mod refusal;
 pub mod route;
 pub mod rule;
@@ -36,7 +37,7 @@ use crate::netns::NetNs;
 
 pub use addr::{Address, AddressOptions};
 pub use bridge_vlan::PortVlan;
-pub use kinds::{IpvlanMode, KindData, LinkKind, MacvlanMode, NewLink};
+pub use kinds::{IpvlanLink, IpvlanMode, KindData, LinkKind, MacvlanMode, NewLink};
 pub use link::{BridgePort, InfoBridge, Link};
 pub use neigh::{FdbEntry, Neighbour};
 pub use netlink_packet_route::RouteNetlinkMessage;
