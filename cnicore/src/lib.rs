@@ -10,7 +10,7 @@
 //! - [`undo`]: the undo list of an ADD; [`tuntap`]: persistent tap devices.
 //! - [`ip`]: address families, link-local and global unicast addresses.
 //! - [`podlink`]: the shared path of the link plugins (macvlan, ipvlan, vlan, dummy) and the veth pair of
-//!   bridge and ptp.
+//!   bridge and ptp; [`ipvlan_port`]: the one mode of a master's ipvlan links, looked up before another is made.
 //! - [`firewall`]: iptables and nftables rules (portmap's host ports, ipMasq, the firewall plugin's backends),
 //!   nf_tables over netlink, conntrack.
 //! - [`tc`]: traffic control over rtnetlink (bandwidth's qdiscs and filters).
@@ -22,6 +22,7 @@ pub mod failpoint;
 pub mod firewall;
 pub mod iface;
 pub mod ip;
+pub mod ipvlan_port;
 pub mod mac;
 pub mod netlink;
 pub mod netns;

@@ -147,6 +147,11 @@ impl MasterLink {
         if self.mtu_at_most_master {
             check_mtu(self.mtu, &master)?;
         }
+        if let LinkKind::Ipvlan { mode } = kind {
+            let pod_netns = sockets.pod_ns.path().to_path_buf();
+            let master_side = sockets.master_side(self.in_container);
+            crate::ipvlan_port::require_mode(mode, &master, master_side, &pod_netns, !self.in_container)?;
+        }
         let attachment = Attachment {
             ctx,
             link: NewLink { kind, parent: Some(master.index), mtu: self.mtu, mac },

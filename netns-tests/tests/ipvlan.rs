@@ -181,23 +181,31 @@ fn takeover_both_ways_in_each_mode() {
 }
 
 #[test]
-fn a_master_has_one_mode_and_check_sees_a_later_pod_change_it() {
+fn a_master_has_one_mode_and_check_sees_another_plugin_change_it() {
     if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
         return;
     }
-    // The kernel keeps the mode per master, and the last link made sets it for all (it refuses nothing): a
-    // pod added in l3 turns an l2 pod's link into l3. The plugin cannot see the other pods' links to refuse
-    // it; CHECK of the older pod reports the change.
+    // The kernel keeps the mode per master, and the last link made sets it for all (it refuses nothing). Ours
+    // refuses a pod in l3 beside an l2 pod (kernel_refusals has the message); the reference makes it, which
+    // turns the l2 pod's link into l3, and CHECK of the older pod reports the change.
     let rig = LinkRig::new("ipvlan");
     let (l2, l3) = (conf(&rig, "1.0.0", json!({"mode": "l2"})), conf(&rig, "1.0.0", json!({"mode": "l3"})));
     let (pod1, pod2) = (rig.node.pod_netns(), rig.node.pod_netns());
     let r1 = rig.add(Impl::Ours, &pod1, "m1", &l2);
     rig.check(Impl::Ours, &pod1, "m1", &l2, &r1).expect_ok();
-    let r2 = rig.add(Impl::Ours, &pod2, "m2", &l3);
+    let refused = rig.run(Impl::Ours, "ADD", Some(&pod2.path), "m2", &l3, "");
+    assert!(
+        refused.expect_err()["msg"].as_str().unwrap().contains("ipvlan mode l3 refused"),
+        "{}",
+        refused.stdout_text
+    );
+    rig.run(Impl::Ours, "DEL", Some(&pod2.path), "m2", &l3, "").expect_ok();
+    assert_eq!(ipvlan_mode(&pod1), "l2", "the refused ADD changed the older pod");
+    let r2 = rig.add(Impl::Reference, &pod2, "m2", &l3);
     assert_eq!(ipvlan_mode(&pod1), "l3", "the kernel kept a mode per link");
     let err = rig.check(Impl::Ours, &pod1, "m1", &l2, &r1);
     assert!(err.expect_err()["msg"].as_str().unwrap().contains("l3"), "{}", err.stdout_text);
-    rig.del(Impl::Ours, Some(&pod2.path), "m2", &l3, &r2);
+    rig.del(Impl::Reference, Some(&pod2.path), "m2", &l3, &r2);
     rig.del(Impl::Ours, Some(&pod1.path), "m1", &l2, &r1);
     assert!(rig.leases().is_empty());
 }

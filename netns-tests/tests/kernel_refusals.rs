@@ -7,9 +7,10 @@
 //! master alone (EINVAL); two running macvlans of one master cannot share a MAC (EADDRINUSE when the second comes up); with
 //! `net.vrf.strict_mode` a routing table belongs to one VRF (EBUSY). And one the kernel does not refuse: 6.1
 //! makes an ipvlan with an MTU above its master's, which then loses the packets above the master's MTU; the
-//! plugin refuses it first, as macvlan and vlan do.
+//! plugin refuses it first, as macvlan and vlan do. Nor does it refuse an ipvlan of another mode on a master
+//! whose ipvlan links have one: it switches them all; the plugin refuses it first.
 
-use netns_tests::linkrig::{skip_without_kind, with_fields, LinkRig, UPLINK};
+use netns_tests::linkrig::{link_details, pod_link_mode, skip_without_kind, with_fields, Impl, LinkRig, UPLINK};
 use netns_tests::snapshot::{assert_unchanged, NodeSnapshot};
 use netns_tests::{bin, json, run_for_pod, unique_name, Value};
 
@@ -131,4 +132,44 @@ fn a_vrf_table_that_another_vrf_holds_in_strict_mode() {
     }
     run("DEL").expect_ok();
     assert_unchanged(&before, &NodeSnapshot::take(&pod, &[]));
+}
+
+/// The kernel keeps one ipvlan mode per master and a new link of another mode switches all the master's links to
+/// it (6.1 and 6.12 do, without an error): the plugin refuses another mode, naming the link that has one, and
+/// that link keeps its mode. The same mode is made.
+#[test]
+fn an_ipvlan_of_another_mode_on_a_master_whose_ipvlan_has_one() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
+        return;
+    }
+    let rig = LinkRig::new("ipvlan");
+    rig.node.ip(&["link", "add", "link", UPLINK, "name", "other0", "type", "ipvlan", "mode", "l2"]);
+    let needles = ["ipvlan mode l3 refused on \"uplink0\"", "in mode l2 (\"other0\" in the master's namespace)"];
+    rig.assert_refused(&conf(&rig, "ipvlan", json!({"mode": "l3"})), &needles);
+    let other = link_details(&rig.node, "other0").expect("other0");
+    assert_eq!(other["linkinfo"]["info_data"]["mode"], "l2", "{other}");
+    let pod = rig.node.pod_netns();
+    rig.add(Impl::Ours, &pod, "same", &conf(&rig, "ipvlan", json!({"mode": "l2"})));
+    assert_eq!(pod_link_mode(&pod, "ipvlan"), "l2");
+}
+
+/// The master's ipvlan links are in pods: found in their namespaces, and another mode is refused naming the
+/// pod's; the pod keeps its mode (what the reference plugin's second ADD takes from it: shown below).
+#[test]
+fn an_ipvlan_of_another_mode_beside_pods_on_the_master() {
+    if skip_without_kind("ipvlan", "CONFIG_IPVLAN") {
+        return;
+    }
+    let rig = LinkRig::new("ipvlan");
+    let first = rig.node.pod_netns();
+    // Another network (its lease is not the refused ADD's to leave behind).
+    rig.add(Impl::Ours, &first, "first", &conf(&rig, "ipvlan", json!({"mode": "l3s", "name": "first-net"})));
+    let place = format!("(\"eth0\" in netns {})", first.path.display());
+    let needles = ["ipvlan mode l2 refused on \"uplink0\"", "in mode l3s", &place];
+    rig.assert_refused(&conf(&rig, "ipvlan", json!({"mode": "l2"})), &needles);
+    assert_eq!(pod_link_mode(&first, "ipvlan"), "l3s");
+
+    let reference = rig.node.pod_netns();
+    rig.add(Impl::Reference, &reference, "ref", &conf(&rig, "ipvlan", json!({"mode": "l2", "name": "first-net"})));
+    assert_eq!(pod_link_mode(&first, "ipvlan"), "l2", "the kernel keeps one mode per master");
 }

@@ -40,15 +40,6 @@ fn mode_from_str(mode: &str) -> Result<IpvlanMode> {
     }
 }
 
-fn mode_name(mode: IpvlanMode) -> String {
-    match mode {
-        IpvlanMode::L2 => "l2".into(),
-        IpvlanMode::L3 => "l3".into(),
-        IpvlanMode::L3s => "l3s".into(),
-        IpvlanMode::Other(m) => format!("mode {m}"),
-    }
-}
-
 impl Config {
     fn load(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
@@ -122,7 +113,7 @@ impl Plugin for Ipvlan {
         conf.master_link(master).check(ctx, "Required prevResult missing", |data| match data {
             KindData::Ipvlan { mode } if *mode == conf.mode => Ok(()),
             KindData::Ipvlan { mode } => {
-                Err(cnicore::check::mode_mismatch("ipvlan", &mode_name(*mode), &mode_name(conf.mode)))
+                Err(cnicore::check::mode_mismatch("ipvlan", &mode.to_string(), &conf.mode.to_string()))
             }
             _ => Err(cnicore::check::not_of_kind(&ctx.env.ifname, "ipvlan")),
         })?;
