@@ -5,7 +5,7 @@
 //! VLAN; `preserveDefaultVlan` keeps or drops the bridge's default VLAN on the port (reference v1.8
 //! semantics: dropped unless set), read back with `bridge -j vlan show`; DEL leaves the bridge's VLAN table as
 //! it was; the reference bridge 1.1.1 (which knows `vlan` only) takes over our attachments and we take over
-//! its.
+//! its. A bridge that exists without VLAN filtering would not keep VLANs apart: VLAN options on it are refused.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -194,4 +194,31 @@ fn takeover_both_ways_with_the_reference() {
     rig.takeover_both_ways(&conf, after_add, |_, _| assert_eq!(vlan_table(&rig.node), table));
     other.del(&rig);
     peer.del(&rig);
+}
+
+/// A bridge that exists without VLAN filtering (made by a network without VLANs, or by hand) does not keep
+/// VLANs apart: `vlan` and `vlanTrunk` on it are refused before anything changes, and the bridge keeps its
+/// setting. The reference makes such pods, and two of different VLANs reach each other.
+#[test]
+fn vlans_on_a_bridge_without_vlan_filtering_are_refused() {
+    if skip_without_kind("bridge_vlan_filtering", CONFIG) {
+        return;
+    }
+    let rig = LinkRig::new("bridge");
+    // Another network on the same bridge, without VLANs: it makes the bridge (its lease is not the refused
+    // ADDs' to leave behind).
+    let plain = Attached::new(&rig, Impl::Ours, "plain", conf(&rig, json!({"name": "plain-net"})));
+    for extra in [json!({"vlan": 100}), json!({"vlanTrunk": [{"id": 101}]})] {
+        rig.assert_refused(&conf(&rig, extra), &["exists without VLAN filtering", "\"cbrv\"", "vlan_filtering 1"]);
+    }
+    let bridge = link_details(&rig.node, BRIDGE).expect("bridge");
+    assert_eq!(bridge["linkinfo"]["info_data"]["vlan_filtering"].as_u64(), Some(0), "{bridge}");
+
+    let reference = |id: &str, vlan: u16| Attached::new(&rig, Impl::Reference, id, conf(&rig, json!({"vlan": vlan})));
+    let (a, c) = (reference("ra", 100), reference("rc", 200));
+    assert_ping(&a.pod, c.address());
+    for attached in [a, c] {
+        rig.del(Impl::Reference, Some(&attached.pod.path), &attached.id, &attached.conf, &attached.result);
+    }
+    plain.del(&rig);
 }

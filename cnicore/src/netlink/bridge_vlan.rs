@@ -11,6 +11,8 @@ use super::Netlink;
 const IFLA_BRIDGE_VLAN_INFO: u16 = 2;
 const BRIDGE_VLAN_INFO_PVID: u16 = 1 << 1;
 const BRIDGE_VLAN_INFO_UNTAGGED: u16 = 1 << 2;
+/// `IFLA_BR_VLAN_FILTERING` in a bridge's `IFLA_INFO_DATA`.
+const IFLA_BR_VLAN_FILTERING: u16 = 7;
 
 /// One VLAN of a bridge port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +66,23 @@ impl Netlink {
         })?;
         Ok(ports.into_iter().flatten().collect())
     }
+
+    /// Whether the bridge `name` filters VLANs; None when the kernel does not say (it has no VLAN filtering) or
+    /// there is no such link.
+    pub fn bridge_vlan_filtering(&mut self, name: &str) -> io::Result<Option<bool>> {
+        Ok(self.link_message_by_name(name, |data| Some(vlan_filtering_of(data)))?.flatten())
+    }
+}
+
+/// Whether the bridge of an `RTM_NEWLINK` payload filters VLANs (`IFLA_BR_VLAN_FILTERING` in its
+/// `IFLA_INFO_DATA`); None when the kernel does not say (built without CONFIG_BRIDGE_VLAN_FILTERING, or not a
+/// bridge).
+fn vlan_filtering_of(data: &[u8]) -> Option<bool> {
+    let (_, _, attrs) = split_link_message(data)?;
+    let (_, info) = attributes(attrs).find(|(kind, _)| *kind == libc::IFLA_LINKINFO)?;
+    let (_, bridge) = attributes(info).find(|(kind, _)| *kind == libc::IFLA_INFO_DATA)?;
+    let (_, value) = attributes(bridge).find(|(kind, _)| *kind == IFLA_BR_VLAN_FILTERING)?;
+    Some(wire::as_u8(value)? != 0)
 }
 
 /// The VLANs in the `IFLA_AF_SPEC` attributes of a bridge port's link message.
@@ -86,7 +105,8 @@ fn port_vlans(attrs: &[u8]) -> Vec<PortVlan> {
 #[cfg(test)]
 mod tests {
     use netlink_packet_route::link::{
-        AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags, LinkAttribute, LinkExtentMask, LinkMessage,
+        AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags, InfoBridge, InfoData, InfoKind, LinkAttribute,
+        LinkExtentMask, LinkInfo, LinkMessage,
     };
     use netlink_packet_route::AddressFamily;
 
@@ -110,5 +130,20 @@ mod tests {
         expected.header.interface_family = AddressFamily::Bridge;
         expected.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::Brvlan]));
         assert_eq!(request.payload(), emitted(&expected));
+    }
+
+    #[test]
+    fn vlan_filtering_is_read_from_the_bridge_data() {
+        let bridge = |data: Vec<InfoBridge>| {
+            let mut message = LinkMessage::default();
+            let info = vec![LinkInfo::Kind(InfoKind::Bridge), LinkInfo::Data(InfoData::Bridge(data))];
+            message.attributes.push(LinkAttribute::LinkInfo(info));
+            emitted(&message)
+        };
+        assert_eq!(vlan_filtering_of(&bridge(vec![InfoBridge::VlanFiltering(true)])), Some(true));
+        let off = vec![InfoBridge::HelloTime(200), InfoBridge::VlanFiltering(false), InfoBridge::Priority(5)];
+        assert_eq!(vlan_filtering_of(&bridge(off)), Some(false));
+        assert_eq!(vlan_filtering_of(&bridge(vec![InfoBridge::HelloTime(200)])), None, "a kernel without it");
+        assert_eq!(vlan_filtering_of(&emitted(&LinkMessage::default())), None);
     }
 }

@@ -68,6 +68,9 @@ fn preflight(ctx: &Context) -> Result<Preflight<'_>> {
         }
     };
     node::check_bridge_name(existing_bridge.as_ref(), &conf.bridge)?;
+    if let Some(bridge) = existing_bridge.as_ref().filter(|_| conf.uses_vlans()) {
+        node::require_vlan_filtering(&mut node_nl, bridge)?;
+    }
     podlink::require_free_name(&mut pod_nl, ctx)?;
     let mtu = conf.mtu.or(inferred_mtu).unwrap_or(mtu::DEFAULT_MTU);
     Ok(Preflight {

@@ -81,6 +81,24 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Config, existing: Option<Link>, mt
     Ok(bridge)
 }
 
+/// vlan or vlanTrunk on a bridge that exists without VLAN filtering: refused before anything changes. The kernel
+/// takes the ports' VLANs there but does not enforce them, so pods of different VLANs would reach each other (the
+/// reference makes it so); turning filtering on would change the bridge under its other ports and its uplink.
+/// A kernel that does not report filtering has none: the VLAN step says so.
+pub fn require_vlan_filtering(nl: &mut Netlink, bridge: &Link) -> Result<()> {
+    let filtering =
+        nl.bridge_vlan_filtering(&bridge.name).with_context(|| format!("could not look up {:?}", bridge.name))?;
+    if filtering == Some(false) {
+        return Err(Error::config(format!(
+            "vlan and vlanTrunk need a bridge that filters VLANs, and {:?} exists without VLAN filtering (its \
+             pods of different VLANs would reach each other): turn it on (ip link set {} type bridge \
+             vlan_filtering 1) or name another bridge",
+            bridge.name, bridge.name
+        )));
+    }
+    Ok(())
+}
+
 /// Checks, without changing anything, that `name` is free or a bridge.
 pub fn check_bridge_name(existing: Option<&Link>, name: &str) -> Result<()> {
     match existing {
