@@ -300,6 +300,9 @@ pub async fn acquire<S: LeaseStore>(
                 Some(_) => None,
             };
             if let Some(token) = outcome {
+                if gave_back_to_an_older_twin(store, subnet, token).await? {
+                    continue;
+                }
                 return Ok((subnet, token));
             }
         }
@@ -330,6 +333,9 @@ pub async fn acquire<S: LeaseStore>(
             }
         }
         if let Some(token) = store.create(subnet, attrs).await? {
+            if gave_back_to_an_older_twin(store, subnet, token).await? {
+                continue;
+            }
             return Ok((subnet, token));
         }
         // Lost a race for that subnet: read again, after a short random pause when it keeps happening.
@@ -338,6 +344,35 @@ pub async fn acquire<S: LeaseStore>(
         }
     }
     unreachable!()
+}
+
+/// In dual stack a lease's key names both its subnets, so the store's create-if-absent guards the pair, not each
+/// subnet: two nodes that pick the same subnet of one family with different ones of the other both create their
+/// keys (seen in CI: two nodes with one IPv6 subnet, each refusing the other's lease). Of two such twins the older
+/// keeps the subnet, as peers judge them (plan.rs); so after writing its lease at `subnet`, the node reads the
+/// leases again, and when an older one shares a subnet with its own it gives its own back (true) and picks again.
+async fn gave_back_to_an_older_twin<S: LeaseStore>(
+    store: &mut S,
+    subnet: SubnetKey,
+    token: LeaseToken,
+) -> Result<bool> {
+    if subnet.v4.is_none() || subnet.v6.is_none() {
+        return Ok(false);
+    }
+    let listing = store.leases().await?;
+    let Some(own) = listing.leases.get(&subnet) else { return Ok(false) };
+    let shares = |other: &SubnetKey| {
+        Family::ALL.iter().any(|family| match (other.get(*family), subnet.get(*family)) {
+            (Some(a), Some(b)) => a.contains(&b.network()) || b.contains(&a.network()),
+            _ => false,
+        })
+    };
+    let older =
+        listing.leases.iter().find(|(key, lease)| **key != subnet && lease.created < own.created && shares(key));
+    let Some((twin, _)) = older else { return Ok(false) };
+    log!(info, "the older lease of {twin} shares a subnet with {subnet}, made at the same time: giving {subnet} back");
+    store.release(subnet, Some(token)).await?;
+    Ok(true)
 }
 
 /// The error that keeps a node from starting when `config` does not hold `subnet` (a family both enable

@@ -5,9 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use ipnet::IpNet;
+
 use super::lease::{LeaseStore, LeaseToken, Listing, StoredLease};
 use crate::error::{Error, Result};
-use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
 
 pub struct MemoryStore {
     config: NetworkConfig,
@@ -20,6 +22,9 @@ pub struct MemoryStore {
     pub writes: usize,
     /// The next creates find their subnet taken by another node first (a lost race).
     pub steal_next_creates: usize,
+    /// The next create of a dual-stack key finds a twin made first by another node: a lease with the same IPv6
+    /// subnet and another IPv4 one, which the key's create-if-absent does not see.
+    pub twin_before_next_create: bool,
 }
 
 impl MemoryStore {
@@ -33,6 +38,7 @@ impl MemoryStore {
             next_token: 100,
             writes: 0,
             steal_next_creates: 0,
+            twin_before_next_create: false,
         }
     }
 
@@ -69,6 +75,18 @@ impl LeaseStore for MemoryStore {
                 ..attrs.clone()
             };
             self.put(subnet, &thief);
+        }
+        if self.twin_before_next_create && subnet.v6.is_some() {
+            self.twin_before_next_create = false;
+            let taken: Vec<IpNet> = self.leases.keys().chain([&subnet]).filter_map(|k| k.get(Family::V4)).collect();
+            let v4 = self
+                .config
+                .families()
+                .find(|plan| plan.family() == Family::V4)
+                .map(|plan| plan.free_subnets(&taken, 1));
+            let Some(IpNet::V4(v4)) = v4.and_then(|free| free.first().copied()) else { panic!("no IPv4 subnet left") };
+            let twin = LeaseAttrs { public_ip: Some(Ipv4Addr::new(192, 168, 99, 1)), ..attrs.clone() };
+            self.put(SubnetKey { v4: Some(v4), ..subnet }, &twin);
         }
         if self.leases.contains_key(&subnet) {
             return Ok(None);

@@ -234,6 +234,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dual_stack_twin_made_at_the_same_time_keeps_its_subnet_and_ours_is_given_back() {
+        run(async {
+            let dual = NetworkConfig::parse(
+                br#"{"EnableIPv6":true,"Network":"10.244.0.0/22","SubnetLen":24,"IPv6Network":"fd00::/62","Backend":{"Type":"vxlan"}}"#,
+            )
+            .unwrap();
+            let mut store = MemoryStore::new(dual.clone());
+            store.twin_before_next_create = true;
+            let identity = NodeIdentity {
+                public_ip: Some(Ipv4Addr::new(192, 168, 50, 10)),
+                public_ipv6: Some("fd00:50::10".parse().unwrap()),
+            };
+            let attrs = identity.attrs(&dual).unwrap();
+            let (subnet, token) = acquire(&mut store, &dual, &attrs, Previous::default()).await.unwrap();
+            assert_eq!(store.leases.len(), 2, "the twin and ours: {:?}", store.leases.keys());
+            let twin = store.leases.keys().find(|k| **k != subnet).copied().unwrap();
+            assert_ne!(twin.v6, subnet.v6, "one IPv6 subnet for two nodes");
+            assert_ne!(twin.v4, subnet.v4);
+            assert_eq!(store.revoked.len(), 1, "the first lease given back");
+            assert!(!store.revoked.contains(&token));
+        });
+    }
+
+    #[test]
     fn an_expired_lease_is_written_again() {
         run(async {
             let mut store = MemoryStore::new(config());
