@@ -2,6 +2,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ipnet::IpNet;
+
 /// An address family: the cluster's networks, leases, routes and devices exist once per family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Family {
@@ -55,4 +57,9 @@ pub fn number(ip: IpAddr) -> u128 {
         IpAddr::V4(ip) => u32::from(ip) as u128,
         IpAddr::V6(ip) => u128::from(ip),
     }
+}
+
+/// True when the subnets share an address (one holds the other: prefixes never overlap partly).
+pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
 }

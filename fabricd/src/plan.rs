@@ -15,7 +15,7 @@ use cnicore::netlink::Route;
 use ipnet::IpNet;
 
 use crate::backend::PeerEndpoint;
-use crate::family::Family;
+use crate::family::{overlaps, Family};
 use crate::flannel::{FamilyNetwork, SubnetKey};
 pub use crate::path::{PeerPath, Refusal, TunnelId};
 use crate::source::{Cluster, Peer};
@@ -129,10 +129,6 @@ struct Own {
     networks: Vec<IpNet>,
 }
 
-fn overlaps(a: &IpNet, b: &IpNet) -> bool {
-    a.contains(&b.network()) || b.contains(&a.network())
-}
-
 /// The subnets one family's plan has given to leases so far (pairwise disjoint, and network prefixes: a key with
 /// host bits is not a lease), and the order they were given in. Finding the first that overlaps a subnet takes a
 /// lookup per prefix length held and a range, not a scan of every holder: at 5,000 leases the scan made each pass
@@ -231,9 +227,8 @@ pub fn refuse_route_conflicts(
             continue;
         }
         let conflict = foreign.iter().find(|route| {
-            let overlaps = route.dst.contains(&dst.network()) || dst.contains(&route.dst.network());
             let broader = route.dst.prefix_len() <= network.prefix_len() && route.dst.contains(&network.network());
-            if !overlaps || broader {
+            if !overlaps(&route.dst, dst) || broader {
                 return false;
             }
             let equivalent = route.dst == *dst

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
+use crate::family::overlaps;
 use crate::flannel::{parse_subnet_key, subnet_key, Family, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
@@ -311,9 +312,10 @@ pub async fn acquire<S: LeaseStore>(
         for plan in config.families() {
             let family = plan.family();
             let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
-            let kept = previous.subnet.and_then(|p| p.get(family)).filter(|s| {
-                plan.allows(s) && !taken.iter().any(|t| t.contains(&s.network()) || s.contains(&t.network()))
-            });
+            let kept = previous
+                .subnet
+                .and_then(|p| p.get(family))
+                .filter(|s| plan.allows(s) && !taken.iter().any(|t| overlaps(t, s)));
             let chosen = match kept {
                 Some(kept) => kept,
                 None => {
@@ -363,7 +365,7 @@ async fn gave_back_to_an_older_twin<S: LeaseStore>(
     let Some(own) = listing.leases.get(&subnet) else { return Ok(false) };
     let shares = |other: &SubnetKey| {
         Family::ALL.iter().any(|family| match (other.get(*family), subnet.get(*family)) {
-            (Some(a), Some(b)) => a.contains(&b.network()) || b.contains(&a.network()),
+            (Some(a), Some(b)) => overlaps(&a, &b),
             _ => false,
         })
     };
