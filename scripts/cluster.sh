@@ -92,9 +92,9 @@ cmd_up() {
     kc_say "a cluster named $KC_NAME exists (or was half made): taking it down first"
     cmd_down
   fi
-  port=$(kc_pick_port "$port")
+  kc_check_port "$port"
   mkdir -p "$KC_DIR/settings" "$KC_DIR/logs" "$KC_DIR/run"
-  echo "$port" >"$KC_DIR/settings/api-port"
+  echo "$port" >"$KC_DIR/settings/asked-api-port"
   echo "$dual" >"$KC_DIR/settings/dual-stack"
   echo "$network" >"$KC_DIR/settings/network"
   echo "$plugin_dir" >"$KC_DIR/settings/plugin-dir"
@@ -146,23 +146,29 @@ kc_preflight() {
 
 cmd_down() {
   [[ -n ${KC_NAME:-} ]] || kc_set_name "${CNI_CLUSTER_NAME:-kc}"
+  local ns m left=""
   kc_kill_all
-  local ns
   for ns in $(ip netns list | awk '{print $1}' | grep "^$KC_NETNS_PREFIX" || true); do
     ip netns del "$ns" 2>/dev/null || true
   done
-  if [[ -d $KC_DIR/ns ]]; then
-    for ns in "$KC_DIR"/ns/*.mnt; do [[ -e $ns ]] && umount "$ns" 2>/dev/null; done
-    umount "$KC_DIR/ns" 2>/dev/null || true
-  fi
+  # The node mount namespaces' files, then their directory's own bind mount.
+  for m in $(awk -v d="$KC_DIR/" 'index($2, d) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+  done
   kc_cgroups_remove
   rm -rf "$KC_DIR"
   # Mount points made for the nodes, once no cluster is left to use them.
   if [[ -f $KC_ROOT/created-mountpoints ]] && [[ -z $(ls -A "$KC_ROOT" | grep -v '^created-mountpoints$') ]]; then
-    sort -ru "$KC_ROOT/created-mountpoints" | while read -r d; do rmdir "$d" 2>/dev/null || true; done
+    sort -ru "$KC_ROOT/created-mountpoints" | while read -r m; do rmdir "$m" 2>/dev/null || true; done
     rm -f "$KC_ROOT/created-mountpoints"
   fi
   rmdir "$KC_ROOT" 2>/dev/null || true
+  # What could not be removed is said, and down fails.
+  ip netns list | grep -q "^$KC_NETNS_PREFIX" && left+=" network namespaces ($KC_NETNS_PREFIX*);"
+  grep -q " $KC_DIR" /proc/self/mounts && left+=" mounts under $KC_DIR;"
+  [[ -e $KC_DIR ]] && left+=" $KC_DIR;"
+  [[ -d $KC_PIDS_CGROUP ]] && left+=" cgroup $KC_CGROUP;"
+  [[ -z $left ]] || kc_die "down: left behind:$left"
   kc_say "down: cluster $KC_NAME removed"
 }
 

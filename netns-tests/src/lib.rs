@@ -17,6 +17,8 @@
 //! - [`daemon`]: a daemon a test starts, in its own mount namespace, ended by PID; [`containerd`],
 //!   [`podman`], [`podman_macvlan`]: those runtimes on a test node; [`runtimes`]: what their tests share;
 //!   [`images`]: container images built offline.
+//! - [`cluster`]: a local Kubernetes cluster of namespace nodes (`scripts/cluster.sh`), taken down on drop;
+//!   [`workloads`]: the manifests its tests apply and the checks they make (reachability, nothing left).
 
 use std::ffi::OsStr;
 use std::fs;
@@ -37,6 +39,7 @@ use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
 pub mod capture;
+pub mod cluster;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;
@@ -51,6 +54,7 @@ pub mod runtimes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
+pub mod workloads;
 pub use daemon::Daemon;
 pub use serde_json::{json, Value};
 

@@ -65,7 +65,11 @@ kc_cgroup_make() {
     for part in ${1//\// }; do
       rel+=/$part
       [[ -d $m$rel ]] && continue
-      mkdir "$m$rel" || return 1
+      # Another cluster coming up at the same time may make a shared parent first.
+      if ! mkdir "$m$rel" 2>/dev/null; then
+        [[ -d $m$rel ]] && continue
+        return 1
+      fi
       if [[ -f $m$rel/cpuset.cpus ]]; then
         cat "$(dirname "$m$rel")/cpuset.cpus" >"$m$rel/cpuset.cpus"
         cat "$(dirname "$m$rel")/cpuset.mems" >"$m$rel/cpuset.mems"
@@ -131,8 +135,9 @@ kc_cgroups_remove() {
   local m
   for m in $(kc_cgroup_mounts); do
     [[ -d $m/$KC_CGROUP ]] || continue
-    find "$m/$KC_CGROUP" -depth -type d -exec rmdir {} + 2>/dev/null
-    rmdir "$m/cni-rs-cluster" 2>/dev/null
+    find "$m/$KC_CGROUP" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    # The parent goes with the last cluster.
+    rmdir "$m/cni-rs-cluster" 2>/dev/null || true
   done
   return 0
 }

@@ -71,7 +71,9 @@ kc_control_plane_up() {
     --kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
     --kubelet-client-key="$pki/apiserver-kubelet-client.key" --kubelet-certificate-authority="$pki/ca.crt" \
     --kubelet-preferred-address-types=InternalIP --profiling=false --v=1
-  kc_forwarder_up
+  kc_forwarder_up "$(kc_setting asked-api-port)"
+  # The admin's kubeconfig, for the machine: through the forwarder.
+  kc_kubeconfig "$KC_DIR/admin.kubeconfig" "https://127.0.0.1:$(kc_setting api-port)" admin
   kc_wait 120 kube-apiserver kc_kubectl get --raw /readyz ||
     kc_die "kube-apiserver is not ready: $(tail -5 "$KC_DIR/logs/kube-apiserver.log")"
   local cm=(--kubeconfig="$KC_DIR/controller-manager.kubeconfig" --bind-address=127.0.0.1 --leader-elect=false
@@ -90,31 +92,36 @@ kc_control_plane_up() {
 }
 
 # The API server on the root namespace's loopback: socat listens there and, per connection, a socat entered into
-# the cp namespace connects to the API server (a socket keeps the namespace it was made in).
+# the cp namespace connects to the API server (a socket keeps the namespace it was made in). The port is the one
+# asked for, or the first from 6443 up that this socat could bind (two clusters coming up at once each get one).
 kc_forwarder_up() {
-  local port connect=$KC_DIR/run/connect-api.sh
-  port=$(kc_setting api-port)
+  local asked=${1:-} port connect=$KC_DIR/run/connect-api.sh pid last
   printf '#!/bin/sh\nexec nsenter --net=/run/netns/%s -- socat STDIO TCP:%s:6443\n' \
     "$(kc_netns cp)" "$(kc_ip4 $KC_CP_SUFFIX)" >"$connect"
   chmod 0755 "$connect"
-  kc_spawn forwarder "$KC_DIR/logs/forwarder.log" socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" \
-    "EXEC:$connect" >"$KC_DIR/run/forwarder.pid"
-  kc_wait 10 forwarder port_listening "$port" || kc_die "the forwarder did not listen on 127.0.0.1:$port"
+  port=${asked:-6443}
+  last=${asked:-6542}
+  for (( ; port <= last; port++)); do
+    port_listening "$port" && continue
+    pid=$(kc_spawn forwarder "$KC_DIR/logs/forwarder.log" socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" "EXEC:$connect")
+    if kc_wait 5 forwarder port_listening_by "$port" "$pid"; then
+      echo "$pid" >"$KC_DIR/run/forwarder.pid"
+      echo "$port" >"$KC_DIR/settings/api-port"
+      return 0
+    fi
+    kill "$pid" 2>/dev/null || true
+  done
+  [[ -n $asked ]] && kc_die "port $asked on the root namespace's loopback is taken: pick another with --api-port"
+  kc_die "no free port in 6443-6542 on the root namespace's loopback: name one with --api-port"
 }
 
 port_listening() { ss -Htln "sport = :$1" | grep -q .; }
+port_listening_by() { ss -Htlnp "sport = :$1" | grep -q "pid=$2,"; }
 
-# A free loopback port for the API server, from 6443 up (or the one asked for, refused when it is taken).
-kc_pick_port() {
-  local port=${1:-}
-  if [[ -n $port ]]; then
-    [[ $port =~ ^[0-9]+$ ]] && ((port > 0 && port < 65536)) || kc_die "--api-port $port: not a port number"
-    port_listening "$port" && kc_die "port $port on the root namespace is taken: pick another with --api-port"
-    echo "$port"
-    return
-  fi
-  for ((port = 6443; port < 6543; port++)); do
-    port_listening "$port" || { echo "$port"; return; }
-  done
-  kc_die "no free port in 6443-6542 on the root namespace's loopback: name one with --api-port"
+# Checks an --api-port argument.
+kc_check_port() {
+  [[ -z $1 ]] && return 0
+  [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)) || kc_die "--api-port $1: not a port number"
+  port_listening "$1" && kc_die "port $1 on the root namespace's loopback is taken: pick another with --api-port"
+  return 0
 }

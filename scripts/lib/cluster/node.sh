@@ -18,6 +18,9 @@ kc_node_mounts_script() {
 set -eu
 node=$1 cgroups=$2
 mount --make-rprivate /
+# The copies of the machine's namespace files (other clusters' nodes, other tests' namespaces) would keep those
+# namespaces alive as long as this node lives: not this node's to hold.
+awk '$3 == "nsfs" { print $2 }' /proc/self/mounts | sort -r | while read -r m; do umount -l "$m"; done
 # sysfs of the node's network namespace, and the machine's cgroup hierarchies mounted again beneath it.
 mount -t sysfs sysfs /sys
 mount -t tmpfs -o mode=0755 cgroup /sys/fs/cgroup

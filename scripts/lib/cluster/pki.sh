@@ -75,8 +75,6 @@ kc_pki_control_plane() {
   kc_kubeconfig "$KC_DIR/controller-manager.kubeconfig" "$api" controller-manager
   kc_kubeconfig "$KC_DIR/scheduler.kubeconfig" "$api" scheduler
   kc_kubeconfig "$KC_DIR/kube-proxy.kubeconfig" "$api" kube-proxy
-  # The admin's, for the machine: through the forwarder on the root namespace's loopback.
-  kc_kubeconfig "$KC_DIR/admin.kubeconfig" "https://127.0.0.1:$(kc_setting api-port)" admin
   # The same admin inside the cluster's namespaces (a node, the wan): the API server's underlay address.
   kc_kubeconfig "$KC_DIR/admin-underlay.kubeconfig" "$api" admin
 }
