@@ -176,6 +176,6 @@ done
 # The guests' test counts, summed from libtest's closing lines; a suite that never ran counts as a failed suite.
 read -r passed failed_tests < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" |
   awk '{p += $1; f += $2} END {print p + 0, f + 0}')
-echo "vm-lane: ${passed} passed, ${failed_tests} failed; suites: ${suites_passed} passed," \
-  "$((suites_failed + suites_missing)) failed (${suites_missing} never ran)"
+echo "vm-lane: suites: ${suites_passed} passed, $((suites_failed + suites_missing)) failed" \
+  "(${suites_missing} never ran); tests: ${passed} passed, ${failed_tests} failed"
 ((${#failed[@]} == 0)) || { echo "vm-lane: failed on ${failed[*]}" >&2; exit 1; }

@@ -24,7 +24,8 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null || true
 # directory, ...: scripts/lib/vm.sh, vm_share), mounted at their host paths, read-only. Without one no suite
 # can run: the guest stops at once, saying which.
 while IFS=$'\t' read -r tag path; do
-  if ! mkdir -p "$path" || ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 "$tag" "$path"; then
+  if ! mkdir -p "$path" || ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 "$tag" "$path"
+  then
     echo "vm-lane: the guest could not mount the host's $path"
     echo 1 >/run/vm/status
     exit
