@@ -3,7 +3,7 @@
 # over (issue 38): one boot of 6.1 running netns-tests' `dummy` suite (a link kind this machine's kernel lacks, so
 # it runs only in the guest), which must pass with both directories mounted in the guest; and a target directory
 # the guest cannot show (/tmp itself) refused before anything is built or booted. scripts/test.sh runs it before
-# the lane's matrix; about a minute on a quiet 2-core machine. Run it as root:
+# the lane's matrix: 40-50 s measured on this 2-core machine while busy (load 8). Run it as root:
 #
 #   scripts/vm/from-tmp.sh                  # the checkout and the target directory below /tmp
 #   scripts/vm/from-tmp.sh /run /dev/shm    # the checkout below /run, the target directory below /dev/shm
