@@ -3,7 +3,7 @@
 # over (issue 38): one boot of 6.1 running netns-tests' `dummy` suite (a link kind this machine's kernel lacks, so
 # it runs only in the guest), which must pass with both directories mounted in the guest; and a target directory
 # the guest cannot show (/tmp itself) refused before anything is built or booted. scripts/test.sh runs it before
-# the lane's matrix: 40-50 s measured on this 2-core machine while busy (load 8). Run it as root:
+# the lane's matrix: 30-50 s measured on this 2-core machine while busy (load 8). Run it as root:
 #
 #   scripts/vm/from-tmp.sh                  # the checkout and the target directory below /tmp
 #   scripts/vm/from-tmp.sh /run /dev/shm    # the checkout below /run, the target directory below /dev/shm
@@ -47,9 +47,20 @@ grep -q 'the Cargo target directory (/tmp) would need /tmp itself shared.*use a 
 # The checkout and the target directory below the guest's scratch: the guest mounts both and the suite passes.
 started=$SECONDS
 log=$tmp/lane.log
+touch "$tmp/before-lane"
+rc=0
 unshare --mount --propagation private bash -c 'mount --bind "$1" "$2" && cd "$3/cni-rs" &&
   CARGO_TARGET_DIR=$2 scripts/vm-lane.sh --kernel "$4" "$5"' _ "$target" "$tmp_target" "$tmp" "$kernel" "$suite" |
-  tee "$log" || fail "the lane failed from $tmp/cni-rs with its target directory $tmp_target (output above)"
+  tee "$log" || rc=$?
+# Had cargo rebuilt anything from the copy (a file changed meanwhile), this checkout would take those artifacts,
+# with the copy's paths in them, as up to date: their fingerprints go, so its next build makes them again.
+rebuilt=$(find "$target/debug/.fingerprint" -mindepth 2 -newer "$tmp/before-lane" -printf '%h\n' | sort -u)
+if [[ -n $rebuilt ]]; then
+  xargs -d '\n' rm -rf <<<"$rebuilt"
+  fail "cargo rebuilt $(wc -l <<<"$rebuilt") units from the copy (did a file change during the run?): their" \
+    "fingerprints are removed so this checkout rebuilds them; run again"
+fi
+((rc == 0)) || fail "the lane failed from $tmp/cni-rs with its target directory $tmp_target (output above)"
 for dir in "$tmp/cni-rs" "$tmp_target"; do
   grep -qF "vm-lane: the host's $dir mounted in the guest" "$log" || fail "the guest did not mount $dir"
 done
