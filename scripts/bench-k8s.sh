@@ -16,10 +16,11 @@ k() { c kubectl "$@"; }
 source scripts/lib/binaries.sh
 ours=$(cat "/var/tmp/cni-rs-cluster/$name/settings/plugin-dir")
 
-# metric NAME LABEL-FILTER: the _sum and _count of a histogram, "sum count".
+# containerd_metric OPERATION: containerd's time in the plugins for it (containerd 1.6 names the histogram
+# containerd_cri_network_plugin_operations_duration_seconds_seconds), "sum count".
 containerd_metric() {
   c exec node1 curl -fsS http://127.0.0.1:1338/v1/metrics |
-    awk -v op="$1" '$0 ~ "^network_plugin_operations_duration_seconds_(sum|count)" && $0 ~ "operation_type=\"" op "\"" { v[$0 ~ /_sum/ ? "s" : "c"] = $2 } END { printf "%s %s\n", v["s"], v["c"] }'
+    awk -v op="$1" '$0 ~ "network_plugin_operations_duration_seconds[a-z_]*_(sum|count)[{]" && $0 ~ "operation_type=\"" op "\"" { v[$0 ~ /_sum[{]/ ? "s" : "c"] = $2 } END { printf "%s %s\n", v["s"], v["c"] }'
 }
 kubelet_metric() {
   k get --raw /api/v1/nodes/node1/proxy/metrics |

@@ -71,7 +71,7 @@ cmd_up() {
       --nodes) nodes=${2:?--nodes N}; shift ;;
       --plugins) plugins=${2:?--plugins ours|reference|DIR}; shift ;;
       --dual-stack) dual=1 ;;
-      --network) network=${2:?--network kubenet|none}; shift ;;
+      --network) network=${2:?--network kubenet|flannel|none}; shift ;;
       --name) kc_set_name "${2:?--name NAME}"; shift ;;
       --api-port) port=${2:?--api-port PORT}; shift ;;
       *) usage ;;
@@ -80,14 +80,15 @@ cmd_up() {
   done
   [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= KC_MAX_NODES)) || kc_die "--nodes $nodes: 1 to $KC_MAX_NODES"
   case $network in
-    kubenet | none) ;;
-    flannel) kc_die "--network flannel: not yet (fabricd's Kubernetes mode is issue 36)" ;;
-    *) kc_die "--network $network: kubenet or none" ;;
+    kubenet | none | flannel) ;;
+    *) kc_die "--network $network: kubenet, flannel or none" ;;
   esac
   kc_preflight
   kc_build
-  local plugin_dir
+  local plugin_dir release=""
   plugin_dir=$(kc_plugin_dir "$plugins")
+  # flannel's manifest runs our fabricd and flannel plugin from images, whatever the nodes' --plugins are.
+  [[ $network == flannel ]] && release=$(kc_release_dir)
   if [[ -e $KC_DIR ]]; then
     kc_say "a cluster named $KC_NAME exists (or was half made): taking it down first"
     cmd_down
@@ -98,6 +99,7 @@ cmd_up() {
   echo "$dual" >"$KC_DIR/settings/dual-stack"
   echo "$network" >"$KC_DIR/settings/network"
   echo "$plugin_dir" >"$KC_DIR/settings/plugin-dir"
+  [[ -n $release ]] && kc_flannel_images "$KC_DIR/images" "$release"
   for ((i = 1; i <= nodes; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"
   # From here on a failure leaves a half-made cluster: take it down, so nothing is left behind.
   [[ ${CNI_CLUSTER_KEEP_FAILED:-0} == 1 ]] ||
@@ -118,13 +120,39 @@ cmd_up() {
   [[ $network == kubenet ]] &&
     kc_spawn routes "$KC_DIR/logs/routes.log" "$lib/routes.sh" "$KC_DIR" >"$KC_DIR/run/routes.pid"
   kc_wait_nodes_registered
-  if [[ $network == kubenet ]]; then
+  [[ $network == flannel ]] && kc_flannel_apply
+  if [[ $network != none ]]; then
     kc_say "waiting for every node to be Ready"
     kc_kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null ||
       kc_die "nodes not Ready after 180 s (CNI_CLUSTER_KEEP_FAILED=1 keeps a failed cluster to look at; logs in $KC_DIR)"
   fi
   trap - EXIT
   kc_say "up: $nodes node(s); export KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# The release build's directory with fabricd and the flannel plugin (CNI_PACKAGE_PREBUILT when the tests staged
+# one), built when missing.
+kc_release_dir() {
+  if [[ -n ${CNI_PACKAGE_PREBUILT:-} && -x $CNI_PACKAGE_PREBUILT/fabricd && -x $CNI_PACKAGE_PREBUILT/flannel ]]; then
+    echo "$CNI_PACKAGE_PREBUILT"
+    return
+  fi
+  source "$repo/scripts/lib/binaries.sh"
+  (cd "$repo" && cni_build_release all) >&2
+  echo "$repo/$CNI_STAGE_DIR"
+}
+
+# flannel's own manifest, with only its two image names swapped for ours (loaded into every node first).
+kc_flannel_apply() {
+  local manifest=${CNI_FLANNEL_MANIFEST:-$repo/../shared/kubernetes/kube-flannel.yml} node
+  [[ -f $manifest ]] || kc_die "flannel's manifest is missing: $manifest"
+  for node in $(kc_nodes); do
+    kc_import_image "$node" "$KC_DIR/images/fabricd.tar"
+    kc_import_image "$node" "$KC_DIR/images/flannel-cni-plugin.tar"
+  done
+  kc_say "applying flannel's manifest ($manifest) with fabricd's images"
+  sed -e "s#ghcr.io/flannel-io/flannel:v[0-9.]*#$KC_FABRICD_IMAGE#" \
+    -e "s#ghcr.io/flannel-io/flannel-cni-plugin:v[0-9a-z.-]*#$KC_FLANNEL_CNI_IMAGE#" "$manifest" | kc_kubectl apply -f - >&2
 }
 
 kc_wait_nodes_registered() {

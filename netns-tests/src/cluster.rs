@@ -49,6 +49,18 @@ pub fn available() -> bool {
         )
 }
 
+/// A cluster name of this test process's own: t<pid>x<n> (the sweep of a later run knows whose it was).
+pub fn unique_cluster_name() -> String {
+    format!("t{}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The command `cluster.sh --name NAME ARGS...`, to run or spawn.
+pub fn script_command(name: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("bash");
+    command.arg(script()).args(["--name", name]).args(args);
+    command
+}
+
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster.sh")
 }
@@ -70,8 +82,11 @@ impl Cluster {
     /// `cluster.sh up` with a unique name; panics with the script's output if it fails.
     pub fn up(config: ClusterConfig) -> Cluster {
         sweep_stale_clusters();
-        // t<pid>x<n>: unique, and the sweep of a later run knows whose it was.
-        let name = format!("t{}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        Cluster::up_as(unique_cluster_name(), config)
+    }
+
+    /// `cluster.sh up` under `name` (a half-made cluster of that name is taken down first by the script).
+    pub fn up_as(name: String, config: ClusterConfig) -> Cluster {
         let mut args = vec!["up".to_string(), "--nodes".into(), config.nodes.to_string()];
         args.extend(["--plugins".into(), config.plugins.clone(), "--network".into(), config.network.into()]);
         if config.dual_stack {
@@ -87,12 +102,7 @@ impl Cluster {
 
     /// Runs `cluster.sh --name NAME ARGS...`.
     pub fn script(&self, args: &[&str]) -> Output {
-        Command::new("bash")
-            .arg(script())
-            .args(["--name", &self.name])
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("run cluster.sh: {e}"))
+        script_command(&self.name, args).output().unwrap_or_else(|e| panic!("run cluster.sh: {e}"))
     }
 
     /// [`Cluster::script`] that must succeed; returns stdout.
@@ -240,13 +250,13 @@ fn sweep_stale_clusters() {
             continue;
         };
         if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(&pid).exists() {
-            let _ = Command::new("bash").arg(script()).args(["--name", &name, "down"]).output();
+            let _ = script_command(&name, &["down"]).output();
         }
     }
 }
 
 /// Where `cluster.sh` keeps each cluster's state.
-const CLUSTER_ROOT: &str = "/var/tmp/cni-rs-cluster";
+pub const CLUSTER_ROOT: &str = "/var/tmp/cni-rs-cluster";
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();

@@ -56,3 +56,50 @@ kc_load_images() {
   kc_import_image "$1" "$KC_CACHE/images/pause.tar"
   kc_import_image "$1" "$KC_CACHE/images/agnhost.tar"
 }
+
+# The two images flannel's own manifest (../shared/kubernetes/kube-flannel.yml) runs, made of ours, for
+# `--network flannel`: its names swapped for these, nothing else of it changed.
+KC_FABRICD_IMAGE=localhost/cni-rs/fabricd:dev
+KC_FLANNEL_CNI_IMAGE=localhost/cni-rs/flannel-cni-plugin:dev
+
+# kc_image_add_libs ROOT EXE...: the shared libraries the executables load, at their paths under ROOT.
+kc_image_add_libs() {
+  local root=$1 lib
+  shift
+  while read -r lib; do
+    install -D -m 0644 "$lib" "$root$lib"
+  done < <(ldd "$@" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
+  chmod 0755 "$root"/lib64/ld-linux-* 2>/dev/null || true
+}
+
+# kc_flannel_images DIR BINDIR: DIR/fabricd.tar (fabricd as /opt/bin/flanneld, /opt/bin/install-conf, nft and
+# iptables for its masquerade, busybox) and DIR/flannel-cni-plugin.tar (our flannel plugin as /flannel, and cp),
+# from the release binaries in BINDIR.
+kc_flannel_images() {
+  local dir=$1 bin=$2 root a
+  mkdir -p "$dir"
+  root=$(mktemp -d)
+  install -D -m 0755 "$bin/fabricd" "$root/opt/bin/flanneld"
+  install -D -m 0755 /bin/busybox "$root/bin/busybox"
+  for a in sh cp mv cat ls mkdir rm; do ln -s busybox "$root/bin/$a"; done
+  # flannel's install-conf: the CNI config copied into place, whole or not at all.
+  printf '#!/bin/sh\nset -e\ncp -f "$1" "$2.tmp"\nmv -f "$2.tmp" "$2"\n' >"$root/opt/bin/install-conf"
+  chmod 0755 "$root/opt/bin/install-conf"
+  install -D -m 0755 "$(command -v nft)" "$root/usr/sbin/nft"
+  install -D -m 0755 /usr/sbin/xtables-nft-multi "$root/usr/sbin/xtables-nft-multi"
+  for a in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
+    ln -s xtables-nft-multi "$root/usr/sbin/$a"
+  done
+  kc_image_add_libs "$root" "$root/opt/bin/flanneld" "$root/usr/sbin/nft" "$root/usr/sbin/xtables-nft-multi"
+  mkdir -p "$root/tmp" "$root/run" "$root/etc"
+  chmod 1777 "$root/tmp"
+  kc_image_archive "$dir/fabricd.tar" "$KC_FABRICD_IMAGE" "$root" '["/opt/bin/flanneld"]'
+  rm -rf "$root"
+  root=$(mktemp -d)
+  install -D -m 0755 "$bin/flannel" "$root/flannel"
+  install -D -m 0755 /bin/busybox "$root/bin/busybox"
+  ln -s busybox "$root/bin/cp"
+  ln -s busybox "$root/bin/sh"
+  kc_image_archive "$dir/flannel-cni-plugin.tar" "$KC_FLANNEL_CNI_IMAGE" "$root" '["/flannel"]'
+  rm -rf "$root"
+}
