@@ -118,6 +118,11 @@ impl Cluster {
         text(&output.stdout)
     }
 
+    /// The admin kubeconfig (the API server through the loopback forwarder).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
     /// The node names, node1..nodeN.
     pub fn nodes(&self) -> Vec<String> {
         (1..=self.config.nodes).map(|i| format!("node{i}")).collect()

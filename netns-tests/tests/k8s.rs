@@ -6,6 +6,7 @@
 //! wan), hostPort from another node and the wan, the bandwidth annotations on the pod's veth; and after
 //! deletion, restarts of the kubelet and containerd, and a swap of the plugins with pods running: nothing left.
 
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use netns_tests::cluster::{self, Cluster, ClusterConfig, Pod};
@@ -64,6 +65,39 @@ fn takeover_both_ways(cluster: &Cluster) {
     cluster.kubectl_ok(&["delete", "pod", "by-reference", "--wait=true"]);
 }
 
+/// What an operator reaches through the API server and the kubelet: a pod's logs, and `kubectl port-forward`
+/// from the machine's loopback to a pod's port.
+fn logs_and_port_forward(cluster: &Cluster, pods: &[Pod]) {
+    let pod = &pods[0];
+    let logs = cluster.kubectl_ok(&["logs", &pod.name]);
+    assert!(logs.contains("Started HTTP server on port 8080"), "{}'s log through the kubelet: {logs}", pod.name);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free loopback port");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    let mut forward = std::process::Command::new(cluster::kubectl())
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["port-forward", &format!("pod/{}", pod.name), &format!("{port}:8080")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl port-forward");
+    let answer = eventually(REACH_TIMEOUT, || {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream.write_all(b"GET /hostname HTTP/1.0\r\n\r\n").map_err(|e| e.to_string())?;
+        let mut body = String::new();
+        stream.read_to_string(&mut body).map_err(|e| e.to_string())?;
+        if body.ends_with(&pod.name) {
+            Ok(body)
+        } else {
+            Err(body)
+        }
+    });
+    let _ = forward.kill();
+    let _ = forward.wait();
+    answer.unwrap_or_else(|e| panic!("port-forward to {}: {e}", pod.name));
+}
+
 #[test]
 fn kubenet_cluster_on_our_plugins() {
     if !cluster::available() {
@@ -71,6 +105,7 @@ fn kubenet_cluster_on_our_plugins() {
     }
     let cluster = Cluster::up(ClusterConfig::default());
     let pods = deployment_spreads_and_connects(&cluster);
+    logs_and_port_forward(&cluster, &pods);
     services_from_pods(&cluster, &pods, "");
     node_port_from_wan(&cluster, "");
     host_port_and_bandwidth(&cluster);
