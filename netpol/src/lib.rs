@@ -1,0 +1,15 @@
+//! cni-netpol: Kubernetes NetworkPolicy enforced on every node natively in nftables.
+//!
+//! - [`model`]: what the agent reads of the cluster (Namespaces, Pods, NetworkPolicies), as the API's JSON.
+//! - [`compile`]: the pure policy compiler, cluster view in, [`plan::Plan`] out (no kernel).
+//! - [`plan`]: the table as data (sets, chains, rules) and an evaluator of it for one packet.
+//! - [`ranges`]: CIDRs minus exceptions as address ranges (interval sets).
+//! - [`nft`]: the plan as nf_tables netlink messages, sent as one transaction.
+//! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
+
+pub mod apply;
+pub mod compile;
+pub mod model;
+pub mod nft;
+pub mod plan;
+pub mod ranges;
