@@ -59,7 +59,7 @@ fn labels_match(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
         .as_object()
         .map(|m| m.iter().all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str()))
         .unwrap_or(true);
-    let ok_exprs = selector["matchExpressions"].as_array().map_or(true, |exprs| {
+    let ok_exprs = selector["matchExpressions"].as_array().is_none_or(|exprs| {
         exprs.iter().all(|e| {
             let value = labels.get(e["key"].as_str().unwrap());
             let values: Vec<&str> =
@@ -86,7 +86,7 @@ fn peer_covers(cluster: &Cluster, policy_ns: &str, peer: &Value, pod: Option<&Po
         let cidr: IpNet = block["cidr"].as_str().unwrap().parse().unwrap();
         let excepted = block["except"]
             .as_array()
-            .map_or(false, |list| list.iter().any(|e| e.as_str().unwrap().parse::<IpNet>().unwrap().contains(&ip)));
+            .is_some_and(|list| list.iter().any(|e| e.as_str().unwrap().parse::<IpNet>().unwrap().contains(&ip)));
         return cidr.contains(&ip) && !excepted;
     }
     let Some(pod) = pod else { return false };
@@ -94,7 +94,7 @@ fn peer_covers(cluster: &Cluster, policy_ns: &str, peer: &Value, pod: Option<&Po
         Some(sel) => labels_match(sel, &ns_labels(cluster, &pod.metadata.namespace)),
         None => pod.metadata.namespace == policy_ns,
     };
-    let pod_ok = peer.get("podSelector").map_or(true, |sel| labels_match(sel, &pod.metadata.labels));
+    let pod_ok = peer.get("podSelector").is_none_or(|sel| labels_match(sel, &pod.metadata.labels));
     ns_ok && pod_ok
 }
 
@@ -162,7 +162,7 @@ pub(crate) fn oracle(
             || list.iter().any(|p| {
                 let ns = p["metadata"]["namespace"].as_str().unwrap();
                 p["spec"]["egress"].as_array().into_iter().flatten().any(|rule| {
-                    let peers_ok = rule["to"].as_array().filter(|l| !l.is_empty()).map_or(true, |peers| {
+                    let peers_ok = rule["to"].as_array().filter(|l| !l.is_empty()).is_none_or(|peers| {
                         peers.iter().any(|peer| peer_covers(cluster, ns, peer, Some(dst.0), dst.1))
                     });
                     peers_ok && ports_allow(rule.get("ports"), Some(dst.0), proto, port)
@@ -175,7 +175,7 @@ pub(crate) fn oracle(
             || list.iter().any(|p| {
                 let ns = p["metadata"]["namespace"].as_str().unwrap();
                 p["spec"]["ingress"].as_array().into_iter().flatten().any(|rule| {
-                    let peers_ok = rule["from"].as_array().filter(|l| !l.is_empty()).map_or(true, |peers| {
+                    let peers_ok = rule["from"].as_array().filter(|l| !l.is_empty()).is_none_or(|peers| {
                         peers.iter().any(|peer| peer_covers(cluster, ns, peer, Some(src.0), src.1))
                     });
                     peers_ok && ports_allow(rule.get("ports"), Some(dst.0), proto, port)

@@ -6,9 +6,12 @@
 //! - [`ranges`]: CIDRs minus exceptions as address ranges (interval sets).
 //! - [`nft`]: the plan as nf_tables netlink messages, sent as one transaction.
 //! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
+//! - [`agent`]: the loop: a source of cluster views, compiled and applied; [`error`]: its errors.
 
+pub mod agent;
 pub mod apply;
 pub mod compile;
+pub mod error;
 pub mod model;
 pub mod nft;
 pub mod plan;

@@ -1,1 +1,75 @@
-fn main() {}
+//! cni-netpol: Kubernetes NetworkPolicy on this node, in nftables (see the crate's README).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use ipnet::IpNet;
+
+use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
+use netpol::compile::NodeOptions;
+use netpol::plan::TABLE;
+
+#[derive(Parser, Debug)]
+#[command(name = "cni-netpol", about = "NetworkPolicy enforced natively in nftables")]
+struct Cli {
+    /// The nftables table (family inet) the agent owns.
+    #[arg(long, default_value = TABLE, global = true)]
+    table: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Enforce the policies of a cluster view read from a JSON file (namespaces, pods, policies as the API
+    /// writes them), applying every change to the file; runs until killed, leaving the rules in force.
+    Run {
+        /// The cluster view.
+        #[arg(long = "static")]
+        file: PathBuf,
+        /// A pod CIDR of this node: its addresses that no known pod holds are dropped until the agent knows
+        /// the pod (repeat for each family).
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
+        /// How often the source is read, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        interval_ms: u64,
+        /// Apply once and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Remove the table, and nothing else.
+    Cleanup,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { file, pod_cidrs, interval_ms, once } => run(&cli.table, file, pod_cidrs, interval_ms, once),
+        Command::Cleanup => netpol::apply::remove(&cli.table)
+            .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
+    };
+    if let Err(e) = result {
+        eprintln!("cni-netpol: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(
+    table: &str,
+    file: PathBuf,
+    pod_cidrs: Vec<IpNet>,
+    interval_ms: u64,
+    once: bool,
+) -> Result<(), netpol::error::Error> {
+    ensure_bridge_netfilter()?;
+    let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+    let mut source = StaticFile::new(file);
+    let first = source.poll()?.unwrap_or_default();
+    agent.apply(&first)?;
+    if once {
+        return Ok(());
+    }
+    agent.run(&mut source, Duration::from_millis(interval_ms))
+}

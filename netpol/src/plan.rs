@@ -183,10 +183,8 @@ impl Plan {
 
     /// True when the kernel, holding this plan, lets `packet` through the forward hook.
     pub fn judges(&self, packet: &Packet) -> bool {
-        match self.run(Chain::Forward, packet, 0) {
-            Some(verdict) => verdict,
-            None => true, // the base chain's policy
-        }
+        // Returning from the base chain: its policy, accept.
+        self.run(Chain::Forward, packet, 0).unwrap_or(true)
     }
 
     /// A chain's outcome: `Some(accepted)` when a rule ends the evaluation, `None` when it returns.

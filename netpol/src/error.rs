@@ -1,0 +1,34 @@
+//! The agent's errors: typed, each naming what it was doing.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use cnicore::firewall::nfnl::BatchError;
+
+#[derive(Debug)]
+pub enum Error {
+    /// The cluster file could not be read.
+    Read { path: PathBuf, error: io::Error },
+    /// The cluster file is not the JSON of a cluster view.
+    Parse { path: PathBuf, error: serde_json::Error },
+    /// The kernel refused a transaction (nothing of it applied).
+    Nftables { doing: &'static str, error: BatchError },
+    /// Bridged traffic would bypass the forward hook (br_netfilter's switch off and not settable).
+    BridgeNetfilter { name: &'static str, error: io::Error },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Read { path, error } => write!(f, "reading {}: {error}", path.display()),
+            Error::Parse { path, error } => write!(f, "parsing {}: {error}", path.display()),
+            Error::Nftables { doing, error } => write!(f, "{doing}: {error}"),
+            Error::BridgeNetfilter { name, error } => {
+                write!(f, "{name} cannot be set to 1 ({error}): traffic between pods of one bridge would not be judged")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
