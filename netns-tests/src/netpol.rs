@@ -217,12 +217,17 @@ impl PolicyNode {
 
     /// Starts the agent in the node, reading the cluster file every 50 ms; its stderr goes to the log.
     pub fn start_agent(&self) -> Daemon {
+        let file = self.cluster_file.display().to_string();
+        self.start_agent_with(&["run", "--static", &file, "--interval-ms", "50"])
+    }
+
+    /// Starts the agent in the node with `args` (and the node's pod CIDRs); its stderr goes to the log.
+    pub fn start_agent_with(&self, args: &[&str]) -> Daemon {
         let log = fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log");
         let mut command = self.kubenet.node.command(bin("cni-netpol"));
         command
-            .args(["run", "--static"])
-            .arg(&self.cluster_file)
-            .args(["--pod-cidr", SUBNET_V4, "--pod-cidr", SUBNET_V6, "--interval-ms", "50"])
+            .args(args)
+            .args(["--pod-cidr", SUBNET_V4, "--pod-cidr", SUBNET_V6])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -107,6 +107,11 @@ impl Agent {
                 self.source_failing = true;
             }
         }
+        self.repair()
+    }
+
+    /// Puts the table back whole when it has disappeared (someone ran `nft flush ruleset`, say).
+    pub fn repair(&mut self) -> Result<(), Error> {
         if let Some(plan) = &self.applied {
             if !apply::exists(&self.table).unwrap_or(true) {
                 log!("table inet {} is gone: putting it back", self.table);

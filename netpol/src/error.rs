@@ -16,6 +16,14 @@ pub enum Error {
     Nftables { doing: &'static str, error: BatchError },
     /// Bridged traffic would bypass the forward hook (br_netfilter's switch off and not settable).
     BridgeNetfilter { name: &'static str, error: io::Error },
+    /// The kubeconfig given could not be read or used.
+    Kubeconfig(kube::config::KubeconfigError),
+    /// No kubeconfig given, and none found (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+    InferConfig(kube::config::InferConfigError),
+    /// A request to the API server failed.
+    Kube(kube::Error),
+    /// A watch ended before its first complete list (the runtime shutting down).
+    WatchEnded,
 }
 
 impl fmt::Display for Error {
@@ -27,6 +35,10 @@ impl fmt::Display for Error {
             Error::BridgeNetfilter { name, error } => {
                 write!(f, "{name} cannot be set to 1 ({error}): traffic between pods of one bridge would not be judged")
             }
+            Error::Kubeconfig(error) => write!(f, "kubeconfig: {error}"),
+            Error::InferConfig(error) => write!(f, "no kubeconfig: {error}"),
+            Error::Kube(error) => write!(f, "Kubernetes API: {error}"),
+            Error::WatchEnded => f.write_str("a watch ended before its first list"),
         }
     }
 }

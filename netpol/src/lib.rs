@@ -7,6 +7,7 @@
 //! - [`nft`]: the plan as nf_tables netlink messages, sent as one transaction.
 //! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
 //! - [`agent`]: the loop: a source of cluster views, compiled and applied; [`error`]: its errors.
+//! - [`watch`]: the Kubernetes source (Pods, Namespaces, NetworkPolicies watched into reflector stores).
 
 pub mod agent;
 pub mod apply;
@@ -16,3 +17,4 @@ pub mod model;
 pub mod nft;
 pub mod plan;
 pub mod ranges;
+pub mod watch;

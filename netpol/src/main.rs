@@ -39,6 +39,22 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Enforce the cluster's policies, watching Pods, Namespaces and NetworkPolicies on the API server; runs
+    /// until killed, leaving the rules in force.
+    Watch {
+        /// The kubeconfig (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// This node's name: its Node's podCIDRs are the pod CIDRs (see --pod-cidr).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// A pod CIDR of this node (instead of the Node's).
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
+        /// How often the table's presence is checked, in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        repair_ms: u64,
+    },
     /// Remove the table, and nothing else.
     Cleanup,
 }
@@ -47,6 +63,9 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run { file, pod_cidrs, interval_ms, once } => run(&cli.table, file, pod_cidrs, interval_ms, once),
+        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => {
+            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms))
+        }
         Command::Cleanup => netpol::apply::remove(&cli.table)
             .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
     };
@@ -72,4 +91,26 @@ fn run(
         return Ok(());
     }
     agent.run(&mut source, Duration::from_millis(interval_ms))
+}
+
+fn watch(
+    table: &str,
+    kubeconfig: Option<PathBuf>,
+    node_name: Option<String>,
+    mut pod_cidrs: Vec<IpNet>,
+    repair: Duration,
+) -> Result<(), netpol::error::Error> {
+    ensure_bridge_netfilter()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let client = netpol::watch::client(kubeconfig.as_deref()).await?;
+        if let (true, Some(name)) = (pod_cidrs.is_empty(), &node_name) {
+            pod_cidrs = netpol::watch::node_pod_cidrs(&client, name).await?;
+        }
+        if pod_cidrs.is_empty() {
+            eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
+        }
+        let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+        netpol::watch::run(&mut agent, client, repair).await
+    })
 }
