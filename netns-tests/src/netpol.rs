@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::daemon::Daemon;
-use crate::kubenet::{Kubenet, SUBNET_V4, SUBNET_V6};
+use crate::kubenet::{Kubenet, SUBNET_V4, SUBNET_V4_B, SUBNET_V6, SUBNET_V6_B};
 use crate::traffic::{tcp_ask_once, TcpServer};
 use crate::{bin, json, result_ips, TestNetns, Value};
 
@@ -163,6 +163,8 @@ pub fn reaches(from: &TestNetns, to: SocketAddr, proto: Proto, wait: Duration) -
 /// A kubenet node (the dual-stack conflist) with the suite's pods and the agent's files.
 pub struct PolicyNode {
     pub kubenet: Kubenet,
+    /// The node's pod CIDRs, given to the agent.
+    pub pod_cidrs: [String; 2],
     pub pods: Vec<Pod>,
     pub cluster_file: PathBuf,
     pub log_file: PathBuf,
@@ -171,14 +173,7 @@ pub struct PolicyNode {
 impl PolicyNode {
     /// The node with the nine pods added by cnitool, serving on 80 and 81 (TCP and UDP).
     pub fn new() -> PolicyNode {
-        let kubenet = Kubenet::new("20-kubenet-dualstack.conflist", |_| {});
-        let dir = kubenet.node.dir().to_path_buf();
-        let mut node = PolicyNode {
-            kubenet,
-            pods: Vec::new(),
-            cluster_file: dir.join("cluster.json"),
-            log_file: dir.join("agent.log"),
-        };
+        let mut node = PolicyNode::empty(false);
         for namespace in NAMESPACES {
             for name in PODS {
                 let pod = node.add_pod(namespace, name);
@@ -186,6 +181,19 @@ impl PolicyNode {
             }
         }
         node
+    }
+
+    /// The node without pods: the first node's pod subnets, or the second's ([`crate::kubenet::second_node`]).
+    pub fn empty(second: bool) -> PolicyNode {
+        let kubenet = Kubenet::new("20-kubenet-dualstack.conflist", |conf| {
+            if second {
+                crate::kubenet::second_node(conf);
+            }
+        });
+        let dir = kubenet.node.dir().to_path_buf();
+        let pod_cidrs = if second { [SUBNET_V4_B, SUBNET_V6_B] } else { [SUBNET_V4, SUBNET_V6] }.map(String::from);
+        let (cluster_file, log_file) = (dir.join("cluster.json"), dir.join("agent.log"));
+        PolicyNode { kubenet, pod_cidrs, pods: Vec::new(), cluster_file, log_file }
     }
 
     /// A new pod attached by cnitool, with its servers (not in the cluster file until written there).
@@ -227,7 +235,7 @@ impl PolicyNode {
         let mut command = self.kubenet.node.command(bin("cni-netpol"));
         command
             .args(args)
-            .args(["--pod-cidr", SUBNET_V4, "--pod-cidr", SUBNET_V6])
+            .args(["--pod-cidr", &self.pod_cidrs[0], "--pod-cidr", &self.pod_cidrs[1]])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -9,6 +9,9 @@
 //!   pass while policies change (whole-table replacements), pods change labels (element changes), the agent
 //!   is killed and started again; a pod the agent does not know is unreachable until it does; `cleanup`
 //!   removes the agent's table and changes nothing else of the node (the plugins' rules, a kube-proxy table).
+//! - `across_nodes`: two kubenet nodes routing each other's pod subnets (what a cloud's routes do), an agent
+//!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
+//!   destination's ingress policy and by the source's egress policy, in both families.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -277,4 +280,69 @@ fn changes_while_traffic_runs() {
     assert!(after.contains("table ip kube-proxy"));
     let again = node.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
     assert!(again.status.success(), "a second cleanup finds nothing to do");
+}
+
+#[test]
+fn across_nodes() {
+    use netns_tests::kubenet::{SUBNET_V4, SUBNET_V4_B, SUBNET_V6, SUBNET_V6_B};
+    let (mut a, mut b) = (PolicyNode::empty(false), PolicyNode::empty(true));
+    let underlay = [["192.168.80.1/24", "fd00:80::1/64"], ["192.168.80.2/24", "fd00:80::2/64"]];
+    let nets = |n: usize| underlay[n].map(|t| t.parse().unwrap());
+    netns_tests::veth_between(&a.kubenet.node, &b.kubenet.node, "und0", "und1", &nets(0), &nets(1));
+    for (node, subnets, via) in [
+        (&a, [SUBNET_V4_B, SUBNET_V6_B], ["192.168.80.2", "fd00:80::2"]),
+        (&b, [SUBNET_V4, SUBNET_V6], ["192.168.80.1", "fd00:80::1"]),
+    ] {
+        node.kubenet.node.ip(&["route", "add", subnets[0], "via", via[0]]);
+        node.kubenet.node.ip(&["-6", "route", "add", subnets[1], "via", via[1]]);
+        for sysctl in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+            node.kubenet.node.run(|| cnicore::sysctl::write(sysctl, "1")).unwrap();
+        }
+    }
+    a.pods.push(a.add_pod("x", "a"));
+    b.pods.push(b.add_pod("y", "b"));
+    b.pods.push(b.add_pod("z", "c"));
+    let pods: Vec<Value> = a.pods.iter().chain(&b.pods).map(|p| p.json()).collect();
+    let policies = [
+        policy(
+            "x",
+            "a-from-y",
+            json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}], "ports": [{"port": 80}]}]}),
+        ),
+        policy(
+            "y",
+            "b-to-x-tcp",
+            json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}], "ports": [{"protocol": "TCP"}]}]}),
+        ),
+    ];
+    let cluster = json!({"namespaces": netns_tests::netpol::namespaces_json(), "pods": pods, "policies": policies});
+    let mut agents = Vec::new();
+    for node in [&a, &b] {
+        node.write_cluster(&cluster);
+        agents.push(node.start_agent());
+        netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+    }
+    let (x_a, y_b, z_c) = (&a.pods[0], &b.pods[0], &b.pods[1]);
+    let wait = Duration::from_millis(700);
+    for v6 in [false, true] {
+        let to = |port| SocketAddr::new(x_a.ip(v6), port);
+        assert!(reaches(&y_b.netns, to(80), Proto::Tcp, Duration::from_secs(2)), "y/b -> x/a TCP 80 (v6 {v6})");
+        assert!(!reaches(&y_b.netns, to(81), Proto::Tcp, wait), "x/a's ingress allows 80 only (v6 {v6})");
+        assert!(!reaches(&y_b.netns, to(80), Proto::Udp, wait), "y/b's egress allows TCP only (v6 {v6})");
+        assert!(!reaches(&z_c.netns, to(80), Proto::Tcp, wait), "z is not a peer of x/a (v6 {v6})");
+        assert!(
+            reaches(&x_a.netns, SocketAddr::new(z_c.ip(v6), 81), Proto::Udp, Duration::from_secs(2)),
+            "z/c is open"
+        );
+    }
+    // Each judgement is made on both nodes: with only the source's agent, the destination's policy still
+    // holds (the source node judges the remote pod's ingress too), and the other way round.
+    agents.clear();
+    a.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(!reaches(&z_c.netns, SocketAddr::new(x_a.ip(false), 80), Proto::Tcp, wait), "judged on node B");
+    b.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(
+        reaches(&z_c.netns, SocketAddr::new(x_a.ip(false), 80), Proto::Tcp, Duration::from_secs(2)),
+        "both cleaned"
+    );
 }

@@ -70,7 +70,7 @@ fn cluster(extra_pods: usize, extra_policies: usize) -> Value {
     let mut policies: Vec<Value> =
         (0..NAMESPACES).flat_map(|ns| (0..POLICIES_PER_NAMESPACE).map(move |k| policy(ns, k))).collect();
     for e in 0..extra_policies {
-        policies.push(json!({"metadata": {"namespace": "ns1", "name": format!("extra{e}")}, "spec": {"podSelector": {"matchLabels": {"app": "app3"}}, "ingress": [{"ports": [{"port": 443}]}]}}));
+        policies.push(json!({"metadata": {"namespace": "ns1", "name": format!("extra{e}")}, "spec": {"podSelector": {"matchLabels": {"app": "app3"}}, "ingress": [{"ports": [{"port": 10000 + e}]}]}}));
     }
     json!({"namespaces": namespaces, "pods": pods, "policies": policies})
 }
@@ -91,6 +91,18 @@ fn rss_kib() -> u64 {
         .find(|l| l.starts_with("VmHWM:"))
         .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Writes the views of the benchmark into `$NETPOL_BENCH_DIR` (base.json, pod.json: one pod more,
+/// policy.json: one policy more), to time the release agent on them by hand.
+#[test]
+#[ignore]
+fn write_views() {
+    let Some(dir) = std::env::var_os("NETPOL_BENCH_DIR") else { return };
+    let dir = std::path::PathBuf::from(dir);
+    for (name, value) in [("base", cluster(0, 0)), ("pod", cluster(1, 0)), ("policy", cluster(1, 1))] {
+        std::fs::write(dir.join(format!("{name}.json")), value.to_string()).unwrap();
+    }
 }
 
 #[test]
@@ -135,15 +147,14 @@ fn at_1000_pods_and_500_policies() {
             ("policy", cluster(round + 1, round + 1), &mut policy_came),
         ] {
             let cluster = view(value);
-            let (took, applied, new) = ns.run(|| {
+            let (took, applied, new, compiled) = ns.run(|| {
                 let started = Instant::now();
                 let new = compile(&cluster, &node);
+                let compiled = started.elapsed();
                 let applied = apply::update(netpol::plan::TABLE, &old, &new).unwrap();
-                (started.elapsed(), applied, new)
+                (started.elapsed(), applied, new, compiled)
             });
-            if round == 0 {
-                println!("{what}: {applied:?} in {took:?}");
-            }
+            println!("{what}: {applied:?} in {took:?} (compile {compiled:?}, transaction {:?})", took - compiled);
             times.push(took);
             old = new;
         }
@@ -175,9 +186,11 @@ fn iptables_design(ns: &TestNetns, cluster: &Cluster) {
     let mut body = String::new();
     let mut rule_count = 0;
     let ingress = plan.rules(netpol::plan::Chain::Ingress);
+    let mut chains = Vec::new();
     for (i, rule) in ingress.iter().enumerate().filter(|(_, r)| r.family == Some(netpol::plan::Family::V4)) {
         let chain = format!("NWPLCY-{i}");
         text.push_str(&format!(":{chain} - [0:0]\n"));
+        chains.push(chain.clone());
         let peers: Vec<String> = rule
             .matches
             .iter()
@@ -200,7 +213,7 @@ fn iptables_design(ns: &TestNetns, cluster: &Cluster) {
         text.push_str(&format!(":{chain} - [0:0]\n"));
         body.push_str(&format!("-A FORWARD -d {} -j {chain}\n", pod.status.pod_ips[0].ip));
         for i in 0..POLICIES_PER_NAMESPACE {
-            body.push_str(&format!("-A {chain} -j NWPLCY-{}\n", (n + i) % ingress.len().max(1)));
+            body.push_str(&format!("-A {chain} -j {}\n", chains[(n + i) % chains.len()]));
         }
         body.push_str(&format!("-A {chain} -j DROP\n"));
         rule_count += POLICIES_PER_NAMESPACE + 2;

@@ -69,7 +69,9 @@ impl Agent {
 
     /// Compiles `cluster` and puts it in force: the whole table the first time, differences after.
     pub fn apply(&mut self, cluster: &Cluster) -> Result<Applied, Error> {
+        let compiling = Instant::now();
         let plan = compile(cluster, &self.node);
+        let compiled = compiling.elapsed();
         for warning in plan.warnings.difference(&self.logged) {
             log!("{warning}");
         }
@@ -86,7 +88,8 @@ impl Agent {
         let applied = applied.map_err(|error| Error::Nftables { doing: "applying the plan", error })?;
         if applied != Applied::Unchanged {
             let (rules, elements) = plan.size();
-            log!("{applied:?} in {:?}: {rules} rules, {elements} set elements", started.elapsed());
+            let took = started.elapsed();
+            log!("{applied:?} in {took:?} (compiled in {compiled:?}): {rules} rules, {elements} set elements");
         }
         self.applied = Some(plan);
         Ok(applied)

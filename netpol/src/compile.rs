@@ -127,6 +127,8 @@ fn set_name(prefix: &str, family: Family, canonical: &str) -> String {
 struct Compiler<'a> {
     namespaces: BTreeMap<&'a str, &'a BTreeMap<String, String>>,
     pods: Vec<PodView<'a>>,
+    /// The pods of each namespace (indices into `pods`).
+    by_namespace: BTreeMap<&'a str, Vec<usize>>,
     plan: Plan,
     rules: BTreeMap<Chain, (Vec<Rule>, HashSet<Rule>)>,
     /// Pods isolated per direction and family (their addresses).
@@ -150,22 +152,45 @@ impl<'a> Compiler<'a> {
             }
             pods.push(PodView { pod, ips });
         }
-        Compiler { namespaces, pods, plan, rules: BTreeMap::new(), isolated: BTreeMap::new() }
+        let mut by_namespace: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, view) in pods.iter().enumerate() {
+            by_namespace.entry(view.pod.metadata.namespace.as_str()).or_default().push(i);
+        }
+        Compiler { namespaces, pods, by_namespace, plan, rules: BTreeMap::new(), isolated: BTreeMap::new() }
     }
 
     fn warn(&mut self, policy: &NetworkPolicy, what: String) {
         self.plan.warnings.insert(format!("policy {}: {what}", policy_id(policy)));
     }
 
-    fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
-        self.namespaces.get(name).map(|labels| (*labels).clone()).unwrap_or_default()
+    fn namespace_labels(&self, name: &str) -> &BTreeMap<String, String> {
+        static NONE: BTreeMap<String, String> = BTreeMap::new();
+        self.namespaces.get(name).copied().unwrap_or(&NONE)
+    }
+
+    /// The pods of `namespaces` that `selector` matches.
+    fn select_in<'n>(
+        &self,
+        namespaces: impl IntoIterator<Item = &'n str>,
+        selector: &LabelSelector,
+    ) -> Result<Vec<usize>, Unexpressible> {
+        let mut out = Vec::new();
+        for namespace in namespaces {
+            for &i in self.by_namespace.get(namespace).map(Vec::as_slice).unwrap_or_default() {
+                if selector.matches(&self.pods[i].pod.metadata.labels)? {
+                    out.push(i);
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
     }
 
     fn policy(&mut self, policy: &NetworkPolicy) {
         let namespace = policy.metadata.namespace.as_str();
         let selector = &policy.spec.pod_selector;
         let in_namespace = |p: &PodView| p.namespace() == namespace;
-        let selected: Result<Vec<usize>, _> = self.select(|p| Ok(in_namespace(p)), selector);
+        let selected = self.select_in([namespace], selector);
         let types = policy_types(policy);
         let (subject, usable) = match (&selected, &types) {
             (Ok(subject), Ok(_)) => (subject.clone(), true),
@@ -201,21 +226,6 @@ impl<'a> Compiler<'a> {
                 self.rule(&context, &subject_sets, &canonical, rule.to.as_deref(), rule.ports.as_deref());
             }
         }
-    }
-
-    /// The pods that `scope` admits and `selector` matches (by their labels).
-    fn select(
-        &self,
-        scope: impl Fn(&PodView) -> Result<bool, Unexpressible>,
-        selector: &LabelSelector,
-    ) -> Result<Vec<usize>, Unexpressible> {
-        let mut out = Vec::new();
-        for (i, pod) in self.pods.iter().enumerate() {
-            if scope(pod)? && selector.matches(&pod.pod.metadata.labels).map_err(Unexpressible::from)? {
-                out.push(i);
-            }
-        }
-        Ok(out)
     }
 
     fn isolate(&mut self, chain: Chain, pods: &[usize]) {
@@ -333,19 +343,34 @@ impl<'a> Compiler<'a> {
         let namespace = context.policy.metadata.namespace.as_str();
         let everything = LabelSelector::default();
         let pods = peer.pod_selector.as_ref().unwrap_or(&everything);
-        let members = match &peer.namespace_selector {
-            None if peer.pod_selector.is_none() => return Err(Unexpressible::new("empty peer")),
-            None => self.select(|p| Ok(p.namespace() == namespace), pods)?,
-            Some(namespaces) => self.select(
-                |p| namespaces.matches(&self.namespace_labels(p.namespace())).map_err(Unexpressible::from),
-                pods,
-            )?,
-        };
+        if peer.namespace_selector.is_none() && peer.pod_selector.is_none() {
+            return Err(Unexpressible::new("empty peer"));
+        }
         let scope = match &peer.namespace_selector {
             None => json!(namespace),
             Some(selector) => json!(selector),
         };
-        let names = self.pod_set("peer", &json!(["peer", scope, pods]).to_string(), &members);
+        let canonical = json!(["peer", scope, pods]).to_string();
+        let names = Family::ALL.map(|family| set_name("peer", family, &canonical));
+        if names.iter().all(|name| self.plan.sets.contains_key(name)) {
+            return Ok(Family::ALL
+                .iter()
+                .map(|&f| (Some(f), Match::Lookup { field, set: names[index(f)].clone(), negated: false }))
+                .collect());
+        }
+        let members = match &peer.namespace_selector {
+            None => self.select_in([namespace], pods)?,
+            Some(selector) => {
+                let mut chosen = Vec::new();
+                for name in self.by_namespace.keys() {
+                    if selector.matches(self.namespace_labels(name))? {
+                        chosen.push(*name);
+                    }
+                }
+                self.select_in(chosen, pods)?
+            }
+        };
+        let names = self.pod_set("peer", &canonical, &members);
         Ok(Family::ALL
             .iter()
             .map(|&f| (Some(f), Match::Lookup { field, set: names[index(f)].clone(), negated: false }))
@@ -420,6 +445,13 @@ impl<'a> Compiler<'a> {
             Direction::Egress => "every pod",
         };
         let canonical = json!(["named", owner, named]).to_string();
+        let names = Family::ALL.map(|family| set_name("named", family, &canonical));
+        if names.iter().all(|name| self.plan.sets.contains_key(name)) {
+            return Family::ALL
+                .iter()
+                .map(|&f| (Some(f), Match::NamedPorts { set: names[index(f)].clone() }))
+                .collect();
+        }
         let mut declared = BTreeSet::new();
         let mut out = Vec::new();
         for family in Family::ALL {
