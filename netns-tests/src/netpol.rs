@@ -198,8 +198,13 @@ impl PolicyNode {
 
     /// A new pod attached by cnitool, with its servers (not in the cluster file until written there).
     pub fn add_pod(&self, namespace: &str, name: &str) -> Pod {
+        self.add_pod_with(namespace, name, &json!({}))
+    }
+
+    /// [`PolicyNode::add_pod`] with the runtime's capability arguments (e.g. `portMappings`).
+    pub fn add_pod_with(&self, namespace: &str, name: &str, cap_args: &Value) -> Pod {
         let netns = TestNetns::new("pod");
-        let result = self.kubenet.add(&netns, &json!({}));
+        let result = self.kubenet.add(&netns, cap_args);
         let ips = result_ips(&result);
         let servers = PORTS.iter().map(|&port| TcpServer::start(&netns, port, |_| "ok".to_string())).collect();
         let udp = PORTS.iter().map(|&port| UdpEcho::start(&netns, port)).collect();

@@ -11,7 +11,8 @@
 //!   removes the agent's table and changes nothing else of the node (the plugins' rules, a kube-proxy table).
 //! - `across_nodes`: two kubenet nodes routing each other's pod subnets (what a cloud's routes do), an agent
 //!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
-//!   destination's ingress policy and by the source's egress policy, in both families.
+//!   destination's ingress policy and by the source's egress policy, in both families; a connection from
+//!   outside through a pod's hostPort (DNAT, then forward) is judged by the pod's ingress policy.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -299,7 +300,8 @@ fn across_nodes() {
             node.kubenet.node.run(|| cnicore::sysctl::write(sysctl, "1")).unwrap();
         }
     }
-    a.pods.push(a.add_pod("x", "a"));
+    let host_port = json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]});
+    a.pods.push(a.add_pod_with("x", "a", &host_port));
     b.pods.push(b.add_pod("y", "b"));
     b.pods.push(b.add_pod("z", "c"));
     let pods: Vec<Value> = a.pods.iter().chain(&b.pods).map(|p| p.json()).collect();
@@ -334,6 +336,23 @@ fn across_nodes() {
             reaches(&x_a.netns, SocketAddr::new(z_c.ip(v6), 81), Proto::Udp, Duration::from_secs(2)),
             "z/c is open"
         );
+    }
+    // From outside through x/a's hostPort (portmap's DNAT on node A, then forward): node B's own address is
+    // no peer of x/a; once an ipBlock names the underlay, it is.
+    let outside = SocketAddr::new("192.168.80.1".parse().unwrap(), 8080);
+    assert!(!reaches(&b.kubenet.node, outside, Proto::Tcp, wait), "the underlay is no peer of x/a");
+    let mut with_block = cluster.clone();
+    with_block["policies"].as_array_mut().unwrap().push(policy(
+        "x",
+        "from-underlay",
+        json!({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "192.168.80.0/24"}}]}]}),
+    ));
+    for node in [&a, &b] {
+        node.apply(&with_block);
+    }
+    assert!(reaches(&b.kubenet.node, outside, Proto::Tcp, Duration::from_secs(2)), "the ipBlock lets it in");
+    for node in [&a, &b] {
+        node.apply(&cluster);
     }
     // Each judgement is made on both nodes: with only the source's agent, the destination's policy still
     // holds (the source node judges the remote pod's ingress too), and the other way round.
