@@ -254,7 +254,8 @@ impl PolicyNode {
 
     /// How many transactions the agents have applied (their log lines).
     pub fn applied(&self) -> usize {
-        self.log().lines().filter(|l| l.contains("Replaced(") || l.contains("Elements(")).count()
+        let applied = |l: &&str| ["Replaced(", "Elements(", "Rules("].iter().any(|kind| l.contains(kind));
+        self.log().lines().filter(applied).count()
     }
 
     /// Writes `cluster` and waits until the running agent has applied it (one more transaction); nothing

@@ -245,6 +245,7 @@ fn changes_while_traffic_runs() {
     let (reached, missed) = denied.counts();
     assert!(missed > 0 && reached == 0, "the denied flow: {reached} reached, {missed} missed\n{}", node.log());
     assert!(node.log().contains("Elements("), "label changes are element changes:\n{}", node.log());
+    assert!(node.log().contains("Rules("), "policy changes rewrite the policy chains:\n{}", node.log());
 
     // A pod the agent has not been told of is unreachable both ways; once it is, it is open (no policy
     // selects it).

@@ -19,7 +19,9 @@ const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
+const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_NEWSET: u16 = 9;
+const NFT_MSG_DELSET: u16 = 11;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_DELSETELEM: u16 = 14;
 const NFPROTO_INET: u8 = 1;
@@ -167,6 +169,22 @@ impl Transaction {
         m.attr(NFTA_SET_ID, &self.next_set_id.to_be_bytes());
         self.next_set_id += 1;
         self.messages.push((m, NLM_F_REQUEST | NLM_F_CREATE));
+        self
+    }
+
+    /// `delete set`: refused unless no rule of the new generation refers to it.
+    pub fn delete_set(&mut self, name: &str) -> &mut Self {
+        let mut m = message(NFT_MSG_DELSET);
+        m.attr_str(NFTA_SET_TABLE, &self.table).attr_str(NFTA_SET_NAME, name);
+        self.messages.push((m, NLM_F_REQUEST));
+        self
+    }
+
+    /// `flush chain`: every rule of the chain deleted (a DELRULE naming no rule).
+    pub fn flush_chain(&mut self, chain: Chain) -> &mut Self {
+        let mut m = message(NFT_MSG_DELRULE);
+        m.attr_str(NFTA_RULE_TABLE, &self.table).attr_str(NFTA_RULE_CHAIN, chain.name());
+        self.messages.push((m, NLM_F_REQUEST));
         self
     }
 
