@@ -428,3 +428,50 @@ impl Expressions<'_> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn keys_as_the_kernel_stores_them() {
+        assert_eq!(encode_key(&Key::Addr(ip("10.0.0.1"))), vec![(vec![10, 0, 0, 1], false)]);
+        // A range: its start, and the address after its end flagged as an interval end.
+        assert_eq!(
+            encode_key(&Key::Range(ip("10.0.0.0"), ip("10.0.255.255"))),
+            vec![(vec![10, 0, 0, 0], false), (vec![10, 1, 0, 0], true)]
+        );
+        // A range to the last address has no end element.
+        assert_eq!(encode_key(&Key::Range(ip("0.0.0.0"), ip("255.255.255.255"))), vec![(vec![0, 0, 0, 0], false)]);
+        assert_eq!(encode_key(&Key::Range(ip("ff00::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))).len(), 1);
+        // address . protocol . port: each part padded to a 4-byte register, the port in network order.
+        assert_eq!(
+            encode_key(&Key::AddrProtoPort(ip("10.0.0.1"), 6, 8080)),
+            vec![(vec![10, 0, 0, 1, 6, 0, 0, 0, 0x1f, 0x90, 0, 0], false)]
+        );
+        assert_eq!(encode_key(&Key::AddrProtoPort(ip("fd00::1"), 17, 53))[0].0.len(), 24);
+    }
+
+    #[test]
+    fn set_shapes() {
+        let set = |family, kind| Set::new(family, kind);
+        assert_eq!(key_shape(&set(Family::V4, SetKind::Addr)), (TYPE_IPV4_ADDR, 4));
+        assert_eq!(key_shape(&set(Family::V6, SetKind::Ranges)), (TYPE_IPV6_ADDR, 16));
+        // nft's concatenated type: ipv4_addr . inet_proto . inet_service, 6 bits each.
+        assert_eq!(key_shape(&set(Family::V4, SetKind::AddrProtoPort)), ((7 << 12) | (12 << 6) | 13, 12));
+        assert_eq!(key_shape(&set(Family::V6, SetKind::AddrProtoPort)).1, 24);
+    }
+
+    #[test]
+    fn a_transaction_splits_long_element_lists() {
+        let keys: Vec<Key> =
+            (0..600u32).map(|i| Key::Addr(IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i)))).collect();
+        let mut tx = Transaction::new("t");
+        tx.add_elements("s", &keys);
+        assert_eq!(tx.len(), 600usize.div_ceil(ELEMENTS_PER_MESSAGE));
+    }
+}
