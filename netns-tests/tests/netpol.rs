@@ -6,9 +6,9 @@
 //!   families, TCP and UDP, 80 and 81) equals what the compiled plan says ([`Plan::judges`], itself checked
 //!   against a reading of the API in the compiler's unit tests); some tables are also written out by hand.
 //! - `changes_while_traffic_runs`: new connections of an allowed flow never fail and of a denied flow never
-//!   pass while policies change (whole-table replacements), pods change labels (element changes), the agent
-//!   is killed and started again; a pod the agent does not know is unreachable until it does; `cleanup`
-//!   removes the agent's table and changes nothing else of the node (the plugins' rules, a kube-proxy table).
+//!   pass while policies change (the policy chains rewritten), pods change labels (element changes), the
+//!   agent is killed and started again (the whole table replaced); a deleted table is put back; a pod the
+//!   agent does not know is unreachable both ways until it does; `cleanup` removes the agent's table and changes nothing else of the node (the plugins' rules, a kube-proxy table).
 //! - `across_nodes`: two kubenet nodes routing each other's pod subnets (what a cloud's routes do), an agent
 //!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
 //!   destination's ingress policy and by the source's egress policy, in both families; a connection from
@@ -246,6 +246,14 @@ fn changes_while_traffic_runs() {
     assert!(missed > 0 && reached == 0, "the denied flow: {reached} reached, {missed} missed\n{}", node.log());
     assert!(node.log().contains("Elements("), "label changes are element changes:\n{}", node.log());
     assert!(node.log().contains("Rules("), "policy changes rewrite the policy chains:\n{}", node.log());
+
+    // Someone deletes the table: the agent puts it back whole.
+    let out = node.kubenet.node.exec("nft", &["delete", "table", "inet", "cni-netpol"], &[], b"");
+    assert!(out.status.success());
+    let back = netns_tests::wait_for(Duration::from_secs(10), || ruleset(&node).contains("table inet cni-netpol"));
+    assert!(back.is_some() && node.log().contains("is gone"), "not repaired:\n{}", node.log());
+    let y_b = &node.pod("y/b").netns;
+    assert!(!reaches(y_b, SocketAddr::new(node.pod("x/a").ip(false), 80), Proto::Tcp, Duration::from_millis(700)));
 
     // A pod the agent has not been told of is unreachable both ways; once it is, it is open (no policy
     // selects it).
