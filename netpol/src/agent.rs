@@ -60,11 +60,20 @@ pub struct Agent {
     applied: Option<Plan>,
     logged: BTreeSet<String>,
     source_failing: bool,
+    /// A view whose transaction the kernel refused: tried again at each [`Agent::repair`].
+    pending: Option<Cluster>,
 }
 
 impl Agent {
     pub fn new(table: &str, node: NodeOptions) -> Agent {
-        Agent { table: table.to_string(), node, applied: None, logged: BTreeSet::new(), source_failing: false }
+        Agent {
+            table: table.to_string(),
+            node,
+            applied: None,
+            logged: BTreeSet::new(),
+            source_failing: false,
+            pending: None,
+        }
     }
 
     /// Compiles `cluster` and puts it in force: the whole table the first time, differences after.
@@ -85,7 +94,15 @@ impl Agent {
                 done => done,
             },
         };
-        let applied = applied.map_err(|error| Error::Nftables { doing: "applying the plan", error })?;
+        let applied = match applied {
+            Ok(applied) => applied,
+            Err(error) => {
+                // Nothing of it applied: the rules before it stay, and the view is tried again.
+                self.pending = Some(cluster.clone());
+                return Err(Error::Nftables { doing: "applying the plan", error });
+            }
+        };
+        self.pending = None;
         if applied != Applied::Unchanged {
             let (rules, elements) = plan.size();
             let took = started.elapsed();
@@ -113,8 +130,12 @@ impl Agent {
         self.repair()
     }
 
-    /// Puts the table back whole when it has disappeared (someone ran `nft flush ruleset`, say).
+    /// Tries again a view the kernel refused, and puts the table back whole when it has disappeared (someone
+    /// ran `nft flush ruleset`, say).
     pub fn repair(&mut self) -> Result<(), Error> {
+        if let Some(cluster) = self.pending.take() {
+            self.apply(&cluster)?;
+        }
         if let Some(plan) = &self.applied {
             if !apply::exists(&self.table).unwrap_or(true) {
                 log!("table inet {} is gone: putting it back", self.table);
