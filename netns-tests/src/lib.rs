@@ -8,7 +8,9 @@
 //! `cargo build --workspace --bins`.
 //!
 //! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
-//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd;
+//!   kubenet chain of `conf/` on a node; [`netpol`]: that node with the netpol suite's pods and the
+//!   NetworkPolicy agent; [`netpol_api`]: a bare kube-apiserver for its watch; [`fabric`]: a cluster of
+//!   nodes on an underlay for fabricd;
 //!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave).
 //! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
 //!   [`traffic`]: TCP servers and clients between namespaces; [`capture`]: frames seen on an interface (a raw
@@ -47,6 +49,8 @@ pub mod fabric_faults;
 pub mod images;
 pub mod kubenet;
 pub mod linkrig;
+pub mod netpol;
+pub mod netpol_api;
 pub mod podman;
 pub mod podman_macvlan;
 pub mod recorder;
