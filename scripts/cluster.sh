@@ -7,13 +7,13 @@
 # forwarder); nothing else of the machine's changes. Run as root.
 #
 #   scripts/cluster.sh up [--nodes N] [--plugins ours|reference|DIR] [--dual-stack] [--network kubenet|none]
-#                         [--name NAME] [--api-port PORT]
+#                         [--network-policy] [--name NAME] [--api-port PORT]
 #   scripts/cluster.sh kubeconfig            # the admin kubeconfig's path (kubectl --kubeconfig "$(...)")
 #   scripts/cluster.sh kubectl ARGS...       # kubectl with that kubeconfig
 #   scripts/cluster.sh exec NODE|cp|wan CMD...   # a command in a node's namespaces (cp and wan: network only)
 #   scripts/cluster.sh load-image NODE|all TAR   # a docker-archive or OCI tar into nodes' containerd
 #   scripts/cluster.sh plugins NODE|all ours|reference|DIR   # swap a node's CNI plugins, pods running
-#   scripts/cluster.sh restart NODE containerd|kubelet|kube-proxy
+#   scripts/cluster.sh restart NODE containerd|kubelet|kube-proxy|cni-netpol
 #   scripts/cluster.sh status | down | build
 # --name (default `kc`, or $CNI_CLUSTER_NAME) lets clusters live side by side. State: /var/tmp/cni-rs-cluster/NAME;
 # Kubernetes' binaries and images are built once into /var/tmp/cni-rs-k8s (../shared/kubernetes/build.sh).
@@ -65,12 +65,13 @@ kc_plugin_dir() {
 }
 
 cmd_up() {
-  local nodes=2 plugins=ours dual=0 network=kubenet port="" i node
+  local nodes=2 plugins=ours dual=0 network=kubenet port="" policy=0 i node
   while (($#)); do
     case $1 in
       --nodes) nodes=${2:?--nodes N}; shift ;;
       --plugins) plugins=${2:?--plugins ours|reference|DIR}; shift ;;
       --dual-stack) dual=1 ;;
+      --network-policy) policy=1 ;;
       --network) network=${2:?--network kubenet|flannel|none}; shift ;;
       --name) kc_set_name "${2:?--name NAME}"; shift ;;
       --api-port) port=${2:?--api-port PORT}; shift ;;
@@ -89,6 +90,8 @@ cmd_up() {
   plugin_dir=$(kc_plugin_dir "$plugins")
   # flannel's manifest runs our fabricd and flannel plugin from images, whatever the nodes' --plugins are.
   [[ $network == flannel ]] && release=$(kc_release_dir)
+  local netpol=""
+  ((policy)) && netpol=$(kc_netpol_bin)
   if [[ -e $KC_DIR ]]; then
     kc_say "a cluster named $KC_NAME exists (or was half made): taking it down first"
     cmd_down
@@ -98,6 +101,7 @@ cmd_up() {
   echo "$port" >"$KC_DIR/settings/asked-api-port"
   echo "$dual" >"$KC_DIR/settings/dual-stack"
   echo "$network" >"$KC_DIR/settings/network"
+  [[ -n $netpol ]] && echo "$netpol" >"$KC_DIR/settings/netpol-bin"
   echo "$plugin_dir" >"$KC_DIR/settings/plugin-dir"
   [[ -n $release ]] && kc_flannel_images "$KC_DIR/images" "$release"
   for ((i = 1; i <= nodes; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"
@@ -113,6 +117,7 @@ cmd_up() {
   kc_pki_control_plane
   kc_say "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
   kc_control_plane_up
+  [[ -n $netpol ]] && kc_netpol_rbac
   for node in $(kc_nodes); do
     kc_say "$node: namespaces, containerd, kubelet, kube-proxy"
     kc_node_up "$node"
@@ -128,6 +133,19 @@ cmd_up() {
   fi
   trap - EXIT
   kc_say "up: $nodes node(s); export KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# The NetworkPolicy agent (netpol/): $CNI_NETPOL_BIN, the staged release build, or built here.
+kc_netpol_bin() {
+  if [[ -n ${CNI_NETPOL_BIN:-} ]]; then
+    [[ -x $CNI_NETPOL_BIN ]] || kc_die "CNI_NETPOL_BIN=$CNI_NETPOL_BIN is not an executable"
+    echo "$CNI_NETPOL_BIN"
+  elif [[ -n ${CNI_PACKAGE_PREBUILT:-} && -x $CNI_PACKAGE_PREBUILT/cni-netpol ]]; then
+    echo "$CNI_PACKAGE_PREBUILT/cni-netpol"
+  else
+    (cd "$repo" && cargo build --release --quiet -p netpol) >&2
+    echo "$repo/target/release/cni-netpol"
+  fi
 }
 
 # The release build's directory with fabricd and the flannel plugin (CNI_PACKAGE_PREBUILT when the tests staged
@@ -245,7 +263,7 @@ cmd_plugins() {
 cmd_restart() {
   local node=${1:?restart NODE DAEMON} daemon=${2:?restart NODE containerd|kubelet|kube-proxy} pid
   grep -qx "$node" <(kc_nodes) || kc_die "no node $node in cluster $KC_NAME"
-  case $daemon in containerd | kubelet | kube-proxy) ;; *) kc_die "restart: containerd, kubelet or kube-proxy" ;; esac
+  case $daemon in containerd | kubelet | kube-proxy | cni-netpol) ;; *) kc_die "restart: containerd, kubelet, kube-proxy or cni-netpol" ;; esac
   pid=$(cat "$(kc_node_dir "$node")/$daemon.pid")
   kill -TERM "$pid" 2>/dev/null || true
   kc_wait 30 "$daemon to end" bash -c "! kill -0 $pid" || kill -KILL "$pid" 2>/dev/null || true

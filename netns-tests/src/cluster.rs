@@ -20,13 +20,15 @@ pub struct ClusterConfig {
     /// `ours`, `reference` or a directory of plugin binaries.
     pub plugins: String,
     pub dual_stack: bool,
-    /// `kubenet` or `none`.
+    /// `kubenet`, `flannel` or `none`.
     pub network: &'static str,
+    /// The NetworkPolicy agent on every node (`--network-policy`), the workspace's build of it.
+    pub network_policy: bool,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nodes: 2, plugins: ours(), dual_stack: false, network: "kubenet" }
+        ClusterConfig { nodes: 2, plugins: ours(), dual_stack: false, network: "kubenet", network_policy: false }
     }
 }
 
@@ -92,8 +94,14 @@ impl Cluster {
         if config.dual_stack {
             args.push("--dual-stack".into());
         }
+        if config.network_policy {
+            args.push("--network-policy".into());
+        }
         let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
-        let output = cluster.script(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let output = script_command(&cluster.name, &args.iter().map(String::as_str).collect::<Vec<_>>())
+            .env("CNI_NETPOL_BIN", crate::bin_dir().join("cni-netpol"))
+            .output()
+            .unwrap_or_else(|e| panic!("run cluster.sh: {e}"));
         assert!(output.status.success(), "cluster.sh up failed:\n{}", text(&output.stderr));
         let path = cluster.script(&["kubeconfig"]);
         cluster.kubeconfig = PathBuf::from(text(&path.stdout).trim());
@@ -239,6 +247,11 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // CNI_TEST_KEEP_CLUSTER=1 keeps a failed test's cluster to look at (cluster.sh --name NAME down after).
+        if std::thread::panicking() && std::env::var("CNI_TEST_KEEP_CLUSTER").as_deref() == Ok("1") {
+            eprintln!("kept the failed test's cluster {}: scripts/cluster.sh --name {} down", self.name, self.name);
+            return;
+        }
         let output = self.script(&["down"]);
         if !output.status.success() {
             eprintln!("cluster.sh down {}: {}", self.name, text(&output.stderr));

@@ -51,10 +51,16 @@ spec:
     )
 }
 
-/// The node's podCIDRs, from its Node object.
+/// The node's podCIDRs, from its Node object, once kube-controller-manager has allocated them.
 pub fn pod_cidrs(cluster: &Cluster, node: &str) -> Vec<ipnet::IpNet> {
-    let node = cluster.get_json(&["node", node]);
-    node["spec"]["podCIDRs"].as_array().expect("podCIDRs").iter().map(|c| net(c.as_str().expect("cidr"))).collect()
+    let cidrs = eventually(Duration::from_secs(60), || {
+        let node = cluster.get_json(&["node", node]);
+        match node["spec"]["podCIDRs"].as_array() {
+            Some(cidrs) if !cidrs.is_empty() => Ok(cidrs.iter().map(|c| net(c.as_str().expect("cidr"))).collect()),
+            _ => Err(node["spec"].clone()),
+        }
+    });
+    cidrs.unwrap_or_else(|spec| panic!("{node} has no podCIDRs after 60 s: {spec}"))
 }
 
 /// `url` with an address in it (IPv6 bracketed).

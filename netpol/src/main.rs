@@ -105,7 +105,7 @@ fn watch(
     runtime.block_on(async move {
         let client = netpol::watch::client(kubeconfig.as_deref()).await?;
         if let (true, Some(name)) = (pod_cidrs.is_empty(), &node_name) {
-            pod_cidrs = netpol::watch::node_pod_cidrs(&client, name).await?;
+            pod_cidrs = netpol::watch::wait_node_pod_cidrs(&client, name).await;
         }
         if pod_cidrs.is_empty() {
             eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");

@@ -61,6 +61,23 @@ pub async fn node_pod_cidrs(client: &Client, name: &str) -> Result<Vec<ipnet::Ip
     Ok(cidrs.iter().filter_map(|c| c.parse().ok()).collect())
 }
 
+/// [`node_pod_cidrs`] once the Node exists and has its podCIDRs: an agent started with its node (before the
+/// kubelet registered it, or before kube-controller-manager gave it a podCIDR) waits, as flanneld does, saying
+/// once why.
+pub async fn wait_node_pod_cidrs(client: &Client, name: &str) -> Vec<ipnet::IpNet> {
+    let mut said = false;
+    loop {
+        match node_pod_cidrs(client, name).await {
+            Ok(cidrs) if !cidrs.is_empty() => return cidrs,
+            Ok(_) if !said => eprintln!("cni-netpol: Node {name} has no podCIDR yet: waiting"),
+            Err(e) if !said => eprintln!("cni-netpol: Node {name}: {e}: waiting"),
+            _ => {}
+        }
+        said = true;
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
 /// Watches one kind into a store; `changed` is notified on every event. Errors (the API server lost, 410
 /// Gone) are logged when they start and end; the watcher relists and retries with backoff.
 fn watch<K>(client: &Client, changed: Arc<Notify>) -> Store<K>

@@ -125,3 +125,22 @@ kc_check_port() {
   port_listening "$1" && kc_die "port $1 on the root namespace's loopback is taken: pick another with --api-port"
   return 0
 }
+
+# What the NetworkPolicy agent reads, and nothing more: Pods, Namespaces, NetworkPolicies, and its Node.
+kc_netpol_rbac() {
+  kc_kubectl apply -f - >/dev/null <<'YAML'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cni-netpol}
+rules:
+- {apiGroups: [""], resources: [pods, namespaces], verbs: [get, list, watch]}
+- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch]}
+- {apiGroups: [""], resources: [nodes], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cni-netpol}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cni-netpol}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:cni-netpol"}]
+YAML
+}

@@ -221,4 +221,13 @@ kc_node_up() {
   kc_load_images "$node"
   kc_node_kubelet "$node"
   kc_node_kube_proxy "$node"
+  [[ -n $(kc_setting netpol-bin) ]] && kc_node_cni_netpol "$node"
+  return 0
+}
+
+# The NetworkPolicy agent, a node daemon beside kube-proxy: its table, its Node's podCIDRs.
+kc_node_cni_netpol() {
+  local node=$1
+  kc_node_spawn "$node" cni-netpol "$(kc_setting netpol-bin)" watch --kubeconfig "$KC_DIR/cni-netpol.kubeconfig" \
+    --node-name "$node"
 }

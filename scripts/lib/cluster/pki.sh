@@ -75,6 +75,8 @@ kc_pki_control_plane() {
   kc_kubeconfig "$KC_DIR/controller-manager.kubeconfig" "$api" controller-manager
   kc_kubeconfig "$KC_DIR/scheduler.kubeconfig" "$api" scheduler
   kc_kubeconfig "$KC_DIR/kube-proxy.kubeconfig" "$api" kube-proxy
+  kc_pki_cert cni-netpol "/CN=system:cni-netpol"
+  kc_kubeconfig "$KC_DIR/cni-netpol.kubeconfig" "$api" cni-netpol
   # The same admin inside the cluster's namespaces (a node, the wan): the API server's underlay address.
   kc_kubeconfig "$KC_DIR/admin-underlay.kubeconfig" "$api" admin
 }

@@ -1,0 +1,123 @@
+//! NetworkPolicy on the local cluster (`scripts/cluster.sh up --network-policy`): cni-netpol on every node
+//! watching the real API server, judged with real connections between pods on one node and across nodes, as
+//! Kubernetes' netpol suite probes them (agnhost `connect`), while policies and labels change: open without a
+//! policy, default deny of a namespace's ingress, a namespace selector opening one port, a pod selector
+//! following a label set later, and open again once the policies are deleted.
+
+use std::time::Duration;
+
+use netns_tests::cluster::{self, Cluster, ClusterConfig, Pod, AGNHOST};
+use netns_tests::eventually;
+
+/// A pod `name` in namespace `ns` on `node`, serving TCP on 80 and 81.
+fn server(ns: &str, name: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: "{ns}", labels: {{pod: {name}}}}}
+spec:
+  nodeName: {node}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: a
+    image: {AGNHOST}
+    args: ["porter"]
+    env: [{{name: SERVE_PORT_80, value: foo}}, {{name: SERVE_PORT_81, value: foo}}]
+"#
+    )
+}
+
+/// Whether `from` (namespace/name) connects to `to` on TCP `port`, once (agnhost connect, 1 s).
+fn connects(cluster: &Cluster, from: (&str, &str), to: &Pod, port: u16) -> bool {
+    let target = format!("{}:{port}", to.ips[0]);
+    let out = cluster.kubectl(&["exec", "-n", from.0, from.1, "--", "/agnhost", "connect", &target, "--timeout=1s"]);
+    out.status.success()
+}
+
+/// Waits until `from` -> `to`:`port` is `allowed` (enforcement follows a change within a moment).
+fn expect(cluster: &Cluster, from: (&str, &str), to: &Pod, port: u16, allowed: bool) {
+    let seen = eventually(Duration::from_secs(20), || {
+        if connects(cluster, from, to, port) == allowed {
+            Ok(())
+        } else {
+            Err(())
+        }
+    });
+    let verb = if allowed { "should reach but does not reach" } else { "should be denied but reaches" };
+    assert!(seen.is_ok(), "{}/{} {verb} {} ({}) on {port}", from.0, from.1, to.name, to.ips[0]);
+}
+
+fn pod(cluster: &Cluster, ns: &str, name: &str) -> Pod {
+    let json = cluster.get_json(&["pod", "-n", ns, name]);
+    let ip = json["status"]["podIP"].as_str().expect("podIP").parse().expect("ip");
+    Pod { name: name.into(), node: String::new(), phase: String::new(), ips: vec![ip] }
+}
+
+#[test]
+fn network_policy_on_the_cluster() {
+    if !cluster::available() {
+        return;
+    }
+    let cluster = Cluster::up(ClusterConfig { network_policy: true, ..ClusterConfig::default() });
+    cluster.kubectl_ok(&["create", "namespace", "x"]);
+    cluster.kubectl_ok(&["create", "namespace", "y"]);
+    cluster.apply(&server("x", "a", "node1"));
+    cluster.apply(&server("x", "b", "node2"));
+    cluster.apply(&server("y", "c", "node1"));
+    for (ns, name) in [("x", "a"), ("x", "b"), ("y", "c")] {
+        cluster.kubectl_ok(&["wait", "-n", ns, "--for=condition=Ready", &format!("pod/{name}"), "--timeout=120s"]);
+    }
+    let (a, b, c) = (pod(&cluster, "x", "a"), pod(&cluster, "x", "b"), pod(&cluster, "y", "c"));
+
+    // No policy: open, on one node (a, c) and across nodes (a, b).
+    expect(&cluster, ("x", "a"), &b, 80, true);
+    expect(&cluster, ("y", "c"), &a, 80, true);
+
+    // Default deny of x's ingress: nothing reaches x's pods, y's pods stay open.
+    cluster.apply(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: \"x\"}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n",
+    );
+    expect(&cluster, ("x", "a"), &b, 80, false);
+    expect(&cluster, ("y", "c"), &a, 80, false);
+    expect(&cluster, ("x", "a"), &c, 80, true);
+
+    // Namespace y may reach x's pods on 80, not on 81.
+    cluster.apply(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-y, namespace: "x"}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}], ports: [{port: 80, protocol: TCP}]}]
+"#,
+    );
+    expect(&cluster, ("y", "c"), &a, 80, true);
+    expect(&cluster, ("y", "c"), &b, 80, true);
+    expect(&cluster, ("y", "c"), &b, 81, false);
+    expect(&cluster, ("x", "a"), &b, 80, false);
+
+    // Pods labelled role=client in x may reach b: the label set after the policy opens a's way.
+    cluster.apply(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: clients, namespace: "x"}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  ingress: [{from: [{podSelector: {matchLabels: {role: client}}}]}]
+"#,
+    );
+    expect(&cluster, ("x", "a"), &b, 81, false);
+    cluster.kubectl_ok(&["label", "pod", "-n", "x", "a", "role=client"]);
+    expect(&cluster, ("x", "a"), &b, 81, true);
+    expect(&cluster, ("y", "c"), &b, 81, false);
+
+    // The agent restarted on node2: b's rules hold while it is down and after.
+    cluster.script_ok(&["restart", "node2", "cni-netpol"]);
+    expect(&cluster, ("y", "c"), &b, 81, false);
+    expect(&cluster, ("x", "a"), &b, 81, true);
+
+    // The policies deleted: open again.
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "--all"]);
+    expect(&cluster, ("y", "c"), &b, 81, true);
+    expect(&cluster, ("x", "a"), &b, 80, true);
+}
