@@ -18,14 +18,12 @@ use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
 use crate::flannel::{Family, SubnetKey};
 use crate::log::{log, summary};
-use crate::metrics::Metrics;
+use crate::metrics::{Endpoints, Metrics};
 use crate::node::{self, Files};
-use crate::source::Cluster;
+use crate::source::{Cluster, SourceContext};
 
 /// The periodic full pass.
 const RESYNC: Duration = Duration::from_secs(10);
-/// The masquerade rules are checked this often (and when the cluster changes).
-const MASQ_CHECK: Duration = Duration::from_secs(30);
 
 /// What woke the loop.
 enum Trigger {
@@ -41,6 +39,8 @@ struct Agent {
     dataplane: Option<Dataplane>,
     firewall: Option<Backend>,
     ip_masq: bool,
+    /// The masquerade rules are checked this often (`--iptables-resync`), and when the cluster changes.
+    masq_check: Duration,
     files: Files,
     last_masq: Option<(Instant, Cluster)>,
     /// Refused peers already logged, and why: each refusal is logged once.
@@ -49,6 +49,8 @@ struct Agent {
     second_keys: BTreeSet<SubnetKey>,
     next_resync: Instant,
     retry_delay: Duration,
+    /// Tells the source once the data plane, the masquerade and the files are in place.
+    ready: watch::Sender<bool>,
 }
 
 pub async fn run(cli: Cli) -> Result<i32> {
@@ -70,9 +72,19 @@ pub async fn run(cli: Cli) -> Result<i32> {
         false => None,
     };
     let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
-    let mut source = cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
+    let (ready_tx, ready) = watch::channel(false);
+    let context = SourceContext { node: identity, previous: cli.previous(), tx, metrics: metrics.clone(), ready };
+    let mut source = cli.source().spawn(context)?;
     if !cli.metrics_addr.is_empty() {
-        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone()));
+        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone(), Endpoints::Metrics));
+    }
+    if cli.healthz_port > 0 {
+        let address = match cli.healthz_ip.parse::<std::net::IpAddr>() {
+            Ok(ip) => std::net::SocketAddr::new(ip, cli.healthz_port).to_string(),
+            Err(_) => return Err(Error::Config(format!("--healthz-ip {:?} is not an address", cli.healthz_ip))),
+        };
+        log!(info, "serving /healthz and /readyz on {address}");
+        tokio::spawn(crate::metrics::serve(address, metrics.clone(), Endpoints::Health));
     }
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
@@ -86,12 +98,14 @@ pub async fn run(cli: Cli) -> Result<i32> {
         dataplane: Some(dataplane),
         firewall,
         ip_masq: cli.ip_masq,
+        masq_check: Duration::from_secs(cli.iptables_resync.max(1)),
         files: cli.files(),
         last_masq: None,
         refusals: BTreeMap::new(),
         second_keys: BTreeSet::new(),
         next_resync: Instant::now() + RESYNC,
         retry_delay: Duration::from_millis(100),
+        ready: ready_tx,
     };
     loop {
         let trigger = tokio::select! {
@@ -145,6 +159,10 @@ impl Agent {
         let mtu = pod_mtu(&*cluster.config.backend, families, &underlay);
         self.masquerade_if_due(cluster);
         self.write_files(cluster, mtu, ok);
+        if ok {
+            Metrics::set(&self.metrics.started, 1);
+            self.ready.send_if_modified(|ready| !std::mem::replace(ready, true));
+        }
         self.schedule(ok);
         Ok(())
     }
@@ -219,11 +237,11 @@ impl Agent {
         self.second_keys = now.into_keys().collect();
     }
 
-    /// The masquerade rules, checked every 30 s and whenever the cluster's subnet or config changes.
+    /// The masquerade rules, checked every --iptables-resync seconds and whenever the cluster's subnet or config changes.
     fn masquerade_if_due(&mut self, cluster: &Cluster) {
         let Some(backend) = self.firewall else { return };
         let due = self.last_masq.as_ref().is_none_or(|(at, last)| {
-            at.elapsed() > MASQ_CHECK || last.subnet != cluster.subnet || last.config != cluster.config
+            at.elapsed() > self.masq_check || last.subnet != cluster.subnet || last.config != cluster.config
         });
         if !due {
             return;

@@ -378,6 +378,41 @@ pub async fn run(
     }
 }
 
+/// flannel's etcd layout as a [`Source`].
+impl super::Source for EtcdOptions {
+    fn spawn(&self, context: super::SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
+        let super::SourceContext { node, previous, tx, metrics, .. } = context;
+        Ok(tokio::spawn(run(self.clone(), node, previous, tx, metrics)))
+    }
+
+    fn current<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> super::SourceFuture<'a, Cluster> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            super::snapshot(&mut store, node, previous).await
+        })
+    }
+
+    fn release<'a>(&'a self, cluster: &'a Cluster) -> super::SourceFuture<'a, bool> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            store.release(cluster.subnet, cluster.lease).await?;
+            Ok(true)
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        node: &'a NodeIdentity,
+        previous: Previous,
+    ) -> super::SourceFuture<'a, (SubnetKey, super::LeaseToken)> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            let config = store.config().await?;
+            acquire(&mut store, &config, &node.attrs(&config)?, previous).await
+        })
+    }
+}
+
 enum Never {}
 
 /// Why watching the leases stopped without an error.
