@@ -1,0 +1,227 @@
+//! fabricd in flannel's Kubernetes mode (`--kube-subnet-mgr`) against a real kube-apiserver (and its etcd) in
+//! the test's infra namespace: each node's subnet from its Node's podCIDRs (set by the test through the API, as
+//! kube-controller-manager would), flannel's annotations written byte for byte as flanneld writes them, routes
+//! and FDB entries on the peers, pods' traffic across, a Node deleted -> its routes go, annotations nobody should
+//! trust refused, the watch riding out an API server restart. Every agent authenticates as a user with exactly
+//! flannel's ClusterRole (kube-flannel.yml).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use netns_tests::daemon::http_get;
+use netns_tests::fabric::*;
+use netns_tests::kubeapi::*;
+use netns_tests::{json, Value};
+
+const PREFIX: &str = "flannel.alpha.coreos.com";
+
+/// A cluster of `cidrs.len()` nodes in Kubernetes mode on `config`: Node `node-<i>` with podCIDRs `cidrs[i]`,
+/// each agent with `--kube-subnet-mgr`, flannel's credentials and `NODE_NAME`. None when kube-apiserver is not
+/// built (outside CI).
+fn kube_cluster(underlay: Cluster, config: &Value, cidrs: &[&[&str]], extra: &[&str]) -> Option<(Cluster, KubeApi)> {
+    if !require_apiserver() {
+        return None;
+    }
+    let mut cluster = underlay;
+    let api = KubeApi::start(&cluster.infra, segment_ip(0, 254), &cluster.dir);
+    let net_conf = cluster.dir.join("net-conf.json");
+    std::fs::write(&net_conf, config.to_string()).unwrap();
+    let kubeconfig = api.kubeconfig("flannel", FLANNEL_TOKEN);
+    for (i, node_cidrs) in cidrs.iter().enumerate() {
+        let name = format!("node-{i}");
+        api.create_node(&cluster.infra, &name, node_cidrs);
+        let mut args = vec![
+            "--kube-subnet-mgr".to_string(),
+            format!("--kubeconfig-file={}", kubeconfig.display()),
+            format!("--net-config-path={}", net_conf.display()),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let index = cluster.add_node(0, &args);
+        cluster.nodes[index].env.push(("NODE_NAME".into(), name));
+    }
+    Some((cluster, api))
+}
+
+fn annotation(node: &Value, key: &str) -> String {
+    node["metadata"]["annotations"][format!("{PREFIX}/{key}")].as_str().unwrap_or_default().to_string()
+}
+
+/// Three nodes on vxlan: subnets are the podCIDRs, each node's annotations are flanneld's byte for byte (read
+/// back through the API), NetworkUnavailable is False, routes, neighbours and FDB entries reach every peer, pods
+/// talk with their own addresses, /healthz and /readyz answer on --healthz-port, and a deleted Node's routes go
+/// on every other node.
+#[test]
+fn kube_vxlan_annotations_routes_pods_and_a_deleted_node() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"], &["10.244.2.0/24"]];
+    let Some((mut cluster, api)) =
+        kube_cluster(Cluster::new(1), &config(json!({ "Type": "vxlan" })), cidrs, &["--healthz-port=8081"])
+    else {
+        return;
+    };
+    let subnets = start_all(&mut cluster);
+    let wanted: Vec<ipnet::IpNet> = cidrs.iter().map(|c| c[0].parse().unwrap()).collect();
+    assert_eq!(subnets, wanted, "each node's subnet is its podCIDR");
+    wait_routes(&cluster, 2);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let object = api.node(&cluster.infra, &format!("node-{i}"));
+        assert_eq!(annotation(&object, "backend-type"), "vxlan");
+        assert_eq!(
+            annotation(&object, "backend-data"),
+            format!(r#"{{"VNI":1,"VtepMAC":"{}"}}"#, vtep_mac(node.ip.into())),
+            "flanneld's bytes"
+        );
+        assert_eq!(annotation(&object, "public-ip"), node.ip.to_string());
+        assert_eq!(annotation(&object, "kube-subnet-manager"), "true");
+        assert!(object["metadata"]["annotations"].get(format!("{PREFIX}/backend-v6-data")).is_none());
+        let unavailable = object["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "NetworkUnavailable").cloned());
+        let ready = wait_for(Duration::from_secs(5), || {
+            let object = api.node(&cluster.infra, &format!("node-{i}"));
+            let conditions = object["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conditions
+                .iter()
+                .any(|c| c["type"] == "NetworkUnavailable" && c["status"] == "False" && c["reason"] == "FlannelIsUp")
+        });
+        assert!(ready.is_some(), "NetworkUnavailable not cleared: {unavailable:?}\n{}", node.log());
+        let health = SocketAddr::from(([127, 0, 0, 1], 8081));
+        assert_eq!(http_get(&node.node, health, "/healthz").unwrap(), "flanneld is running");
+        assert_eq!(http_get(&node.node, health, "/readyz").unwrap(), "flanneld is ready");
+    }
+    // Each peer: an onlink route over flannel.1, a permanent neighbour and an FDB entry to its node.
+    let first = &cluster.nodes[0];
+    let routes = first.fabric_routes().join("\n");
+    assert!(routes.contains("10.244.1.0/24 via 10.244.1.0 dev flannel.1 onlink"), "{routes}");
+    let fdb = first.node.exec("bridge", &["fdb", "show", "dev", "flannel.1"], &[], b"");
+    let fdb = String::from_utf8_lossy(&fdb.stdout);
+    assert!(fdb.contains(&format!("{} dst {}", vtep_mac(cluster.nodes[2].ip.into()), cluster.nodes[2].ip)), "{fdb}");
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+
+    api.delete_node(&cluster.infra, "node-2");
+    for node in &cluster.nodes[..2] {
+        let gone = wait_for(CONVERGE, || node.fabric_routes().len() == 1);
+        assert!(gone.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        assert!(!node.fabric_routes().join(" ").contains("10.244.2.0/24"));
+    }
+}
+
+/// Dual stack on host-gw: each Node has an IPv4 and an IPv6 podCIDR; routes of both families via the peers'
+/// addresses, the IPv6 annotations as flanneld writes them, pods across in both families.
+#[test]
+fn kube_dual_stack_host_gw() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24", "fd00:10:244::/64"], &["10.244.1.0/24", "fd00:10:244:1::/64"]];
+    let Some((mut cluster, api)) =
+        kube_cluster(Cluster::dual(1), &dual_config(json!({ "Type": "host-gw" })), cidrs, &[])
+    else {
+        return;
+    };
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    wait_routes6(&cluster, 1);
+    let routes6 = cluster.nodes[0].fabric_routes6().join("\n");
+    let peer6 = cluster.nodes[1].ip6.unwrap();
+    assert!(routes6.contains(&format!("fd00:10:244:1::/64 via {peer6}")), "{routes6}");
+    let object = api.node(&cluster.infra, "node-1");
+    assert_eq!(annotation(&object, "backend-data"), "null");
+    assert_eq!(annotation(&object, "backend-v6-data"), "null");
+    assert_eq!(annotation(&object, "public-ipv6"), peer6.to_string());
+    assert_eq!(cluster.nodes[1].subnet6(), Some("fd00:10:244:1::/64".parse().unwrap()));
+    let pods = pods_all(&mut cluster);
+    mesh_all(&cluster, &pods, 2);
+}
+
+/// Annotations anyone with nodes/patch can write are checked before anything is routed: a Node claiming
+/// another node's address, one inside the cluster's network, another node's VTEP MAC, a 200 KiB annotation (the API server takes up to 256 KiB of them), a
+/// podCIDR overlapping another node's: each refused and logged once, no route to any; a good late Node is used.
+#[test]
+fn kube_bad_annotations_are_refused() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
+    let Some((mut cluster, api)) = kube_cluster(Cluster::new(1), &config(json!({ "Type": "vxlan" })), cidrs, &[])
+    else {
+        return;
+    };
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    let (ip0, ip1) = (cluster.nodes[0].ip, cluster.nodes[1].ip);
+    let rogue = |name: &str, cidr: &str, ip: String, mac: String| {
+        api.create_node(&cluster.infra, name, &[cidr]);
+        api.annotate(
+            &cluster.infra,
+            name,
+            &json!({
+                format!("{PREFIX}/kube-subnet-manager"): "true",
+                format!("{PREFIX}/backend-type"): "vxlan",
+                format!("{PREFIX}/public-ip"): ip,
+                format!("{PREFIX}/backend-data"): format!(r#"{{"VNI":1,"VtepMAC":"{mac}"}}"#),
+            }),
+        );
+    };
+    rogue("steals-address", "10.244.10.0/24", ip0.to_string(), "0e:fa:0a:0a:0a:0a".into());
+    rogue("inside-network", "10.244.11.0/24", "10.244.1.5".into(), "0e:fa:0a:0a:0a:0b".into());
+    rogue("steals-mac", "10.244.12.0/24", "192.168.50.77".into(), vtep_mac(ip1.into()));
+    rogue("overlaps", "10.244.1.0/24", "192.168.50.78".into(), "0e:fa:0a:0a:0a:0c".into());
+    rogue("huge", "10.244.13.0/24", "192.168.50.79".into(), "0e:fa:0a:0a:0a:0d".into());
+    api.annotate(&cluster.infra, "huge", &json!({ format!("{PREFIX}/backend-data"): "x".repeat(200 * 1024) }));
+    rogue("good", "10.244.14.0/24", "192.168.50.80".into(), "0e:fa:0a:0a:0a:0e".into());
+    for node in &cluster.nodes {
+        let good = wait_for(CONVERGE, || node.fabric_routes().len() == 2);
+        assert!(good.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        let routes = node.fabric_routes().join("\n");
+        assert!(routes.contains("10.244.14.0/24"), "the good late Node is used: {routes}");
+        for refused in ["10.244.10.0/24", "10.244.11.0/24", "10.244.12.0/24", "10.244.13.0/24"] {
+            assert!(!routes.contains(refused), "{refused} routed: {routes}");
+        }
+    }
+    // Each refusal logged once, however many passes and events followed.
+    std::thread::sleep(Duration::from_secs(1));
+    let log = cluster.nodes[0].log();
+    for (what, needle) in [
+        ("overlap", "refusing Node \"overlaps\": its podCIDR 10.244.1.0/24 overlaps node-1's"),
+        ("size", "refusing Node \"huge\": annotation flannel.alpha.coreos.com/backend-data is 204800 bytes"),
+        ("address", "refusing the lease of 10.244.10.0/24"),
+        ("inside", "refusing the lease of 10.244.11.0/24"),
+        ("mac", "refusing the lease of 10.244.12.0/24"),
+    ] {
+        assert_eq!(log.matches(needle).count(), 1, "{what}: {needle:?} in\n{log}");
+    }
+}
+
+/// The watch rides out what API servers do: kube-apiserver killed and started again (the data plane kept
+/// meanwhile), then a Node added after the restart is routed; a node's own annotations changed by someone else
+/// are written back.
+#[test]
+fn kube_watch_survives_an_apiserver_restart() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
+    let Some((mut cluster, mut api)) = kube_cluster(Cluster::new(1), &config(json!({ "Type": "vxlan" })), cidrs, &[])
+    else {
+        return;
+    };
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    api.restart(&cluster.infra);
+    for node in &cluster.nodes {
+        assert_eq!(node.fabric_routes().len(), 1, "kept while the API server was away\n{}", node.log());
+    }
+    api.create_node(&cluster.infra, "late", &["10.244.5.0/24"]);
+    api.annotate(
+        &cluster.infra,
+        "late",
+        &json!({
+            format!("{PREFIX}/kube-subnet-manager"): "true",
+            format!("{PREFIX}/backend-type"): "vxlan",
+            format!("{PREFIX}/public-ip"): "192.168.50.90",
+            format!("{PREFIX}/backend-data"): r#"{"VNI":1,"VtepMAC":"0e:fa:c0:a8:32:5a"}"#,
+        }),
+    );
+    for node in &cluster.nodes {
+        let seen = wait_for(Duration::from_secs(20), || node.fabric_routes().len() == 2);
+        assert!(seen.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+    }
+    api.annotate(&cluster.infra, "node-1", &json!({ format!("{PREFIX}/public-ip"): "192.168.50.66" }));
+    let back = wait_for(CONVERGE, || {
+        annotation(&api.node(&cluster.infra, "node-1"), "public-ip") == cluster.nodes[1].ip.to_string()
+    });
+    assert!(back.is_some(), "own annotation not written back\n{}", cluster.nodes[1].log());
+}
