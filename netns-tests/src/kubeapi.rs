@@ -197,6 +197,23 @@ impl KubeApi {
         assert_eq!(status, 201, "creating Node {name}: {body}");
     }
 
+    /// Creates the pod `namespace/name` bound to Node `node_name` (as the scheduler would; nothing runs it),
+    /// with the namespace's `default` ServiceAccount made first (kube-controller-manager's job).
+    pub fn create_pod(&self, ns: &TestNetns, namespace: &str, name: &str, node_name: &str) {
+        let account =
+            serde_json::json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "default" } });
+        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts");
+        let (status, body) = self.request(ns, "POST", &path, Some(&account.to_string()));
+        assert!(status == 201 || status == 409, "ServiceAccount: {status} {body}");
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name },
+            "spec": { "nodeName": node_name, "containers": [{ "name": "kube-flannel", "image": "localhost/cni-rs/fabricd:dev" }] },
+        });
+        let path = format!("/api/v1/namespaces/{namespace}/pods");
+        let (status, body) = self.request(ns, "POST", &path, Some(&pod.to_string()));
+        assert_eq!(status, 201, "creating pod {namespace}/{name}: {body}");
+    }
+
     pub fn delete_node(&self, ns: &TestNetns, name: &str) {
         let (status, body) = self.request(ns, "DELETE", &format!("/api/v1/nodes/{name}"), None);
         assert_eq!(status, 200, "deleting Node {name}: {body}");

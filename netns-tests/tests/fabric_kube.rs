@@ -47,16 +47,20 @@ fn annotation(node: &Value, key: &str) -> String {
     node["metadata"]["annotations"][format!("{PREFIX}/{key}")].as_str().unwrap_or_default().to_string()
 }
 
-/// Three nodes on vxlan: subnets are the podCIDRs, each node's annotations are flanneld's byte for byte (read
+/// Three nodes on vxlan with the manifest's flags (`--ip-masq --kube-subnet-mgr --healthz-port=8081`): subnets are
+/// the podCIDRs, each node's annotations are flanneld's byte for byte (read
 /// back through the API), NetworkUnavailable is False, routes, neighbours and FDB entries reach every peer, pods
 /// talk with their own addresses, /healthz and /readyz answer on --healthz-port, and a deleted Node's routes go
 /// on every other node.
 #[test]
 fn kube_vxlan_annotations_routes_pods_and_a_deleted_node() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"], &["10.244.2.0/24"]];
-    let Some((mut cluster, api)) =
-        kube_cluster(Cluster::new(1), &config(json!({ "Type": "vxlan" })), cidrs, &["--healthz-port=8081"])
-    else {
+    let Some((mut cluster, api)) = kube_cluster(
+        Cluster::new(1),
+        &config(json!({ "Type": "vxlan" })),
+        cidrs,
+        &["--ip-masq", "--healthz-port=8081"],
+    ) else {
         return;
     };
     let subnets = start_all(&mut cluster);
