@@ -5,7 +5,7 @@ use crate::cli::Cli;
 use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::Dataplane;
 use crate::error::{Error, Result};
-use crate::flannel::Family;
+use crate::family::Family;
 use crate::log::{log, summary};
 use crate::node;
 use crate::plan::PeerPath;

@@ -1,6 +1,8 @@
 //! flannel's formats, so that a cluster that ran flanneld keeps its config and every node its subnet: the
-//! network config at `<prefix>/config`, one lease per node at `<prefix>/subnets/10.244.3.0-24`, and
-//! `subnet.env`. JSON keys match case-insensitively, as Go's encoding/json does.
+//! network config (etcd's `<prefix>/config`, or `net-conf.json` in Kubernetes mode), and a lease's key and value
+//! as flanneld writes them at `<prefix>/subnets/10.244.3.0-24`. JSON keys match case-insensitively, as Go's
+//! encoding/json does. (`subnet.env` is `node.rs`'s, through cnicore; the Node annotations are
+//! `source::kube::annotations`'.)
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -9,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backend::{BackendConfig, LeaseData, OptionsError};
-use crate::family::number;
-pub use crate::family::Family;
+use crate::family::{number, Family};
 
 /// The default flanneld `--etcd-prefix`.
 pub const DEFAULT_PREFIX: &str = "/coreos.com/network";

@@ -10,7 +10,8 @@ use ipnet::IpNet;
 
 use crate::error::{Error, Result};
 use crate::family::overlaps;
-use crate::flannel::{parse_subnet_key, subnet_key, Family, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
 /// The largest value read as a lease. A lease that fabricd or flanneld writes is under 400 bytes (a dual-stack

@@ -24,7 +24,8 @@ use tokio::sync::watch;
 use super::lease::{Cluster, Peer};
 use crate::backend::LeaseData;
 use crate::error::{Error, Result};
-use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
 #[derive(Deserialize)]
