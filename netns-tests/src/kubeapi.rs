@@ -134,6 +134,11 @@ impl KubeApi {
         self.spawn(infra);
     }
 
+    /// kube-apiserver's PID (0 once stopped): for its RSS in the benchmark.
+    pub fn apiserver_pid(&self) -> u32 {
+        self.apiserver.id()
+    }
+
     pub fn url(&self) -> String {
         format!("https://{}:{PORT}", self.ip)
     }
@@ -212,6 +217,15 @@ impl KubeApi {
         let path = format!("/api/v1/namespaces/{namespace}/pods");
         let (status, body) = self.request(ns, "POST", &path, Some(&pod.to_string()));
         assert_eq!(status, 201, "creating pod {namespace}/{name}: {body}");
+    }
+
+    /// `kubectl <args>` as the admin user, from `ns`, with `stdin` (`create -f -` of a List: many objects from
+    /// one process).
+    pub fn kubectl(&self, ns: &TestNetns, args: &[&str], stdin: &[u8]) -> std::process::Output {
+        let kubeconfig = self.kubeconfig("admin", ADMIN_TOKEN);
+        let mut command = clean_command(ns, kube_bin("kubectl"));
+        command.arg(format!("--kubeconfig={}", kubeconfig.display())).args(args);
+        crate::run_with_stdin(&mut command, stdin)
     }
 
     pub fn delete_node(&self, ns: &TestNetns, name: &str) {

@@ -204,6 +204,16 @@ fn kube_watch_survives_an_apiserver_restart() {
     };
     start_all(&mut cluster);
     wait_routes(&cluster, 1);
+    // `fabricd status` reads the same Nodes (the agent's flags, NODE_NAME).
+    let status = cluster.nodes[0].run_subcommand("status", &[]);
+    assert!(
+        status.status.success()
+            && status.stdout_text.contains("subnet 10.244.0.0/24")
+            && status.stdout_text.contains("peers: 1 (0 refused)"),
+        "{}{}",
+        status.stdout_text,
+        status.stderr
+    );
     api.restart(&cluster.infra);
     for node in &cluster.nodes {
         assert_eq!(node.fabric_routes().len(), 1, "kept while the API server was away\n{}", node.log());
