@@ -239,3 +239,50 @@ fn kube_watch_survives_an_apiserver_restart() {
     });
     assert!(back.is_some(), "own annotation not written back\n{}", cluster.nodes[1].log());
 }
+
+/// In-cluster credentials, as a DaemonSet pod has them: no --kubeconfig-file, the service account's token and
+/// CA (and namespace) at /var/run/secrets/kubernetes.io/serviceaccount (a tmpfs over /run in the agent's own mount namespace,
+/// nothing of the host's changed) and KUBERNETES_SERVICE_HOST/PORT; plus FLANNELD_ variables for flags.
+#[test]
+fn kube_in_cluster_credentials_and_flanneld_variables() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
+    let Some((mut cluster, api)) = kube_cluster(Cluster::new(1), &config(json!({ "Type": "host-gw" })), cidrs, &[])
+    else {
+        return;
+    };
+    cluster.nodes[0].start();
+    let node = &mut cluster.nodes[1];
+    let secrets = node.node.dir().join("serviceaccount");
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("token"), FLANNEL_TOKEN).unwrap();
+    std::fs::write(secrets.join("namespace"), "kube-flannel").unwrap();
+    std::fs::copy(api.dir.join("ca.crt"), secrets.join("ca.crt")).unwrap();
+    let net_conf = node.args.iter().find(|a| a.starts_with("--net-config-path=")).unwrap().clone();
+    let script = "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && \
+                  cp \"$SECRETS\"/* /run/secrets/kubernetes.io/serviceaccount/ && exec \"$@\"";
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(node.log_path()).unwrap();
+    let mut command = netns_tests::upstream::clean_command(&node.node, "unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
+        .arg(netns_tests::bin("fabricd"))
+        .arg(format!("--subnet-file={}", node.subnet_file().display()))
+        .arg(format!("--cni-conf-dir={}", node.conf_dir().display()))
+        .arg(&net_conf)
+        .env("SECRETS", &secrets)
+        .env("NODE_NAME", "node-1")
+        .env("KUBERNETES_SERVICE_HOST", segment_ip(0, 254).to_string())
+        .env("KUBERNETES_SERVICE_PORT", PORT.to_string())
+        .env("FLANNELD_KUBE_SUBNET_MGR", "true")
+        .env("FLANNELD_HEALTHZ_PORT", "8082")
+        .stdout(std::process::Stdio::null())
+        .stderr(log);
+    node.agent = Some(netns_tests::Daemon::spawn(&mut command));
+    for node in &cluster.nodes {
+        node.wait_ready(READY);
+    }
+    wait_routes(&cluster, 1);
+    let object = api.node(&cluster.infra, "node-1");
+    assert_eq!(annotation(&object, "backend-type"), "host-gw", "annotated with the service account's token");
+    let health = SocketAddr::from(([127, 0, 0, 1], 8082));
+    assert_eq!(http_get(&cluster.nodes[1].node, health, "/readyz").unwrap(), "flanneld is ready");
+}
