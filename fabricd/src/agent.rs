@@ -64,15 +64,23 @@ struct Inputs {
 
 /// The agent, as steps: the node and its underlay, the masquerade's backend, the source, the HTTP servers,
 /// the netlink notifications and sysctls, then the loop until SIGTERM.
-pub async fn run(cli: Cli) -> Result<i32> {
+pub async fn run(mut cli: Cli) -> Result<i32> {
     let metrics = Arc::new(Metrics::default());
+    let source = cli.source();
+    // flanneld: the node's stored public addresses (Kubernetes: its node-public-ip annotations) win.
+    let (stored_v4, stored_v6) = source.stored_public_ips().await?;
+    if stored_v4.is_some() || stored_v6.is_some() {
+        log!(info, "public addresses from the store: {stored_v4:?} {stored_v6:?}");
+    }
+    cli.public_ip = stored_v4.or(cli.public_ip);
+    cli.public_ipv6 = stored_v6.or(cli.public_ipv6);
     let (mut dataplane, identity) = cli.open_dataplane()?;
     announce(&mut dataplane, &identity)?;
     let firewall = masquerade_backend(&cli)?;
     let (tx, clusters) = watch::channel::<Option<Cluster>>(None);
     let (ready_tx, ready) = watch::channel(false);
     let context = SourceContext { node: identity, previous: cli.previous(), tx, metrics: metrics.clone(), ready };
-    let source = cli.source().spawn(context)?;
+    let source = source.spawn(context)?;
     serve_http(&cli, &metrics)?;
     let (events_tx, events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));

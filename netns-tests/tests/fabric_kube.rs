@@ -242,7 +242,8 @@ fn kube_watch_survives_an_apiserver_restart() {
 
 /// In-cluster credentials, as a DaemonSet pod has them: no --kubeconfig-file, the service account's token and
 /// CA (and namespace) at /var/run/secrets/kubernetes.io/serviceaccount (a tmpfs over /run in the agent's own mount namespace,
-/// nothing of the host's changed) and KUBERNETES_SERVICE_HOST/PORT; plus FLANNELD_ variables for flags.
+/// nothing of the host's changed) and KUBERNETES_SERVICE_HOST/PORT; plus FLANNELD_ variables for flags, and
+/// a node's `node-public-ip` annotation taken as its --public-ip.
 #[test]
 fn kube_in_cluster_credentials_and_flanneld_variables() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
@@ -250,6 +251,9 @@ fn kube_in_cluster_credentials_and_flanneld_variables() {
     else {
         return;
     };
+    // node-0's address for other nodes from its node-public-ip annotation, as flanneld reads it at start.
+    cluster.nodes[0].node.ip(&["addr", "add", "192.168.50.110/24", "dev", "eth0"]);
+    api.annotate(&cluster.infra, "node-0", &json!({ format!("{PREFIX}/node-public-ip"): "192.168.50.110" }));
     cluster.nodes[0].start();
     let node = &mut cluster.nodes[1];
     let secrets = node.node.dir().join("serviceaccount");
@@ -283,6 +287,9 @@ fn kube_in_cluster_credentials_and_flanneld_variables() {
     wait_routes(&cluster, 1);
     let object = api.node(&cluster.infra, "node-1");
     assert_eq!(annotation(&object, "backend-type"), "host-gw", "annotated with the service account's token");
+    assert_eq!(annotation(&api.node(&cluster.infra, "node-0"), "public-ip"), "192.168.50.110");
+    let routes = cluster.nodes[1].fabric_routes().join("\n");
+    assert!(routes.contains("10.244.0.0/24 via 192.168.50.110"), "{routes}");
     let health = SocketAddr::from(([127, 0, 0, 1], 8082));
     assert_eq!(http_get(&cluster.nodes[1].node, health, "/readyz").unwrap(), "flanneld is ready");
 }

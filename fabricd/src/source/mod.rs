@@ -58,6 +58,12 @@ pub trait Source {
     /// Gives this node's lease back (the node leaves the cluster); false when the source holds no leases.
     fn release<'a>(&'a self, cluster: &'a Cluster) -> SourceFuture<'a, bool>;
 
+    /// Public addresses the store holds for this node, taken as --public-ip / --public-ipv6 (flanneld's
+    /// `node-public-ip` annotations in Kubernetes mode); none by default.
+    fn stored_public_ips(&self) -> SourceFuture<'_, (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>)> {
+        Box::pin(async { Ok((None, None)) })
+    }
+
     /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
     fn acquire<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> SourceFuture<'a, (SubnetKey, LeaseToken)> {
         let _ = (node, previous);

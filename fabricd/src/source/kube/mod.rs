@@ -107,6 +107,43 @@ impl Source for KubeOptions {
         })
     }
 
+    fn stored_public_ips(&self) -> SourceFuture<'_, (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>)> {
+        Box::pin(async move {
+            let (keys, _) = self.local()?;
+            let client = self.client().await?;
+            let name = retrying("finding this node's name", || node_name(&client)).await?;
+            let api: Api<Node> = Api::all(client);
+            let node = retrying("reading this Node", || async {
+                api.get_opt(&name).await.map_err(|e| Error::kube(format!("reading Node {name:?}"), e))
+            })
+            .await?;
+            let annotations = node.and_then(|n| n.metadata.annotations).unwrap_or_default();
+            let read = |key: &str| annotations.get(key).filter(|v| !v.is_empty()).cloned();
+            let parse = |key: &str| -> Result<Option<std::net::IpAddr>> {
+                read(key)
+                    .map(|text| {
+                        text.parse().map_err(|_| Error::Config(format!("annotation {key}: {text:?} is not an address")))
+                    })
+                    .transpose()
+            };
+            let v4 = match parse(&keys.node_public_ip)? {
+                Some(std::net::IpAddr::V4(ip)) => Some(ip),
+                Some(_) => {
+                    return Err(Error::Config(format!("annotation {}: not an IPv4 address", keys.node_public_ip)))
+                }
+                None => None,
+            };
+            let v6 = match parse(&keys.node_public_ipv6)? {
+                Some(std::net::IpAddr::V6(ip)) => Some(ip),
+                Some(_) => {
+                    return Err(Error::Config(format!("annotation {}: not an IPv6 address", keys.node_public_ipv6)))
+                }
+                None => None,
+            };
+            Ok((v4, v6))
+        })
+    }
+
     fn release<'a>(&'a self, _: &'a Cluster) -> SourceFuture<'a, bool> {
         // The Node's podCIDR is kube-controller-manager's; the node leaves when its Node is deleted.
         Box::pin(async { Ok(false) })
