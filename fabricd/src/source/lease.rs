@@ -116,6 +116,20 @@ pub struct Peer {
     pub created: i64,
 }
 
+/// Of two leases claiming one subnet, address or tunnel identity, the one ordered first keeps it: the older
+/// (`created`, the store's order), and of two made at once the lower key. Written once, for the plan, its
+/// second keys and the dual-stack twin check of [`acquire`], so that every node judges alike.
+pub fn seniority(created: i64, key: SubnetKey) -> (i64, SubnetKey) {
+    (created, key)
+}
+
+impl Peer {
+    /// See [`seniority`].
+    pub fn seniority(&self, key: SubnetKey) -> (i64, SubnetKey) {
+        seniority(self.created, key)
+    }
+}
+
 /// What the node must look like, as far as the store says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
@@ -410,8 +424,11 @@ async fn gave_back_to_an_older_twin<S: LeaseStore>(
             _ => false,
         })
     };
-    let older =
-        listing.leases.iter().find(|(key, lease)| **key != subnet && lease.created < own.created && shares(key));
+    let ours = seniority(own.created, subnet);
+    let older = listing
+        .leases
+        .iter()
+        .find(|(key, lease)| **key != subnet && seniority(lease.created, **key) < ours && shares(key));
     let Some((twin, _)) = older else { return Ok(false) };
     log!(info, "the older lease of {twin} shares a subnet with {subnet}, made at the same time: giving {subnet} back");
     store.release(subnet, Some(token)).await?;
