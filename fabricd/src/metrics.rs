@@ -45,6 +45,7 @@ metrics! {
     peers: "gauge", "Other nodes known.";
     etcd_requests_total: "counter", "Unary requests sent to etcd (the watch stream counts once per start).";
     etcd_errors_total: "counter", "Failed etcd requests and lost connections.";
+    kube_errors_total: "counter", "Failed Kubernetes API requests and lost watches of Nodes (Kubernetes mode).";
     watch_restarts_total: "counter", "Times the watch of leases was started again (relist after compaction or a lost stream).";
     lease_acquisitions_total: "counter", "Times this node's subnet lease was acquired or taken back.";
     store_connected: "gauge", "1 while the store is reachable.";

@@ -129,8 +129,16 @@ impl KubeApi {
 
     /// Kills kube-apiserver (SIGKILL: a crash) and starts it again on the same etcd; waits until ready.
     pub fn restart(&mut self, infra: &TestNetns) {
+        self.restart_with(infra, |_| {});
+    }
+
+    /// [`KubeApi::restart`], running `meanwhile` against etcd while kube-apiserver is down (a write there moves
+    /// etcd's revision past every watcher's resourceVersion: the restarted server's watch cache answers their
+    /// watches with 410 Gone).
+    pub fn restart_with(&mut self, infra: &TestNetns, meanwhile: impl FnOnce(&Etcd)) {
         assert_eq!(infra.path, self.infra);
         self.apiserver.stop(nix::sys::signal::Signal::SIGKILL);
+        meanwhile(&self.etcd);
         self.spawn(infra);
     }
 

@@ -193,8 +193,9 @@ fn kube_bad_annotations_are_refused() {
 }
 
 /// The watch rides out what API servers do: kube-apiserver killed and started again (the data plane kept
-/// meanwhile), then a Node added after the restart is routed; a node's own annotations changed by someone else
-/// are written back.
+/// meanwhile), then a Node added after the restart is routed; killed again while etcd moves on, so that the
+/// agents' resourceVersion is too old (410 Gone): they list again, and a Node deleted then loses its routes;
+/// a node's own annotations changed by someone else are written back; `fabricd status` works in this mode.
 #[test]
 fn kube_watch_survives_an_apiserver_restart() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
@@ -232,6 +233,23 @@ fn kube_watch_survives_an_apiserver_restart() {
     for node in &cluster.nodes {
         let seen = wait_for(Duration::from_secs(20), || node.fabric_routes().len() == 2);
         assert!(seen.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+    }
+    // Again, with etcd written meanwhile: the watch's resourceVersion is too old for the new server (410 Gone),
+    // and the agents list again; a Node deleted meanwhile... cannot be (the API is down), so one is deleted
+    // right after and its routes go.
+    let infra = &cluster.infra;
+    api.restart_with(infra, |etcd| {
+        for i in 0..3 {
+            assert!(etcd.ctl_in(infra, &["put", &format!("/unrelated/{i}"), "x"]).status.success());
+        }
+    });
+    api.delete_node(&cluster.infra, "late");
+    for node in &cluster.nodes {
+        let gone = wait_for(Duration::from_secs(20), || node.fabric_routes().len() == 1);
+        assert!(gone.is_some(), "{}: {:?}\n{}", node.node.name, node.fabric_routes(), node.log());
+        let restarts = metric(&node.metrics(), "fabricd_watch_restarts_total");
+        assert_eq!(restarts, Some(2.0), "the first list, and the list after 410 Gone\n{}", node.log());
+        assert!(node.log().contains("listing every Node again"), "{}", node.log());
     }
     api.annotate(&cluster.infra, "node-1", &json!({ format!("{PREFIX}/public-ip"): "192.168.50.66" }));
     let back = wait_for(CONVERGE, || {

@@ -447,6 +447,9 @@ impl Session {
         let keys = &self.view.keys;
         let changed_own = match event {
             watcher::Event::Init => {
+                if self.listed {
+                    log!(info, "listing every Node again (the watch's resourceVersion expired: 410 Gone)");
+                }
                 buffer.clear();
                 Metrics::inc(&self.metrics.watch_restarts_total);
                 return Ok(());
@@ -490,7 +493,7 @@ impl Session {
 
     /// The watch failed (it is retried with backoff, and lists again when its resourceVersion expired).
     fn lost(&mut self, error: &watcher::Error) {
-        Metrics::inc(&self.metrics.etcd_errors_total);
+        Metrics::inc(&self.metrics.kube_errors_total);
         if self.outage.is_none() {
             Metrics::set(&self.metrics.store_connected, 0);
             log!(error, "watching the Nodes: {error}; the data plane is kept as it is, retrying");
