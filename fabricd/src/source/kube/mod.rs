@@ -469,7 +469,11 @@ impl Session {
             }
             watcher::Event::Apply(node) => {
                 let record = NodeRecord::from_node(&node, keys);
-                let own = record.name == self.view.name && self.view.records.get(&record.name) != Some(&record);
+                // Most updates of a Node are the kubelet's status: nothing flannel reads changed.
+                if self.view.records.get(&record.name) == Some(&record) {
+                    return Ok(());
+                }
+                let own = record.name == self.view.name;
                 self.view.records.insert(record.name.clone(), record.clone());
                 own.then_some(record)
             }
