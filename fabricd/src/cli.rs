@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, Subcommand};
 
+use crate::backend::BackendContext;
 use crate::dataplane::Dataplane;
 use crate::error::{Error, Result};
 use crate::flannel::{self, SubnetKey};
@@ -290,13 +291,14 @@ impl Cli {
     /// Where the cluster comes from: the static file, the Kubernetes Nodes, else etcd.
     pub fn source(&self) -> Box<dyn Source> {
         match &self.static_config {
-            Some(path) => Box::new(StaticSource(path.clone())),
+            Some(path) => Box::new(StaticSource(path.clone(), self.backend_context())),
             None if self.kube_subnet_mgr => Box::new(KubeOptions {
                 api_url: self.kube_api_url.clone().filter(|u| !u.is_empty()),
                 kubeconfig: self.kubeconfig_file.clone().filter(|p| !p.as_os_str().is_empty()),
                 annotation_prefix: self.kube_annotation_prefix.clone(),
                 net_config_path: self.net_config_path.clone(),
                 set_node_network_unavailable: self.set_node_network_unavailable,
+                backend: self.backend_context(),
             }),
             None => Box::new(self.etcd_options()),
         }
@@ -312,6 +314,7 @@ impl Cli {
             lease_ttl: Duration::from_secs(self.subnet_lease_ttl),
             renew_margin: Duration::from_secs(self.subnet_lease_renew_margin * 60)
                 .min(Duration::from_secs(self.subnet_lease_ttl / 2)),
+            backend: self.backend_context(),
         }
     }
 
@@ -321,6 +324,11 @@ impl Cli {
             subnet_file: self.subnet_file.clone(),
             ipam_data_dir: self.cni_ipam_data_dir.clone(),
         }
+    }
+
+    /// What every backend is built with: one value from the command line.
+    pub fn backend_context(&self) -> BackendContext {
+        BackendContext { wireguard_key_file: self.wireguard_key_file() }
     }
 
     /// Where the wireguard key is kept (see --wireguard-key-file).

@@ -184,10 +184,17 @@ fn parse_go<T: serde::de::DeserializeOwned>(what: &'static str, text: &[u8]) -> 
 }
 
 impl NetworkConfig {
+    /// The config with the backend's defaults (tests; the agent builds backends with its context).
+    #[cfg(test)]
     pub fn parse(text: &[u8]) -> Result<NetworkConfig, FormatError> {
+        NetworkConfig::parse_with(text, &crate::backend::BackendContext::default())
+    }
+
+    /// The config, its backend built with `context`.
+    pub fn parse_with(text: &[u8], context: &crate::backend::BackendContext) -> Result<NetworkConfig, FormatError> {
         let raw: RawConfig = parse_go("network config", text)?;
-        let backend =
-            BackendConfig::parse(raw.backend.unwrap_or_else(|| serde_json::json!({}))).map_err(FormatError::Backend)?;
+        let options = raw.backend.unwrap_or_else(|| serde_json::json!({}));
+        let backend = BackendConfig::parse(options, context).map_err(FormatError::Backend)?;
         let v4 = match raw.enableipv4.unwrap_or(true) {
             false => None,
             true => {

@@ -33,7 +33,6 @@ fn main() {
         log!(error, "{e}");
         std::process::exit(1);
     }
-    backend::wireguard::set_key_file(cli.wireguard_key_file());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         let command = if cli.cleanup { Some(Command::Cleanup) } else { cli.command.clone() };

@@ -540,8 +540,13 @@ mod tests {
     #[test]
     fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
         let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
-        crate::backend::wireguard::set_key_file(dir.join("wgkey"));
         let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
+        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey") };
+        cluster.config = crate::flannel::NetworkConfig::parse_with(
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#,
+            &context,
+        )
+        .unwrap();
         let Some(TunnelId::PublicKey(own)) = cluster.config.backend.own_tunnel_id(Family::V4, ip("192.168.50.10"))
         else {
             panic!("no key of this node")

@@ -284,6 +284,25 @@ pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, WgPeer)>) -> Vec<(u32, 
     wanted
 }
 
+/// flannel's wireguard key file, and the variable that moves it.
+pub const DEFAULT_KEY_FILE: &str = "/run/flannel/wgkey";
+pub const KEY_FILE_VARIABLE: &str = "WIREGUARD_KEY_FILE";
+
+/// What every backend is built from besides its options: one value made from the command line at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendContext {
+    /// The wireguard backend's private key file (--wireguard-key-file).
+    pub wireguard_key_file: std::path::PathBuf,
+}
+
+impl Default for BackendContext {
+    /// `$WIREGUARD_KEY_FILE`, else flannel's `/run/flannel/wgkey`.
+    fn default() -> BackendContext {
+        let key_file = std::env::var_os(KEY_FILE_VARIABLE).map(std::path::PathBuf::from);
+        BackendContext { wireguard_key_file: key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,8 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use cnicore::netlink::{Link, PeerChange, Route, WgPeer, Wireguard, RT_TABLE_MAIN};
 use ipnet::IpNet;
@@ -39,9 +39,7 @@ pub const DEFAULT_PORT_V6: u16 = 51821;
 /// Outer IPv4 20 + UDP 8 + wireguard's header and tag 32; over IPv6, 80.
 pub const OVERHEAD: u32 = 60;
 pub const OVERHEAD_V6: u32 = 80;
-/// flannel's key file, and the variable that moves it.
-pub const DEFAULT_KEY_FILE: &str = "/run/flannel/wgkey";
-pub const KEY_FILE_VARIABLE: &str = "WIREGUARD_KEY_FILE";
+pub use super::contract::KEY_FILE_VARIABLE;
 
 /// Tunnels per family, or one for both and the family its peers are reached over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +57,8 @@ pub struct WireguardBackend {
     pub listen_port_v6: u16,
     pub keepalive: u16,
     psk: Option<[u8; 32]>,
+    /// This node's private key (--wireguard-key-file).
+    key_file: PathBuf,
 }
 
 impl std::fmt::Debug for WireguardBackend {
@@ -74,7 +74,7 @@ impl std::fmt::Debug for WireguardBackend {
     }
 }
 
-pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(options: &Value, context: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     let bad = |key: &'static str, why: &str| OptionsError::BadOption { backend: "wireguard", key, why: why.into() };
     let mode = match option::<String>(options, "wireguard", "Mode")?.as_deref() {
         None | Some("") | Some("separate") => Mode::Separate,
@@ -94,35 +94,25 @@ pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
         listen_port_v6: option(options, "wireguard", "ListenPortV6")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT_V6),
         keepalive: option(options, "wireguard", "PersistentKeepaliveInterval")?.unwrap_or(0),
         psk,
+        key_file: context.wireguard_key_file.clone(),
     }))
 }
 
-/// Where this node's key is: set once at start (`--wireguard-key-file`), else `$WIREGUARD_KEY_FILE`, else
-/// flannel's path.
-static KEY_FILE: OnceLock<PathBuf> = OnceLock::new();
-/// The key once read, and its public half.
-static KEY: Mutex<Option<(PrivateKey, [u8; 32])>> = Mutex::new(None);
+/// The key once read, with its file and its public half.
+static KEY: Mutex<Option<(PathBuf, PrivateKey, [u8; 32])>> = Mutex::new(None);
 
-pub fn set_key_file(path: PathBuf) {
-    let _ = KEY_FILE.set(path);
-}
-
-fn key_file() -> PathBuf {
-    KEY_FILE.get().cloned().unwrap_or_else(|| {
-        std::env::var_os(KEY_FILE_VARIABLE).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_KEY_FILE))
-    })
-}
-
-/// This node's key and public key, read (or created) once.
-fn node_key() -> io::Result<(PrivateKey, [u8; 32])> {
+/// This node's key at `path` and its public key, read (or created) once per file.
+fn node_key(path: &Path) -> io::Result<(PrivateKey, [u8; 32])> {
     let mut cached = KEY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(key) = cached.as_ref() {
-        return Ok(key.clone());
+    if let Some((file, key, public)) = cached.as_ref() {
+        if file == path {
+            return Ok((key.clone(), *public));
+        }
     }
-    let key = load_or_create(&key_file())?;
-    let pair = (key.clone(), key.public_key());
-    *cached = Some(pair.clone());
-    Ok(pair)
+    let key = load_or_create(path)?;
+    let public = key.public_key();
+    *cached = Some((path.to_path_buf(), key.clone(), public));
+    Ok((key, public))
 }
 
 /// flannel's lease data (Go's field order).
@@ -195,7 +185,7 @@ impl Backend for WireguardBackend {
     }
 
     fn lease_data(&self, family: Family, _local: IpAddr) -> io::Result<Option<LeaseData>> {
-        let (_, public) = node_key()?;
+        let (_, public) = node_key(&self.key_file)?;
         // The port the family's device listens on (flannel writes ListenPortV6 in BackendV6Data even when one
         // device listens on ListenPort for both; peers reach that device on the IPv4 data's port).
         let fields = LeaseFields { public_key: key_text(&public), port: self.device(family).1 };
@@ -216,7 +206,7 @@ impl Backend for WireguardBackend {
     }
 
     fn own_tunnel_id(&self, _family: Family, _local: IpAddr) -> Option<TunnelId> {
-        node_key().ok().map(|(_, public)| TunnelId::PublicKey(public))
+        node_key(&self.key_file).ok().map(|(_, public)| TunnelId::PublicKey(public))
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
@@ -253,7 +243,7 @@ impl Backend for WireguardBackend {
         let (name, port) = self.device(context.family);
         let mtu = context.underlay.mtu - self.overhead(context.family);
         let Some(link) = self.ensure_link(&mut context, name, port, mtu)? else { return Ok(None) };
-        let (key, public) = node_key()?;
+        let (key, public) = node_key(&self.key_file)?;
         let mut wireguard = Wireguard::new()?;
         let device = wireguard.device(link.index)?;
         if (device.public_key != Some(public) || device.listen_port != port)
@@ -315,7 +305,7 @@ mod tests {
     use super::*;
 
     fn backend(options: Value) -> Arc<dyn Backend> {
-        parse(&options).unwrap()
+        parse(&options, &super::super::contract::BackendContext::default()).unwrap()
     }
 
     fn underlay() -> Underlay {
@@ -346,7 +336,8 @@ mod tests {
         assert!(shown.contains("mode: Auto, listen_port: 5000, listen_port_v6: 5001, keepalive: 25"), "{shown}");
         assert!(shown.contains("psk: Some(\"(set)\")") && !shown.contains(psk), "a PSK is never printed: {shown}");
         for (bad, key) in [("{\"Mode\":\"both\"}", "Mode"), ("{\"PSK\":\"short\"}", "PSK")] {
-            let error = parse(&serde_json::from_str(bad).unwrap()).unwrap_err();
+            let error = parse(&serde_json::from_str(bad).unwrap(), &super::super::contract::BackendContext::default())
+                .unwrap_err();
             assert!(matches!(error, OptionsError::BadOption { key: k, .. } if k == key), "{error}");
             assert!(!error.to_string().contains("short"));
         }

@@ -71,17 +71,17 @@ pub trait Source {
     }
 }
 
-/// Static mode: the file is the cluster.
-pub struct StaticSource(pub PathBuf);
+/// Static mode: the file is the cluster (its backend built with the context).
+pub struct StaticSource(pub PathBuf, pub crate::backend::BackendContext);
 
 impl Source for StaticSource {
     fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
-        static_file::load(&self.0)?;
-        Ok(tokio::spawn(static_file::run(self.0.clone(), context.tx)))
+        static_file::load(&self.0, &self.1)?;
+        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx)))
     }
 
     fn current<'a>(&'a self, _: &'a NodeIdentity, _: Previous) -> SourceFuture<'a, Cluster> {
-        Box::pin(async { static_file::load(&self.0) })
+        Box::pin(async { static_file::load(&self.0, &self.1) })
     }
 
     fn release<'a>(&'a self, _: &'a Cluster) -> SourceFuture<'a, bool> {

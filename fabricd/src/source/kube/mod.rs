@@ -46,13 +46,15 @@ pub struct KubeOptions {
     pub net_config_path: PathBuf,
     /// `--set-node-network-unavailable`: clear the Node's NetworkUnavailable condition once ready.
     pub set_node_network_unavailable: bool,
+    /// What the config's backend is built with.
+    pub backend: crate::backend::BackendContext,
 }
 
 impl KubeOptions {
     fn net_config(&self) -> Result<NetworkConfig> {
         let path = &self.net_config_path;
         let text = std::fs::read(path).map_err(|e| Error::io(format!("--net-config-path {}", path.display()), e))?;
-        NetworkConfig::parse(&text).map_err(Error::Format)
+        NetworkConfig::parse_with(&text, &self.backend).map_err(Error::Format)
     }
 
     /// The client, from --kubeconfig-file, --kube-api-url, or the pod's service account (flanneld's order).
