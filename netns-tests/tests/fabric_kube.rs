@@ -195,7 +195,8 @@ fn kube_bad_annotations_are_refused() {
 /// The watch rides out what API servers do: kube-apiserver killed and started again (the data plane kept
 /// meanwhile), then a Node added after the restart is routed; killed again while etcd moves on, so that the
 /// agents' resourceVersion is too old (410 Gone): they list again, and a Node deleted then loses its routes;
-/// a node's own annotations changed by someone else are written back; `fabricd status` works in this mode.
+/// a Node registered again with another podCIDR moves its node and its peers' routes; a node's own
+/// annotations changed by someone else are written back; `fabricd status` works in this mode.
 #[test]
 fn kube_watch_survives_an_apiserver_restart() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
@@ -251,6 +252,22 @@ fn kube_watch_survives_an_apiserver_restart() {
         assert_eq!(restarts, Some(2.0), "the first list, and the list after 410 Gone\n{}", node.log());
         assert!(node.log().contains("listing every Node again"), "{}", node.log());
     }
+    // A Node's podCIDR cannot be edited; a Node deleted and registered again can get another one: its agent
+    // moves to it (subnet.env, annotations written again) and its peers route the new subnet.
+    api.delete_node(&cluster.infra, "node-1");
+    api.create_node(&cluster.infra, "node-1", &["10.244.7.0/24"]);
+    let moved = wait_for(Duration::from_secs(10), || {
+        cluster.nodes[1].subnet() == Some("10.244.7.0/24".parse().unwrap())
+            && cluster.nodes[0].fabric_routes().iter().any(|r| r.starts_with("10.244.7.0/24 "))
+            && cluster.nodes[0].fabric_routes().len() == 1
+    });
+    assert!(
+        moved.is_some(),
+        "{:?}\n{}\n{}",
+        cluster.nodes[0].fabric_routes(),
+        cluster.nodes[0].log(),
+        cluster.nodes[1].log()
+    );
     api.annotate(&cluster.infra, "node-1", &json!({ format!("{PREFIX}/public-ip"): "192.168.50.66" }));
     let back = wait_for(CONVERGE, || {
         annotation(&api.node(&cluster.infra, "node-1"), "public-ip") == cluster.nodes[1].ip.to_string()

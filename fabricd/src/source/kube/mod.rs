@@ -381,7 +381,9 @@ impl Session {
         self.own = Some((config, subnet));
         self.view.records.insert(own.name.clone(), own.clone());
         if let Some(patch) = own_annotations(&own, &self.view.keys, &attrs) {
-            if !first {
+            // A Node without flannel's annotations is new (registered again), not changed by someone else.
+            let fresh = first || !own.annotations.contains_key(&self.view.keys.kube_subnet_manager);
+            if !fresh {
                 let keys: Vec<&String> = patch.keys().collect();
                 log!(warn, "this Node's annotations were changed by someone else; writing them back: {keys:?}");
                 Metrics::inc(&self.metrics.own_lease_rewrites_total);
