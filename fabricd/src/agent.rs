@@ -39,6 +39,8 @@ struct Agent {
     /// Returned by each pass's blocking task.
     dataplane: Option<Dataplane>,
     firewall: Option<Backend>,
+    /// --firewall-backend was given: it wins over the config's EnableNFTables.
+    firewall_given: bool,
     ip_masq: bool,
     /// The masquerade rules are checked this often (`--iptables-resync`), and when the cluster changes.
     masq_check: Duration,
@@ -90,6 +92,7 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
         metrics,
         dataplane: Some(dataplane),
         firewall,
+        firewall_given: cli.firewall_backend.is_some(),
         ip_masq: cli.ip_masq,
         masq_check: Duration::from_secs(cli.iptables_resync.max(1)),
         files: cli.files(),
@@ -271,7 +274,11 @@ impl Agent {
 
     /// The masquerade rules, checked every --iptables-resync seconds and whenever the cluster's subnet or config changes.
     fn masquerade_if_due(&mut self, cluster: &Cluster) {
-        let Some(backend) = self.firewall else { return };
+        let Some(chosen) = self.firewall else { return };
+        let backend = match cluster.config.enable_nftables && !self.firewall_given {
+            true => Backend::Nftables,
+            false => chosen,
+        };
         let due = self.last_masq.as_ref().is_none_or(|(at, last)| {
             at.elapsed() > self.masq_check || last.subnet != cluster.subnet || last.config != cluster.config
         });

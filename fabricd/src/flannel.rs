@@ -159,6 +159,9 @@ pub struct NetworkConfig {
     pub v6: Option<FamilyNetwork>,
     /// The `Backend` object and the backend it configures.
     pub backend: BackendConfig,
+    /// flannel's `EnableNFTables`: the masquerade in nftables (fabricd's table `inet fabricd`, not flanneld's
+    /// tables) unless --firewall-backend says otherwise.
+    pub enable_nftables: bool,
 }
 
 #[derive(Deserialize)]
@@ -174,6 +177,7 @@ struct RawConfig {
     ipv6subnetlen: Option<u8>,
     ipv6subnetmin: Option<Ipv6Addr>,
     ipv6subnetmax: Option<Ipv6Addr>,
+    enablenftables: Option<bool>,
     backend: Option<Value>,
 }
 
@@ -234,7 +238,7 @@ impl NetworkConfig {
         if v4.is_none() && v6.is_none() {
             return Err(FormatError::NoFamily);
         }
-        Ok(NetworkConfig { v4, v6, backend })
+        Ok(NetworkConfig { v4, v6, backend, enable_nftables: raw.enablenftables.unwrap_or(false) })
     }
 
     /// The plan of `family`, when it is enabled.
@@ -437,6 +441,10 @@ mod tests {
         assert_eq!(config.backend.device_name(Family::V6).unwrap(), "flannel-v6.1");
         // Go's key matching, nulls as absent, the defaults.
         let config = NetworkConfig::parse(br#"{"network":"10.1.0.0/16","subnetmin":null,"backend":{"type":"vxlan","VNI":4,"Port":4789,"directRouting":true}}"#).unwrap();
+        assert!(!config.enable_nftables, "flannel's default");
+        let nft =
+            NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","EnableNFTables":true,"Backend":{"Type":"vxlan"}}"#);
+        assert!(nft.unwrap().enable_nftables);
         assert_eq!(config.v4.unwrap().subnet_len, 24);
         assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 4, port: 4789, direct_routing: true }");
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)

@@ -232,7 +232,11 @@ impl KubeApi {
     pub fn kubectl(&self, ns: &TestNetns, args: &[&str], stdin: &[u8]) -> std::process::Output {
         let kubeconfig = self.kubeconfig("admin", ADMIN_TOKEN);
         let mut command = clean_command(ns, kube_bin("kubectl"));
-        command.arg(format!("--kubeconfig={}", kubeconfig.display())).args(args);
+        // Its cache in the test's dir (without HOME, kubectl would write .kube/ into the working directory).
+        command
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg(format!("--cache-dir={}", self.dir.join("kubectl-cache").display()))
+            .args(args);
         crate::run_with_stdin(&mut command, stdin)
     }
 

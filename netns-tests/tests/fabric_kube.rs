@@ -112,15 +112,22 @@ fn kube_vxlan_annotations_routes_pods_and_a_deleted_node() {
 }
 
 /// Dual stack on host-gw: each Node has an IPv4 and an IPv6 podCIDR; routes of both families via the peers'
-/// addresses, the IPv6 annotations as flanneld writes them, pods across in both families.
+/// addresses, the IPv6 annotations as flanneld writes them, pods across in both families. The second node
+/// finds its Node from its pod (`POD_NAME`, `POD_NAMESPACE`) with flannel's RBAC (`get` pods); the config's
+/// `EnableNFTables` puts the masquerade in nftables.
 #[test]
 fn kube_dual_stack_host_gw() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24", "fd00:10:244::/64"], &["10.244.1.0/24", "fd00:10:244:1::/64"]];
-    let Some((mut cluster, api)) =
-        kube_cluster(Cluster::dual(1), &dual_config(json!({ "Type": "host-gw" })), cidrs, &[])
-    else {
+    // flannel's EnableNFTables: the masquerade in nftables (fabricd's table), with --ip-masq.
+    let mut config = dual_config(json!({ "Type": "host-gw" }));
+    config["EnableNFTables"] = json!(true);
+    let Some((mut cluster, api)) = kube_cluster(Cluster::dual(1), &config, cidrs, &["--ip-masq"]) else {
         return;
     };
+    // node-1 finds its Node as flannel's DaemonSet pod does: its pod's spec.nodeName.
+    api.create_pod(&cluster.infra, "kube-flannel", "kube-flannel-ds-x7k2p", "node-1");
+    cluster.nodes[1].env =
+        vec![("POD_NAME".into(), "kube-flannel-ds-x7k2p".into()), ("POD_NAMESPACE".into(), "kube-flannel".into())];
     start_all(&mut cluster);
     wait_routes(&cluster, 1);
     wait_routes6(&cluster, 1);
@@ -132,6 +139,8 @@ fn kube_dual_stack_host_gw() {
     assert_eq!(annotation(&object, "backend-v6-data"), "null");
     assert_eq!(annotation(&object, "public-ipv6"), peer6.to_string());
     assert_eq!(cluster.nodes[1].subnet6(), Some("fd00:10:244:1::/64".parse().unwrap()));
+    let table = cluster.nodes[0].node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
+    assert!(table.status.success(), "EnableNFTables: no nftables masquerade\n{}", cluster.nodes[0].log());
     let pods = pods_all(&mut cluster);
     mesh_all(&cluster, &pods, 2);
 }
