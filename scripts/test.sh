@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 # processes and printing to stdout in product code (scripts/lib/gates.sh). Each failure says what to do.
 scripts/lib/gates.sh
 scripts/setup.sh
+# Kubernetes v1.28.7 for the local-cluster tests (tests/k8s*.rs): built once from ../shared/kubernetes into
+# /var/tmp/cni-rs-k8s, reused after (scripts/cluster.sh build).
+scripts/cluster.sh build
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
 # Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.
 features=(--features cnicore/failpoints)
@@ -35,7 +38,9 @@ fi
 # The kernel as a test axis: the kernel-sensitive suites again inside QEMU on Debian's stock kernels (6.1, 6.12),
 # where the link kinds this machine's kernel lacks (ipvlan, vlan, vrf, dummy, wireguard, ipip, bridge VLAN
 # filtering) exist: scripts/vm-lane.sh and its matrix. CNI_TEST_VM=0 leaves it out (refused under CI=true).
+# First the lane from a checkout and a target directory below /tmp (one short boot: scripts/vm/from-tmp.sh).
 if [[ ${CNI_TEST_VM:-1} != 0 ]]; then
+  scripts/vm/from-tmp.sh
   scripts/vm-lane.sh
 elif [[ ${CI:-} == true ]]; then
   echo "test: CNI_TEST_VM=0 under CI=true: the VM lane is part of the suite" >&2

@@ -12,8 +12,11 @@
 # Each kernel boots once and runs its suites one after another; the lane fails if a suite fails, a guest stops
 # without a result, or a guest runs past its time (--timeout SECONDS per boot, default 2400: then it is killed and
 # says so). Nothing is mounted or left running on the host: QEMU is the only process, its shares are a read-only
-# view of / and a temporary result folder. In the guest CNI_TEST_KERNEL_LANE=1 turns a test's "skipped: this
-# kernel has no <kind>" into a failure: every kind the lane's kernels have must run.
+# view of /, a temporary result folder and, read-only at their own paths, the checkout, the Cargo target directory
+# and the kernel cache where the guest's tmpfs would hide them (below /tmp, /run, /var/lib/cni or /dev/shm). A
+# location the guest cannot show (/tmp itself, /proc, /sys, /dev, /run/vm) is refused before booting. In the guest
+# CNI_TEST_KERNEL_LANE=1 turns a test's "skipped: this kernel has no <kind>" into a failure: every kind the lane's
+# kernels have must run. The summary counts a suite that never ran (its guest died or stopped first) as failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/vm.sh
@@ -42,7 +45,7 @@ while (($#)); do
     --timeout) timeout=$2; shift 2 ;;
     --fetch) fetch_only=1; shift ;;
     --shell) shell=1; shift ;;
-    -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "vm-lane: unknown option $1" >&2; exit 2 ;;
     *) suites+=("$1"); shift ;;
   esac
@@ -53,6 +56,18 @@ for tool in qemu-system-x86_64 depmod modprobe busybox jq; do
   command -v "$tool" >/dev/null || { echo "vm-lane: $tool is missing: run scripts/setup.sh" >&2; exit 1; }
 done
 
+work=$(mktemp -d /tmp/cni-vm-lane.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+# What the guest must see at the host's paths, checked before anything is fetched, built or booted: the checkout
+# (the tests run in netns-tests/), the target directory (the test executables and the binaries they run), the
+# kernel cache (modules) and paths passed in CNI_* variables.
+if ((!fetch_only)); then
+  checkout=$(pwd -P)
+  target=$(cargo metadata --no-deps --format-version 1 | jq -r .target_directory)
+  vm_share "the checkout" "$checkout" && vm_share "the Cargo target directory" "$target" &&
+    vm_share "the kernel cache (CNI_VM_CACHE)" "$CNI_VM_CACHE" && vm_forward_env "$work" || exit 1
+fi
+
 declare -A release
 for k in "${kernels[@]}"; do
   [[ -n ${MATRIX[$k]:-} ]] || { echo "vm-lane: unknown kernel $k (known: ${ORDER[*]})" >&2; exit 2; }
@@ -60,9 +75,8 @@ for k in "${kernels[@]}"; do
 done
 ((fetch_only)) && exit 0
 
-plan=$(mktemp /tmp/cni-vm-plan.XXXXXX)
-log=$(mktemp /tmp/cni-vm-log.XXXXXX)
-trap 'rm -f "$plan" "$log"' EXIT
+plan=$work/plan log=$work/log
+: >"$log"
 
 if ((shell)); then
   echo 'exec bash -i </dev/console >/dev/console 2>&1' >"$plan"
@@ -83,13 +97,14 @@ test_args=()
 for f in "${!files[@]}"; do test_args+=(--test "$f"); done
 cargo build --workspace --bins --quiet "${features[@]}"
 declare -A exe=()
-while IFS=$'\t' read -r name path; do exe[$name]=$path; done < <(
+# At their real paths: the guest resolves no symlink hidden below its scratch.
+while IFS=$'\t' read -r name path; do exe[$name]=$(realpath "$path"); done < <(
   cargo test -p netns-tests --no-run --quiet --message-format=json "${features[@]}" "${test_args[@]}" |
     jq -r 'select(.reason == "compiler-artifact" and .executable != null and .profile.test) |
       [.target.name, .executable] | @tsv'
 )
 
-failed=()
+failed=() suites_passed=0 suites_failed=0 suites_missing=0
 for k in "${kernels[@]}"; do
   # shellcheck disable=SC2206
   ((${#suites[@]})) && run=("${suites[@]}") || run=(${MATRIX[$k]})
@@ -109,9 +124,11 @@ for k in "${kernels[@]}"; do
       fi
       path=${exe[$file]:?no test executable for $file}
       printf 'echo "vm-lane: == %s on $(uname -r)"\n' "$s"
-      printf 'cd %q && %q --test-threads=2 --color=never' "$PWD/netns-tests" "$path"
+      printf 'if cd %q && %q --test-threads=2 --color=never' "$checkout/netns-tests" "$path"
       ((${#filter[@]})) && printf ' %q' "${filter[@]}"
-      printf ' || failed+=(%q)\n' "$s"
+      # The suite's result, one line the host counts (a suite without one never ran).
+      printf '; then echo %q; else echo %q; failed+=(%q); fi\n' \
+        "vm-lane: suite $s: passed" "vm-lane: suite $s: failed" "$s"
     done
     echo '((${#failed[@]})) && { echo "vm-lane: failed on $(uname -r): ${failed[*]}"; exit 1; }'
     echo 'exit 0'
@@ -119,7 +136,7 @@ for k in "${kernels[@]}"; do
   started=$SECONDS
   for attempt in 1 2; do
     echo "vm-lane: booting ${release[$k]} for: ${run[*]}"
-    guest_log=$(mktemp /tmp/cni-vm-guest.XXXXXX)
+    guest_log=$work/guest-log
     set +e
     vm_run "${release[$k]}" "$plan" "$timeout" | tee "$guest_log"
     rc=${PIPESTATUS[0]}
@@ -133,9 +150,22 @@ for k in "${kernels[@]}"; do
       continue
     fi
     cat "$guest_log" >>"$log"
-    rm -f "$guest_log"
     break
   done
+  # The suites of this boot by their result lines (the console ends its lines with CR); the rest never ran.
+  missing=() results=$(tr -d '\r' <"$guest_log")
+  for s in "${run[@]}"; do
+    if grep -qxF "vm-lane: suite $s: passed" <<<"$results"; then
+      suites_passed=$((suites_passed + 1))
+    elif grep -qxF "vm-lane: suite $s: failed" <<<"$results"; then
+      suites_failed=$((suites_failed + 1))
+    else
+      missing+=("$s")
+    fi
+  done
+  rm -f "$guest_log"
+  suites_missing=$((suites_missing + ${#missing[@]}))
+  ((${#missing[@]} == 0)) || { echo "vm-lane: ${release[$k]}: never ran: ${missing[*]}"; ((rc)) || rc=1; }
   if ((rc == 0)); then
     echo "vm-lane: ${release[$k]}: all passed in $((SECONDS - started)) s"
   else
@@ -143,8 +173,9 @@ for k in "${kernels[@]}"; do
     failed+=("$k")
   fi
 done
-# The guests' test counts, summed from libtest's closing lines.
+# The guests' test counts, summed from libtest's closing lines; a suite that never ran counts as a failed suite.
 read -r passed failed_tests < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" |
   awk '{p += $1; f += $2} END {print p + 0, f + 0}')
-echo "vm-lane: ${passed} passed, ${failed_tests} failed"
+echo "vm-lane: suites: ${suites_passed} passed, $((suites_failed + suites_missing)) failed" \
+  "(${suites_missing} never ran); tests: ${passed} passed, ${failed_tests} failed"
 ((${#failed[@]} == 0)) || { echo "vm-lane: failed on ${failed[*]}" >&2; exit 1; }

@@ -8,9 +8,12 @@
 //! `cargo build --workspace --bins`.
 //!
 //! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
-//!   kubenet chain of `conf/` on a node; [`fabric`]: a cluster of nodes on an underlay for fabricd;
+//!   kubenet chain of `conf/` on a node; [`netpol`]: that node with the netpol suite's pods and the
+//!   NetworkPolicy agent; [`netpol_api`]: a bare kube-apiserver for its watch; [`fabric`]: a cluster of
+//!   nodes on an underlay for fabricd;
 //!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave);
-//!   [`kubeapi`]: a bare control plane (etcd + kube-apiserver) for Kubernetes mode, Nodes made through the API.
+//!   [`kubeapi`]: a bare control plane (etcd + kube-apiserver, flannel's RBAC) for fabricd's Kubernetes mode,
+//!   Nodes made through the API.
 //! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
 //!   [`traffic`]: TCP servers and clients between namespaces; [`capture`]: frames seen on an interface (a raw
 //!   socket, no tcpdump), to show what crosses an underlay.
@@ -18,6 +21,8 @@
 //! - [`daemon`]: a daemon a test starts, in its own mount namespace, ended by PID; [`containerd`],
 //!   [`podman`], [`podman_macvlan`]: those runtimes on a test node; [`runtimes`]: what their tests share;
 //!   [`images`]: container images built offline.
+//! - [`cluster`]: a local Kubernetes cluster of namespace nodes (`scripts/cluster.sh`), taken down on drop;
+//!   [`workloads`]: the manifests its tests apply and the checks they make (reachability, nothing left).
 
 use std::ffi::OsStr;
 use std::fs;
@@ -38,6 +43,7 @@ use nix::sched::{setns, CloneFlags};
 
 pub use cnicore;
 pub mod capture;
+pub mod cluster;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;
@@ -46,6 +52,8 @@ pub mod images;
 pub mod kubeapi;
 pub mod kubenet;
 pub mod linkrig;
+pub mod netpol;
+pub mod netpol_api;
 pub mod podman;
 pub mod podman_macvlan;
 pub mod recorder;
@@ -53,6 +61,7 @@ pub mod runtimes;
 pub mod snapshot;
 pub mod traffic;
 pub mod upstream;
+pub mod workloads;
 pub use daemon::Daemon;
 pub use serde_json::{json, Value};
 

@@ -18,7 +18,69 @@ declare -gA CNI_VM_KERNELS=(
 # Modules the guest needs before it can read the host's root (the rest are loaded from the cache afterwards).
 CNI_VM_BOOT_MODULES=(virtio_pci 9pnet_virtio 9p)
 
+# The guest's own scratch: tmpfs mounted over these directories of the host's root (scripts/vm/init, guest.sh).
+# What the host keeps below them is hidden in the guest unless shared on its own (vm_share).
+CNI_VM_SCRATCH=(/tmp /run /var/lib/cni /dev/shm)
+# Host directories the guest mounts at their own paths over its scratch, read-only (vm_share fills it).
+VM_SHARES=()
+# The variables passed to the guest's tests (vm_forward_env writes it).
+VM_ENV=
+
 vm_log() { echo "vm-lane: $*" >&2; }
+
+# Makes the host's PATH visible in the guest at its real path, or says before booting why it cannot be, naming
+# LABEL (what the path is), the path and what to do. The host's root shows most paths as they are; one below the
+# guest's scratch gets a share of its own (a file: its directory).
+vm_share() { # LABEL PATH
+  local label=$1 path scratch top
+  path=$(realpath -m -- "$2")
+  top=${path#/} && top=/${top%%/*}
+  case $path/ in
+    *$'\n'* | *$'\t'*) vm_log "$label ($2): a newline or tab in the path cannot be shared with the guest"; return 1 ;;
+    /dev/shm/*) ;;
+    /proc/* | /sys/* | /dev/*) vm_log "$label ($path) is in $top, which the guest mounts its own kernel" \
+      "filesystem over: put it elsewhere (outside /proc, /sys and /dev; /dev/shm works)"; return 1 ;;
+    /run/vm/*) vm_log "$label ($path) is below /run/vm, the guest's result folder: put it elsewhere"; return 1 ;;
+  esac
+  [[ -f $path ]] && path=$(dirname "$path")
+  for scratch in "${CNI_VM_SCRATCH[@]}"; do
+    if [[ $path == "$scratch" ]]; then
+      vm_log "$label ($2) would need $scratch itself shared, which the guest mounts its own empty tmpfs over" \
+        "(its tests write there): use a directory below it (e.g. $scratch/cni-rs/) or elsewhere"
+      return 1
+    fi
+    [[ $path == "$scratch"/* ]] && VM_SHARES+=("$path")
+  done
+  return 0
+}
+
+# The shares to mount, one per tree (a path below another share is seen through it), outermost first.
+vm_share_roots() {
+  local path root roots=()
+  while IFS= read -r path; do
+    for root in "${roots[@]}"; do [[ $path == "$root"/* ]] && continue 2; done
+    roots+=("$path")
+    echo "$path"
+  done < <(((${#VM_SHARES[@]})) && printf '%s\n' "${VM_SHARES[@]}" | sort -u | awk '{print length($0), $0}' |
+    sort -s -n -k1,1 | cut -d' ' -f2-)
+}
+
+# Writes the variables the guest's tests get from the host (CI, RUST_*, CNI_* but the lane's own) into a file in
+# DIR. A value that is an existing absolute path is given as its real path (a symlink below the guest's scratch
+# would not resolve there) and shared (vm_share): refused before booting where the guest cannot show it.
+vm_forward_env() { # DIR
+  local name value
+  VM_ENV=$1/guest-env
+  : >"$VM_ENV"
+  while IFS= read -r name; do
+    value=${!name}
+    if [[ $value == /* && -e $value ]]; then
+      value=$(realpath -- "$value")
+      vm_share "$name" "$value" || return 1
+    fi
+    printf '%s=%q\n' "$name" "$value" >>"$VM_ENV"
+  done < <(compgen -e | grep -E '^(CI|RUST_BACKTRACE|RUST_LOG|CNI_[A-Z_]+)$' | grep -v '^CNI_VM_')
+}
 
 # The newest package matching a kernel's glob in apt's lists.
 vm_package_for() { # SHORT
@@ -112,17 +174,27 @@ vm_build_initramfs() { # DIR RELEASE
 }
 
 # Boots RELEASE once and runs PLAN (a bash script run in the guest with the host's root as /, the guest's own
-# /proc, /sys, /dev, and tmpfs on /tmp, /run and /var/lib/cni) with the guest's output on this terminal. The
-# guest's exit status becomes ours; a guest that runs past TIMEOUT seconds is killed and that is an error (124);
-# a guest that stops without a result (its kernel died: its log is on the terminal) is 125.
+# /proc, /sys, /dev, tmpfs on /tmp, /run, /var/lib/cni and /dev/shm, and over them the VM_SHARES at their host
+# paths) with the guest's output on this terminal. The guest's exit status becomes ours; a guest that runs past
+# TIMEOUT seconds is killed and that is an error (124); a guest that stops without a result (its kernel died: its
+# log is on the terminal) is 125.
 vm_run() { # RELEASE PLAN TIMEOUT
-  local release=$1 plan=$2 timeout=$3 dir=$CNI_VM_CACHE/$1 out rc=0 smp mem
+  local release=$1 plan=$2 timeout=$3 dir=$CNI_VM_CACHE/$1 out rc=0 smp mem path n=0 shares=()
   out=$(mktemp -d /tmp/cni-vm.XXXXXX)
   cp "$(dirname "${BASH_SOURCE[0]}")/../vm/guest.sh" "$out/guest"
   cp "$plan" "$out/plan"
   echo "$release" >"$out/release"
-  echo "$CNI_VM_CACHE" >"$out/cache"
-  env | grep -E '^(CI|RUST_BACKTRACE|RUST_LOG|CNI_[A-Z_]+)=' | grep -v '^CNI_VM_' >"$out/env" || true
+  realpath "$CNI_VM_CACHE" >"$out/cache"
+  if [[ -n $VM_ENV ]]; then cp "$VM_ENV" "$out/env"; else : >"$out/env"; fi
+  # Each share read-only under its own tag (QEMU's option syntax doubles a comma); the guest mounts them in
+  # this order (outermost first), listed as TAG<TAB>PATH.
+  : >"$out/shares"
+  while IFS= read -r path; do
+    n=$((n + 1))
+    shares+=(-fsdev "local,id=share$n,path=${path//,/,,},security_model=none,readonly=on,multidevs=remap"
+      -device "virtio-9p-pci,fsdev=share$n,mount_tag=share$n")
+    printf 'share%s\t%s\n' "$n" "$path" >>"$out/shares"
+  done < <(vm_share_roots)
   smp=${CNI_VM_CPUS:-$(nproc)}
   mem=${CNI_VM_MEMORY:-4096}
   # -no-reboot: a guest panic (panic=-1 reboots) ends QEMU instead of looping; the result file is then missing.
@@ -134,7 +206,7 @@ vm_run() { # RELEASE PLAN TIMEOUT
     -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
     -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
     -fsdev local,id=out,path="$out",security_model=none \
-    -device virtio-9p-pci,fsdev=out,mount_tag=out </dev/null || rc=$?
+    -device virtio-9p-pci,fsdev=out,mount_tag=out "${shares[@]}" </dev/null || rc=$?
   if [[ $rc == 124 || $rc == 137 ]]; then
     vm_log "the guest ($release) ran past ${timeout}s and was killed"
     rm -rf "$out"

@@ -258,15 +258,9 @@ impl Batch {
     }
 
     /// The datagram: BATCH_BEGIN (sequence 0), the messages (1..=n), BATCH_END (n + 1), as nft numbers them.
+    #[cfg(test)]
     fn datagram(&mut self) -> Vec<u8> {
-        let count = self.messages.len() as u32;
-        let mut out = Vec::with_capacity(64 + self.messages.len() * 128);
-        out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_BEGIN).finish(NLM_F_REQUEST, 0));
-        for (i, (message, flags)) in self.messages.iter_mut().enumerate() {
-            out.extend_from_slice(message.finish(*flags, i as u32 + 1));
-        }
-        out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_END).finish(NLM_F_REQUEST, count + 1));
-        out
+        datagram(&mut self.messages)
     }
 
     /// Sends the batch on a new NETLINK_NETFILTER socket of the calling thread's namespace and reads the
@@ -297,14 +291,41 @@ impl Batch {
         if self.messages.is_empty() {
             return Ok(None);
         }
-        let unavailable = BatchError::Unavailable;
-        let socket = open_socket().map_err(unavailable)?;
-        let datagram = self.datagram();
-        grow_send_buffer(&socket, datagram.len());
-        socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
-        read_errors(&socket, self.messages.len())?;
-        Ok(Some(socket))
+        send_messages(&mut self.messages).map(Some)
     }
+}
+
+/// The datagram of a batch of nf_tables messages (each with its netlink flags): BATCH_BEGIN (sequence 0), the
+/// messages (1..=n), BATCH_END (n + 1), as nft numbers them.
+fn datagram(messages: &mut [(Request, u16)]) -> Vec<u8> {
+    let count = messages.len() as u32;
+    let mut out = Vec::with_capacity(64 + messages.len() * 128);
+    out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_BEGIN).finish(NLM_F_REQUEST, 0));
+    for (i, (message, flags)) in messages.iter_mut().enumerate() {
+        out.extend_from_slice(message.finish(*flags, i as u32 + 1));
+    }
+    out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_END).finish(NLM_F_REQUEST, count + 1));
+    out
+}
+
+/// Sends nf_tables messages of any kind (tables, chains, sets, rules, elements; each with its netlink flags)
+/// as one batch, one transaction, on a new socket of the calling thread's namespace, and reads the kernel's
+/// answer: all of them applied, or none ([`BatchError::Refused`] names the first refused, by index).
+pub fn commit_messages(messages: &mut [(Request, u16)]) -> Result<(), BatchError> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    send_messages(messages).map(drop)
+}
+
+fn send_messages(messages: &mut [(Request, u16)]) -> Result<Socket, BatchError> {
+    let unavailable = BatchError::Unavailable;
+    let socket = open_socket().map_err(unavailable)?;
+    let datagram = datagram(messages);
+    grow_send_buffer(&socket, datagram.len());
+    socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
+    read_errors(&socket, messages.len())?;
+    Ok(socket)
 }
 
 /// The kernel refuses a datagram larger than the socket's send buffer (EMSGSIZE); a batch of thousands of

@@ -1,0 +1,311 @@
+//! A local Kubernetes cluster for a test: `scripts/cluster.sh up` under a name of the test's own, taken down
+//! (every process, namespace, mount, cgroup and file) when the guard is dropped, also when the test panics.
+//! What a test asks of it goes through the programs users run: kubectl against the real API server, commands in a
+//! node's namespaces (`cluster.sh exec`), and the pods' own tools (`kubectl exec` into agnhost's image).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::{eventually, Value};
+
+/// Kubernetes' test workload, built from the release tree and loaded into every node by `cluster.sh up`.
+pub const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.45";
+
+/// How to bring a cluster up (`cluster.sh up` flags).
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub nodes: usize,
+    /// `ours`, `reference` or a directory of plugin binaries.
+    pub plugins: String,
+    pub dual_stack: bool,
+    /// `kubenet` or `none`.
+    pub network: &'static str,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { nodes: 2, plugins: ours(), dual_stack: false, network: "kubenet" }
+    }
+}
+
+/// The plugins the tests call ours: the release build `scripts/test.sh` stages ($CNI_PACKAGE_PREBUILT), else the
+/// workspace's built binaries.
+pub fn ours() -> String {
+    match std::env::var("CNI_PACKAGE_PREBUILT") {
+        Ok(dir) if Path::new(&dir).join("bridge").is_file() => dir,
+        _ => crate::bin_dir().display().to_string(),
+    }
+}
+
+/// True when what `cluster.sh up` needs is there (else skipped, or failed under CI=true).
+pub fn available() -> bool {
+    crate::require_programs(&["containerd", "ctr", "runc", "etcd", "socat", "openssl"], "run scripts/setup.sh")
+        && crate::require(
+            "Kubernetes v1.28.7 (kubectl in /var/tmp/cni-rs-k8s/bin)",
+            kubectl().is_file(),
+            "scripts/cluster.sh build builds it once from ../shared/kubernetes",
+        )
+}
+
+/// A cluster name of this test process's own: t<pid>x<n> (the sweep of a later run knows whose it was).
+pub fn unique_cluster_name() -> String {
+    format!("t{}x{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The command `cluster.sh --name NAME ARGS...`, to run or spawn.
+pub fn script_command(name: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("bash");
+    command.arg(script()).args(["--name", name]).args(args);
+    command
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster.sh")
+}
+
+/// An HTTP GET with a deadline, in a pod (agnhost's image has busybox) or on a node. Debian's busybox-static
+/// crashes on its own wget's `-T`: its `timeout` applet bounds the request instead.
+const WGET: &[&str] = &["busybox", "timeout", "5", "busybox", "wget", "-qO-"];
+
+/// A running cluster, taken down on drop.
+pub struct Cluster {
+    pub name: String,
+    pub config: ClusterConfig,
+    kubeconfig: PathBuf,
+}
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+impl Cluster {
+    /// `cluster.sh up` with a unique name; panics with the script's output if it fails.
+    pub fn up(config: ClusterConfig) -> Cluster {
+        sweep_stale_clusters();
+        Cluster::up_as(unique_cluster_name(), config)
+    }
+
+    /// `cluster.sh up` under `name` (a half-made cluster of that name is taken down first by the script).
+    pub fn up_as(name: String, config: ClusterConfig) -> Cluster {
+        let mut args = vec!["up".to_string(), "--nodes".into(), config.nodes.to_string()];
+        args.extend(["--plugins".into(), config.plugins.clone(), "--network".into(), config.network.into()]);
+        if config.dual_stack {
+            args.push("--dual-stack".into());
+        }
+        let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
+        let output = cluster.script(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(output.status.success(), "cluster.sh up failed:\n{}", text(&output.stderr));
+        let path = cluster.script(&["kubeconfig"]);
+        cluster.kubeconfig = PathBuf::from(text(&path.stdout).trim());
+        cluster
+    }
+
+    /// Runs `cluster.sh --name NAME ARGS...`.
+    pub fn script(&self, args: &[&str]) -> Output {
+        script_command(&self.name, args).output().unwrap_or_else(|e| panic!("run cluster.sh: {e}"))
+    }
+
+    /// [`Cluster::script`] that must succeed; returns stdout.
+    pub fn script_ok(&self, args: &[&str]) -> String {
+        let output = self.script(args);
+        assert!(
+            output.status.success(),
+            "cluster.sh {}: {}{}",
+            args.join(" "),
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+        text(&output.stdout)
+    }
+
+    /// The admin kubeconfig (the API server through the loopback forwarder).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The node names, node1..nodeN.
+    pub fn nodes(&self) -> Vec<String> {
+        (1..=self.config.nodes).map(|i| format!("node{i}")).collect()
+    }
+
+    /// kubectl with the admin kubeconfig.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("run kubectl: {e}"))
+    }
+
+    /// kubectl that must succeed; returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(output.status.success(), "kubectl {}: {}", args.join(" "), text(&output.stderr));
+        text(&output.stdout)
+    }
+
+    /// `kubectl apply` of a manifest given as text.
+    pub fn apply(&self, manifest: &str) {
+        let dir = std::env::temp_dir().join(format!(
+            "cluster-{}-{}.yaml",
+            self.name,
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::write(&dir, manifest).expect("write manifest");
+        self.kubectl_ok(&["apply", "-f", &dir.display().to_string()]);
+        let _ = std::fs::remove_file(dir);
+    }
+
+    /// `kubectl get ... -o json`.
+    pub fn get_json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["get"];
+        all.extend(args);
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&all)).expect("kubectl json")
+    }
+
+    /// The pods matching a label selector in `default`, once all are Running with their addresses.
+    pub fn running_pods(&self, selector: &str, count: usize, timeout: Duration) -> Vec<Pod> {
+        let found = eventually(timeout, || {
+            let pods = self.pods(selector);
+            let ready = pods.len() == count && pods.iter().all(|p| p.phase == "Running" && !p.ips.is_empty());
+            if ready {
+                Ok(pods)
+            } else {
+                Err(pods)
+            }
+        });
+        found.unwrap_or_else(|pods| {
+            let describe = self.kubectl(&["describe", "pods", "-l", selector]);
+            panic!("pods {selector}: want {count} Running, have {pods:?}\n{}", text(&describe.stdout))
+        })
+    }
+
+    /// The pods matching a label selector in `default`, as they are now.
+    pub fn pods(&self, selector: &str) -> Vec<Pod> {
+        let list = self.get_json(&["pods", "-l", selector]);
+        list["items"].as_array().map(|items| items.iter().map(Pod::from_json).collect()).unwrap_or_default()
+    }
+
+    /// Runs a command in a pod's container (`kubectl exec`); returns the output.
+    pub fn pod_exec(&self, pod: &str, command: &[&str]) -> Output {
+        let mut args = vec!["exec", pod, "--"];
+        args.extend(command);
+        self.kubectl(&args)
+    }
+
+    /// Runs a command in a node's namespaces (or cp/wan's network namespace).
+    pub fn node_exec(&self, node: &str, command: &[&str]) -> Output {
+        let mut args = vec!["exec", node];
+        args.extend(command);
+        self.script(&args)
+    }
+
+    /// A node's (or the wan's) HTTP GET with busybox's wget, as a client outside the pods: the body, or the error.
+    pub fn node_get(&self, node: &str, url: &str) -> Result<String, String> {
+        let output = self.node_exec(node, &WGET.iter().copied().chain([url]).collect::<Vec<_>>());
+        if output.status.success() {
+            Ok(text(&output.stdout))
+        } else {
+            Err(text(&output.stderr))
+        }
+    }
+
+    /// A pod's HTTP GET (busybox wget in agnhost's image): the body, or the error.
+    pub fn pod_get(&self, pod: &str, url: &str) -> Result<String, String> {
+        let output = self.pod_exec(pod, &WGET.iter().copied().chain([url]).collect::<Vec<_>>());
+        if output.status.success() {
+            Ok(text(&output.stdout))
+        } else {
+            Err(text(&output.stderr))
+        }
+    }
+
+    /// The logs of every node's daemons and the control plane's, tail of each, for a failure message.
+    pub fn logs(&self) -> String {
+        let dir = Path::new(CLUSTER_ROOT).join(&self.name);
+        let mut out = String::new();
+        for entry in walk(&dir) {
+            if entry.extension().is_some_and(|e| e == "log") {
+                let body = std::fs::read_to_string(&entry).unwrap_or_default();
+                let lines: Vec<&str> = body.lines().collect();
+                out += &format!("== {}\n{}\n", entry.display(), lines[lines.len().saturating_sub(15)..].join("\n"));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let output = self.script(&["down"]);
+        if !output.status.success() {
+            eprintln!("cluster.sh down {}: {}", self.name, text(&output.stderr));
+        }
+    }
+}
+
+/// Clusters of test processes that are gone (killed before their guard ran) are taken down.
+fn sweep_stale_clusters() {
+    for entry in std::fs::read_dir(CLUSTER_ROOT).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix('t').and_then(|rest| rest.split_once('x')).map(|(pid, _)| pid.to_string())
+        else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(&pid).exists() {
+            let _ = script_command(&name, &["down"]).output();
+        }
+    }
+}
+
+/// Where `cluster.sh` keeps each cluster's state.
+pub const CLUSTER_ROOT: &str = "/var/tmp/cni-rs-cluster";
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.ends_with("root") {
+            found.extend(walk(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// What a test reads of a pod.
+#[derive(Clone, Debug)]
+pub struct Pod {
+    pub name: String,
+    pub node: String,
+    pub phase: String,
+    pub ips: Vec<std::net::IpAddr>,
+}
+
+impl Pod {
+    fn from_json(item: &Value) -> Pod {
+        let ips = item["status"]["podIPs"]
+            .as_array()
+            .map(|ips| ips.iter().filter_map(|ip| ip["ip"].as_str()?.parse().ok()).collect())
+            .unwrap_or_default();
+        Pod {
+            name: item["metadata"]["name"].as_str().unwrap_or_default().to_string(),
+            node: item["spec"]["nodeName"].as_str().unwrap_or_default().to_string(),
+            phase: item["status"]["phase"].as_str().unwrap_or_default().to_string(),
+            ips,
+        }
+    }
+}
+
+/// The kubectl the cluster was built with.
+pub fn kubectl() -> PathBuf {
+    let cache = std::env::var("CNI_K8S_CACHE").unwrap_or_else(|_| "/var/tmp/cni-rs-k8s".into());
+    Path::new(&cache).join("bin/kubectl")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -1,0 +1,376 @@
+//! The NetworkPolicy agent (issue 37) on a kubenet node: the netpol suite's pods (`a`, `b`, `c` in `x`, `y`,
+//! `z`, dual-stack, TCP and UDP servers on 80 and 81) attached by the real bridge chain to `cbr0`, the agent
+//! (`cni-netpol run --static`) in the node, and real connections and datagrams from every pod to every other.
+//!
+//! - `truth_tables`: for each policy set, the whole table of who reaches whom (576 probes: 72 pairs, both
+//!   families, TCP and UDP, 80 and 81) equals what the compiled plan says ([`Plan::judges`], itself checked
+//!   against a reading of the API in the compiler's unit tests); some tables are also written out by hand.
+//! - `changes_while_traffic_runs`: new connections of an allowed flow never fail and of a denied flow never
+//!   pass while policies change (the policy chains rewritten), pods change labels (element changes), the
+//!   agent is killed and started again (the whole table replaced); a deleted table is put back; a pod the
+//!   agent does not know is unreachable both ways until it does; `cleanup` removes the agent's table and changes nothing else of the node (the plugins' rules, a kube-proxy table).
+//! - `across_nodes`: two kubenet nodes routing each other's pod subnets (what a cloud's routes do), an agent
+//!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
+//!   destination's ingress policy and by the source's egress policy, in both families; a connection from
+//!   outside through a pod's hostPort (DNAT, then forward) is judged by the pod's ingress policy.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use netns_tests::netpol::{policy, reaches, PolicyNode, Probe, Proto};
+use netns_tests::{bin, json, Value};
+use netpol::compile::{compile, NodeOptions};
+use netpol::model::Cluster;
+use netpol::plan::Packet;
+
+/// What the compiled plan says of each probe.
+fn expected(node: &PolicyNode, cluster: &Value, probes: &BTreeMap<Probe, bool>) -> BTreeMap<Probe, bool> {
+    let cluster: Cluster = serde_json::from_value(cluster.clone()).expect("cluster view");
+    let options = NodeOptions {
+        pod_cidrs: vec![
+            netns_tests::kubenet::SUBNET_V4.parse().unwrap(),
+            netns_tests::kubenet::SUBNET_V6.parse().unwrap(),
+        ],
+    };
+    let plan = compile(&cluster, &options);
+    probes
+        .keys()
+        .map(|probe| {
+            let (src, dst) = (node.pod(&probe.src).ip(probe.v6), node.pod(&probe.dst).ip(probe.v6));
+            (probe.clone(), plan.judges(&Packet::new(src, dst, probe.proto.number(), probe.port)))
+        })
+        .collect()
+}
+
+/// Applies `policies`, probes everything and compares with the plan; returns the table.
+fn assert_enforced(node: &PolicyNode, what: &str, policies: &[Value]) -> BTreeMap<Probe, bool> {
+    let cluster = node.cluster(&[], policies);
+    node.apply(&cluster);
+    let got = node.probe_all();
+    let want = expected(node, &cluster, &got);
+    let wrong: Vec<String> = got
+        .iter()
+        .filter(|(probe, reached)| want[*probe] != **reached)
+        .map(|(probe, reached)| format!("{probe:?}: reached {reached}, policy says {}", want[probe]))
+        .collect();
+    assert!(wrong.is_empty(), "{what}: {} of {} probes wrong:\n  {}", wrong.len(), got.len(), wrong.join("\n  "));
+    got
+}
+
+#[test]
+fn truth_tables() {
+    let node = PolicyNode::new();
+    node.write_cluster(&node.cluster(&[], &[]));
+    let _agent = node.start_agent();
+    netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+
+    let open = assert_enforced(&node, "no policy", &[]);
+    assert!(open.values().all(|&reached| reached), "no policy: everything reaches everything");
+
+    let deny = assert_enforced(&node, "default deny ingress in x", &[policy("x", "deny", json!({"podSelector": {}}))]);
+    for (probe, reached) in &deny {
+        assert_eq!(*reached, !probe.dst.starts_with("x/"), "{probe:?}");
+    }
+
+    let from_y = [
+        policy("x", "deny", json!({"podSelector": {}})),
+        policy(
+            "x",
+            "a-from-y",
+            json!({"podSelector": {"matchLabels": {"pod": "a"}},
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}], "ports": [{"port": "serve-80-tcp"}, {"protocol": "UDP", "port": 81}]}]}),
+        ),
+    ];
+    let table = assert_enforced(&node, "x/a from namespace y on a named port and UDP 81", &from_y);
+    for (probe, reached) in &table {
+        let want = !probe.dst.starts_with("x/")
+            || (probe.dst == "x/a"
+                && probe.src.starts_with("y/")
+                && matches!((probe.proto, probe.port), (Proto::Tcp, 80) | (Proto::Udp, 81)));
+        assert_eq!(*reached, want, "{probe:?}");
+    }
+
+    assert_enforced(
+        &node,
+        "x/a from pod b of y (both selectors) or pods c anywhere (two peers), endPort",
+        &[policy(
+            "x",
+            "and-or",
+            json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [
+            {"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "b"}}},
+            {"namespaceSelector": {}, "podSelector": {"matchExpressions": [{"key": "pod", "operator": "In", "values": ["c"]}]}}],
+            "ports": [{"protocol": "TCP", "port": 80, "endPort": 81}]}]}),
+        )],
+    );
+
+    let y_b = node.pod("y/b");
+    assert_enforced(
+        &node,
+        "ipBlock with except, both families",
+        &[policy(
+            "x",
+            "cidr",
+            json!({"podSelector": {}, "ingress": [{"from": [
+            {"ipBlock": {"cidr": "10.244.0.0/16", "except": [format!("{}/32", y_b.ip(false))]}},
+            {"ipBlock": {"cidr": "fd00:10:244::/48", "except": [format!("{}/128", y_b.ip(true))]}}]}]}),
+        )],
+    );
+
+    assert_enforced(
+        &node,
+        "egress: y reaches x on UDP only, z on TCP 81 only; policies add up",
+        &[
+            policy(
+                "y",
+                "to-x-udp",
+                json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}], "ports": [{"protocol": "UDP"}]}]}),
+            ),
+            policy(
+                "y",
+                "to-z-81",
+                json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "z"}}}], "ports": [{"port": "serve-81-tcp"}]}]}),
+            ),
+            policy(
+                "z",
+                "c-deny-all",
+                json!({"podSelector": {"matchLabels": {"pod": "c"}}, "policyTypes": ["Ingress", "Egress"]}),
+            ),
+        ],
+    );
+}
+
+/// A flow probed with new connections in a loop: how many reached and how many did not.
+struct Hammer {
+    reached: AtomicUsize,
+    missed: AtomicUsize,
+}
+
+impl Hammer {
+    fn new() -> Hammer {
+        Hammer { reached: AtomicUsize::new(0), missed: AtomicUsize::new(0) }
+    }
+
+    fn run(&self, node: &PolicyNode, src: &str, dst: &str, stop: &AtomicBool) {
+        let (from, to) = (&node.pod(src).netns, SocketAddr::new(node.pod(dst).ip(false), 80));
+        while !stop.load(Ordering::Relaxed) {
+            let counter =
+                if reaches(from, to, Proto::Tcp, Duration::from_millis(1500)) { &self.reached } else { &self.missed };
+            counter.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.reached.load(Ordering::Relaxed), self.missed.load(Ordering::Relaxed))
+    }
+}
+
+/// `nft list ruleset` in the node.
+fn ruleset(node: &PolicyNode) -> String {
+    let out = node.kubenet.node.exec("nft", &["list", "ruleset"], &[], b"");
+    assert!(out.status.success(), "nft list ruleset: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The ruleset without the agent's table.
+fn without_agent_table(ruleset: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in ruleset.lines() {
+        if line.starts_with("table inet cni-netpol ") {
+            inside = true;
+        } else if inside && line == "}" {
+            inside = false;
+        } else if !inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn changes_while_traffic_runs() {
+    if !netns_tests::require("nft", netns_tests::on_path("nft"), "apt-get install nftables") {
+        return;
+    }
+    let node = PolicyNode::new();
+    // A kube-proxy-like table that must outlive the agent.
+    let kube_proxy = "table ip kube-proxy {\n chain forward { type filter hook forward priority -110; }\n}\n";
+    let out = node.kubenet.node.exec("nft", &["-f", "-"], &[], kube_proxy.as_bytes());
+    assert!(out.status.success());
+    let only_y_a = policy(
+        "x",
+        "a-from-y-a",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "a"}}}]}]}),
+    );
+    node.write_cluster(&node.cluster(&[], std::slice::from_ref(&only_y_a)));
+    let mut agent = node.start_agent();
+    netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+
+    let (allowed, denied, stop) = (Hammer::new(), Hammer::new(), AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        scope.spawn(|| allowed.run(&node, "y/a", "x/a", &stop));
+        scope.spawn(|| denied.run(&node, "y/b", "x/a", &stop));
+        let mut latencies = Vec::new();
+        for round in 0..6 {
+            // A policy elsewhere comes and goes: the whole table is replaced, atomically.
+            let other = policy("z", &format!("deny-{round}"), json!({"podSelector": {"matchLabels": {"pod": "c"}}}));
+            let started = Instant::now();
+            node.apply(&node.cluster(&[], &[only_y_a.clone(), other]));
+            latencies.push(started.elapsed());
+            // y/c takes the label of y/a (and gives it back): set elements only.
+            let mut cluster = node.cluster(&[], std::slice::from_ref(&only_y_a));
+            cluster["pods"][5]["metadata"]["labels"]["pod"] = json!("a");
+            node.apply(&cluster);
+            node.apply(&node.cluster(&[], std::slice::from_ref(&only_y_a)));
+        }
+        // The agent killed: the rules stay; started again: the table replaced in one transaction.
+        agent.stop(nix::sys::signal::Signal::SIGKILL);
+        std::thread::sleep(Duration::from_millis(500));
+        let before = node.applied();
+        agent = node.start_agent();
+        netns_tests::wait_for(Duration::from_secs(10), || node.applied() > before)
+            .expect("the restarted agent's table");
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        eprintln!("apply latencies (file written to the agent's log line): {latencies:?}");
+    });
+    eprintln!("allowed flow (reached, missed): {:?}; denied flow: {:?}", allowed.counts(), denied.counts());
+    let (reached, missed) = allowed.counts();
+    assert!(reached > 20 && missed == 0, "the allowed flow: {reached} reached, {missed} missed\n{}", node.log());
+    let (reached, missed) = denied.counts();
+    assert!(missed > 0 && reached == 0, "the denied flow: {reached} reached, {missed} missed\n{}", node.log());
+    assert!(node.log().contains("Elements("), "label changes are element changes:\n{}", node.log());
+    assert!(node.log().contains("Rules("), "policy changes rewrite the policy chains:\n{}", node.log());
+
+    // Someone deletes the table: the agent puts it back whole.
+    let out = node.kubenet.node.exec("nft", &["delete", "table", "inet", "cni-netpol"], &[], b"");
+    assert!(out.status.success());
+    let back = netns_tests::wait_for(Duration::from_secs(10), || ruleset(&node).contains("table inet cni-netpol"));
+    assert!(back.is_some() && node.log().contains("is gone"), "not repaired:\n{}", node.log());
+    let y_b = &node.pod("y/b").netns;
+    assert!(!reaches(y_b, SocketAddr::new(node.pod("x/a").ip(false), 80), Proto::Tcp, Duration::from_millis(700)));
+
+    // A pod the agent has not been told of is unreachable both ways; once it is, it is open (no policy
+    // selects it).
+    let newcomer = node.add_pod("x", "d");
+    let y_a = &node.pod("y/a").netns;
+    for v6 in [false, true] {
+        assert!(!reaches(y_a, SocketAddr::new(newcomer.ip(v6), 80), Proto::Tcp, Duration::from_millis(700)));
+        assert!(!reaches(
+            &newcomer.netns,
+            SocketAddr::new(node.pod("y/a").ip(v6), 80),
+            Proto::Udp,
+            Duration::from_millis(700)
+        ));
+    }
+    node.apply(&node.cluster(&[&newcomer], std::slice::from_ref(&only_y_a)));
+    for v6 in [false, true] {
+        assert!(reaches(y_a, SocketAddr::new(newcomer.ip(v6), 80), Proto::Tcp, Duration::from_secs(2)));
+        assert!(reaches(
+            &newcomer.netns,
+            SocketAddr::new(node.pod("y/a").ip(v6), 80),
+            Proto::Udp,
+            Duration::from_secs(2)
+        ));
+    }
+
+    // Cleanup: the agent's table goes, nothing else changes.
+    agent.stop(nix::sys::signal::Signal::SIGKILL);
+    let before = ruleset(&node);
+    assert!(before.contains("table inet cni-netpol"));
+    let out = node.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(out.status.success(), "cleanup: {}", String::from_utf8_lossy(&out.stderr));
+    let after = ruleset(&node);
+    assert_eq!(after, without_agent_table(&before), "cleanup changed more than the agent's table");
+    assert!(after.contains("table ip kube-proxy"));
+    let again = node.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(again.status.success(), "a second cleanup finds nothing to do");
+}
+
+#[test]
+fn across_nodes() {
+    use netns_tests::kubenet::{SUBNET_V4, SUBNET_V4_B, SUBNET_V6, SUBNET_V6_B};
+    let (mut a, mut b) = (PolicyNode::empty(false), PolicyNode::empty(true));
+    let underlay = [["192.168.80.1/24", "fd00:80::1/64"], ["192.168.80.2/24", "fd00:80::2/64"]];
+    let nets = |n: usize| underlay[n].map(|t| t.parse().unwrap());
+    netns_tests::veth_between(&a.kubenet.node, &b.kubenet.node, "und0", "und1", &nets(0), &nets(1));
+    for (node, subnets, via) in [
+        (&a, [SUBNET_V4_B, SUBNET_V6_B], ["192.168.80.2", "fd00:80::2"]),
+        (&b, [SUBNET_V4, SUBNET_V6], ["192.168.80.1", "fd00:80::1"]),
+    ] {
+        node.kubenet.node.ip(&["route", "add", subnets[0], "via", via[0]]);
+        node.kubenet.node.ip(&["-6", "route", "add", subnets[1], "via", via[1]]);
+        for sysctl in ["net/ipv4/ip_forward", "net/ipv6/conf/all/forwarding"] {
+            node.kubenet.node.run(|| cnicore::sysctl::write(sysctl, "1")).unwrap();
+        }
+    }
+    let host_port = json!({"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]});
+    a.pods.push(a.add_pod_with("x", "a", &host_port));
+    b.pods.push(b.add_pod("y", "b"));
+    b.pods.push(b.add_pod("z", "c"));
+    let pods: Vec<Value> = a.pods.iter().chain(&b.pods).map(|p| p.json()).collect();
+    let policies = [
+        policy(
+            "x",
+            "a-from-y",
+            json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}], "ports": [{"port": 80}]}]}),
+        ),
+        policy(
+            "y",
+            "b-to-x-tcp",
+            json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}], "ports": [{"protocol": "TCP"}]}]}),
+        ),
+    ];
+    let cluster = json!({"namespaces": netns_tests::netpol::namespaces_json(), "pods": pods, "policies": policies});
+    let mut agents = Vec::new();
+    for node in [&a, &b] {
+        node.write_cluster(&cluster);
+        agents.push(node.start_agent());
+        netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+    }
+    let (x_a, y_b, z_c) = (&a.pods[0], &b.pods[0], &b.pods[1]);
+    let wait = Duration::from_millis(700);
+    for v6 in [false, true] {
+        let to = |port| SocketAddr::new(x_a.ip(v6), port);
+        assert!(reaches(&y_b.netns, to(80), Proto::Tcp, Duration::from_secs(2)), "y/b -> x/a TCP 80 (v6 {v6})");
+        assert!(!reaches(&y_b.netns, to(81), Proto::Tcp, wait), "x/a's ingress allows 80 only (v6 {v6})");
+        assert!(!reaches(&y_b.netns, to(80), Proto::Udp, wait), "y/b's egress allows TCP only (v6 {v6})");
+        assert!(!reaches(&z_c.netns, to(80), Proto::Tcp, wait), "z is not a peer of x/a (v6 {v6})");
+        assert!(
+            reaches(&x_a.netns, SocketAddr::new(z_c.ip(v6), 81), Proto::Udp, Duration::from_secs(2)),
+            "z/c is open"
+        );
+    }
+    // From outside through x/a's hostPort (portmap's DNAT on node A, then forward): node B's own address is
+    // no peer of x/a; once an ipBlock names the underlay, it is.
+    let outside = SocketAddr::new("192.168.80.1".parse().unwrap(), 8080);
+    assert!(!reaches(&b.kubenet.node, outside, Proto::Tcp, wait), "the underlay is no peer of x/a");
+    let mut with_block = cluster.clone();
+    with_block["policies"].as_array_mut().unwrap().push(policy(
+        "x",
+        "from-underlay",
+        json!({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "192.168.80.0/24"}}]}]}),
+    ));
+    for node in [&a, &b] {
+        node.apply(&with_block);
+    }
+    assert!(reaches(&b.kubenet.node, outside, Proto::Tcp, Duration::from_secs(2)), "the ipBlock lets it in");
+    for node in [&a, &b] {
+        node.apply(&cluster);
+    }
+    // Each judgement is made on both nodes: with only the source's agent, the destination's policy still
+    // holds (the source node judges the remote pod's ingress too), and the other way round.
+    agents.clear();
+    a.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(!reaches(&z_c.netns, SocketAddr::new(x_a.ip(false), 80), Proto::Tcp, wait), "judged on node B");
+    b.kubenet.node.exec(bin("cni-netpol"), &["cleanup"], &[], b"");
+    assert!(
+        reaches(&z_c.netns, SocketAddr::new(x_a.ip(false), 80), Proto::Tcp, Duration::from_secs(2)),
+        "both cleaned"
+    );
+}

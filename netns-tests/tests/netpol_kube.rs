@@ -1,0 +1,141 @@
+//! The NetworkPolicy agent watching a real kube-apiserver (issue 37): the kubenet node of `netpol.rs` with
+//! the suite's nine pods, their Pod objects (status written with the addresses the CNI gave them, as a
+//! kubelet would), Namespaces and NetworkPolicies created through the API, and `cni-netpol watch` in the node.
+//!
+//! Policies created, changed and deleted through the API are enforced (the whole truth table checked against
+//! the plan of what the API lists); a Pod's labels patched move it between sets; kube-apiserver killed: the
+//! rules stay in force and the agent says so; restarted: later changes are enforced again.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use netns_tests::netpol::{policy, PolicyNode, Probe, Proto};
+use netns_tests::netpol_api::{self, ApiServer};
+use netns_tests::{json, veth_between, TestNetns, Value};
+use netpol::compile::{compile, NodeOptions};
+use netpol::model::Cluster;
+use netpol::plan::Packet;
+
+const API_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 91, 2);
+
+struct Rig {
+    node: PolicyNode,
+    infra: TestNetns,
+    api: ApiServer,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let node = PolicyNode::new();
+        let infra = TestNetns::new("npapi");
+        veth_between(
+            &node.kubenet.node,
+            &infra,
+            "api0",
+            "api1",
+            &["192.168.91.1/24".parse().unwrap()],
+            &[format!("{API_IP}/24").parse().unwrap()],
+        );
+        let api = ApiServer::start(&infra, API_IP, node.kubenet.node.dir());
+        let rig = Rig { node, infra, api };
+        for ns in netns_tests::netpol::NAMESPACES {
+            rig.api.create(&rig.infra, "/api/v1/namespaces", &json!({"metadata": {"name": ns, "labels": {"ns": ns}}}));
+        }
+        for pod in &rig.node.pods {
+            let mut object = pod.json();
+            let mut status = object["status"].take();
+            status["podIP"] = status["podIPs"][0]["ip"].clone();
+            object["spec"]["containers"][0]["image"] = json!("registry.k8s.io/pause:3.9");
+            rig.api.create(&rig.infra, &format!("/api/v1/namespaces/{}/pods", pod.namespace), &object);
+            let path = format!("/api/v1/namespaces/{}/pods/{}/status", pod.namespace, pod.name);
+            rig.api.patch(&rig.infra, &path, &json!({"status": status}));
+        }
+        rig
+    }
+
+    /// The cluster as the API lists it.
+    fn listed(&self) -> Value {
+        json!({
+            "namespaces": self.api.list(&self.infra, "/api/v1/namespaces"),
+            "pods": self.api.list(&self.infra, "/api/v1/pods"),
+            "policies": self.api.list(&self.infra, "/apis/networking.k8s.io/v1/networkpolicies"),
+        })
+    }
+
+    /// Waits for one more transaction of the agent after `change`.
+    fn applied_after(&self, change: impl FnOnce()) {
+        let before = self.node.applied();
+        change();
+        let done = netns_tests::wait_for(Duration::from_secs(60), || self.node.applied() > before);
+        assert!(done.is_some(), "the agent applied nothing:\n{}", self.node.log());
+    }
+
+    /// Every probe against the plan of what the API lists.
+    fn assert_enforced(&self, what: &str) -> BTreeMap<Probe, bool> {
+        let cluster: Cluster = serde_json::from_value(self.listed()).unwrap();
+        let plan = compile(&cluster, &NodeOptions::default());
+        let got = self.node.probe_all();
+        let wrong: Vec<String> = got
+            .iter()
+            .filter(|(probe, reached)| {
+                let (src, dst) = (self.node.pod(&probe.src).ip(probe.v6), self.node.pod(&probe.dst).ip(probe.v6));
+                plan.judges(&Packet::new(src, dst, probe.proto.number(), probe.port)) != **reached
+            })
+            .map(|(probe, reached)| format!("{probe:?}: reached {reached}"))
+            .collect();
+        assert!(wrong.is_empty(), "{what}: {} probes wrong:\n  {}", wrong.len(), wrong.join("\n  "));
+        got
+    }
+}
+
+#[test]
+fn watches_the_api_server() {
+    if !netpol_api::available() {
+        return;
+    }
+    let mut rig = Rig::new();
+    let kubeconfig = rig.api.kubeconfig().display().to_string();
+    let _agent = rig.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
+    let first = netns_tests::wait_for(Duration::from_secs(30), || rig.node.applied() > 0);
+    assert!(first.is_some(), "the agent's first table:\n{}", rig.node.log());
+    let open = rig.assert_enforced("no policy");
+    assert!(open.values().all(|&r| r));
+
+    let policies = "/apis/networking.k8s.io/v1/namespaces/x/networkpolicies";
+    rig.applied_after(|| rig.api.create(&rig.infra, policies, &policy("x", "deny", json!({"podSelector": {}}))));
+    let table = rig.assert_enforced("default deny in x");
+    assert!(table.iter().all(|(p, &r)| r != p.dst.starts_with("x/")));
+
+    let from_y = policy(
+        "x",
+        "a-from-y",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}},
+        "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "b"}}}], "ports": [{"port": "serve-81-udp", "protocol": "UDP"}]}]}),
+    );
+    rig.applied_after(|| rig.api.create(&rig.infra, policies, &from_y));
+    rig.assert_enforced("x/a from y/b on a named UDP port");
+
+    // y/c takes the label pod=b: it joins the peer set (an element change).
+    rig.applied_after(|| {
+        rig.api.patch(&rig.infra, "/api/v1/namespaces/y/pods/c", &json!({"metadata": {"labels": {"pod": "b"}}}))
+    });
+    let table = rig.assert_enforced("y/c labelled pod=b");
+    let probe = Probe { src: "y/c".into(), dst: "x/a".into(), v6: false, proto: Proto::Udp, port: 81 };
+    assert!(table[&probe], "y/c now reaches x/a on UDP 81");
+    assert!(rig.node.log().contains("Elements("), "{}", rig.node.log());
+
+    // The API server lost: the rules stay in force.
+    rig.api.kill();
+    let lost = netns_tests::wait_for(Duration::from_secs(30), || rig.node.log().contains("keeping the rules in force"));
+    assert!(lost.is_some(), "the agent did not notice:\n{}", rig.node.log());
+    let table = rig.node.probe_all();
+    assert!(table[&probe], "still allowed");
+    let denied = Probe { src: "z/a".into(), dst: "x/b".into(), v6: true, proto: Proto::Tcp, port: 80 };
+    assert!(!table[&denied], "still denied");
+
+    // Back: a deleted policy opens its pods again.
+    rig.api.restart(&rig.infra);
+    rig.applied_after(|| rig.api.delete(&rig.infra, &format!("{policies}/deny")));
+    rig.assert_enforced("the default deny deleted after the API server came back");
+}

@@ -1,0 +1,171 @@
+//! The node agent's loop, fed by a source of cluster views: the table replaced at start, then each new view
+//! compiled and applied as one transaction (element differences when only pods or labels changed).
+//!
+//! When the source fails (the API server lost, the file unreadable), the last rules stay in force: nothing
+//! is applied until a new view arrives. Every tick the table's presence is checked, and a table deleted by
+//! someone else is put back whole (drift repair). Stopping the agent (SIGTERM, a crash) leaves the table in
+//! place, so a restart opens no window; only `cleanup` removes it.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::apply::{self, Applied};
+use crate::compile::{compile, NodeOptions};
+use crate::error::Error;
+use crate::model::Cluster;
+use crate::plan::Plan;
+
+/// Logs a line on stderr, prefixed with the agent's name.
+macro_rules! log {
+    ($($arg:tt)*) => { eprintln!("cni-netpol: {}", format!($($arg)*)) };
+}
+
+/// Where views of the cluster come from.
+pub trait Source {
+    /// A new view when something changed since the last call, `None` when nothing did.
+    fn poll(&mut self) -> Result<Option<Cluster>, Error>;
+}
+
+/// A JSON file holding a [`Cluster`], read again whenever its content changes (`--static`).
+pub struct StaticFile {
+    pub path: PathBuf,
+    last: Option<Vec<u8>>,
+}
+
+impl StaticFile {
+    pub fn new(path: PathBuf) -> StaticFile {
+        StaticFile { path, last: None }
+    }
+}
+
+impl Source for StaticFile {
+    fn poll(&mut self) -> Result<Option<Cluster>, Error> {
+        let bytes = fs::read(&self.path).map_err(|error| Error::Read { path: self.path.clone(), error })?;
+        if self.last.as_ref() == Some(&bytes) {
+            return Ok(None);
+        }
+        let cluster =
+            serde_json::from_slice(&bytes).map_err(|error| Error::Parse { path: self.path.clone(), error })?;
+        self.last = Some(bytes);
+        Ok(Some(cluster))
+    }
+}
+
+/// The agent's state: what the kernel holds, and what was logged.
+pub struct Agent {
+    pub table: String,
+    pub node: NodeOptions,
+    applied: Option<Plan>,
+    logged: BTreeSet<String>,
+    source_failing: bool,
+    /// A view whose transaction the kernel refused: tried again at each [`Agent::repair`].
+    pending: Option<Cluster>,
+}
+
+impl Agent {
+    pub fn new(table: &str, node: NodeOptions) -> Agent {
+        Agent {
+            table: table.to_string(),
+            node,
+            applied: None,
+            logged: BTreeSet::new(),
+            source_failing: false,
+            pending: None,
+        }
+    }
+
+    /// Compiles `cluster` and puts it in force: the whole table the first time, differences after.
+    pub fn apply(&mut self, cluster: &Cluster) -> Result<Applied, Error> {
+        let compiling = Instant::now();
+        let plan = compile(cluster, &self.node);
+        let compiled = compiling.elapsed();
+        for warning in plan.warnings.difference(&self.logged) {
+            log!("{warning}");
+        }
+        self.logged = plan.warnings.clone();
+        let started = Instant::now();
+        let applied = match &self.applied {
+            None => apply::replace(&self.table, &plan),
+            Some(old) => match apply::update(&self.table, old, &plan) {
+                // Elements not as we left them (someone changed the table): the whole table again.
+                Err(_) => apply::replace(&self.table, &plan),
+                done => done,
+            },
+        };
+        let applied = match applied {
+            Ok(applied) => applied,
+            Err(error) => {
+                // Nothing of it applied: the rules before it stay, and the view is tried again.
+                self.pending = Some(cluster.clone());
+                return Err(Error::Nftables { doing: "applying the plan", error });
+            }
+        };
+        self.pending = None;
+        if applied != Applied::Unchanged {
+            let (rules, elements) = plan.size();
+            let took = started.elapsed();
+            log!("{applied:?} in {took:?} (compiled in {compiled:?}): {rules} rules, {elements} set elements");
+        }
+        self.applied = Some(plan);
+        Ok(applied)
+    }
+
+    /// One tick: a new view applied if there is one; the table put back if it disappeared.
+    pub fn tick(&mut self, source: &mut dyn Source) -> Result<(), Error> {
+        match source.poll() {
+            Ok(Some(cluster)) => {
+                self.source_failing = false;
+                self.apply(&cluster)?;
+            }
+            Ok(None) => self.source_failing = false,
+            Err(e) => {
+                if !self.source_failing {
+                    log!("{e}: keeping the rules in force");
+                }
+                self.source_failing = true;
+            }
+        }
+        self.repair()
+    }
+
+    /// Tries again a view the kernel refused, and puts the table back whole when it has disappeared (someone
+    /// ran `nft flush ruleset`, say).
+    pub fn repair(&mut self) -> Result<(), Error> {
+        if let Some(cluster) = self.pending.take() {
+            self.apply(&cluster)?;
+        }
+        if let Some(plan) = &self.applied {
+            if !apply::exists(&self.table).unwrap_or(true) {
+                log!("table inet {} is gone: putting it back", self.table);
+                apply::replace(&self.table, plan).map_err(|error| Error::Nftables { doing: "repairing", error })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs until killed.
+    pub fn run(&mut self, source: &mut dyn Source, interval: Duration) -> Result<(), Error> {
+        loop {
+            if let Err(e) = self.tick(source) {
+                log!("{e}");
+            }
+            std::thread::sleep(interval);
+        }
+    }
+}
+
+/// `net.bridge.bridge-nf-call-ip{,6}tables=1` in the agent's namespace, so that traffic between two pods of
+/// one bridge (kubenet's cbr0, flannel's cni0) passes the inet forward hook. A node without br_netfilter
+/// has no such files, and then no bridged traffic to miss.
+pub fn ensure_bridge_netfilter() -> Result<(), Error> {
+    for name in ["net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables"] {
+        match cnicore::sysctl::write_if_different(name, "1") {
+            Ok(_) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(Error::BridgeNetfilter { name, error }),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,20 @@
+//! cni-netpol: Kubernetes NetworkPolicy enforced on every node natively in nftables.
+//!
+//! - [`model`]: what the agent reads of the cluster (Namespaces, Pods, NetworkPolicies), as the API's JSON.
+//! - [`compile`]: the pure policy compiler, cluster view in, [`plan::Plan`] out (no kernel).
+//! - [`plan`]: the table as data (sets, chains, rules) and an evaluator of it for one packet.
+//! - [`ranges`]: CIDRs minus exceptions as address ranges (interval sets).
+//! - [`nft`]: the plan as nf_tables netlink messages, sent as one transaction.
+//! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
+//! - [`agent`]: the loop: a source of cluster views, compiled and applied; [`error`]: its errors.
+//! - [`watch`]: the Kubernetes source (Pods, Namespaces, NetworkPolicies watched into reflector stores).
+
+pub mod agent;
+pub mod apply;
+pub mod compile;
+pub mod error;
+pub mod model;
+pub mod nft;
+pub mod plan;
+pub mod ranges;
+pub mod watch;

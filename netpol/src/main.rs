@@ -1,0 +1,116 @@
+//! cni-netpol: Kubernetes NetworkPolicy on this node, in nftables (see the crate's README).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use ipnet::IpNet;
+
+use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
+use netpol::compile::NodeOptions;
+use netpol::plan::TABLE;
+
+#[derive(Parser, Debug)]
+#[command(name = "cni-netpol", about = "NetworkPolicy enforced natively in nftables")]
+struct Cli {
+    /// The nftables table (family inet) the agent owns.
+    #[arg(long, default_value = TABLE, global = true)]
+    table: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Enforce the policies of a cluster view read from a JSON file (namespaces, pods, policies as the API
+    /// writes them), applying every change to the file; runs until killed, leaving the rules in force.
+    Run {
+        /// The cluster view.
+        #[arg(long = "static")]
+        file: PathBuf,
+        /// A pod CIDR of this node: its addresses that no known pod holds are dropped until the agent knows
+        /// the pod (repeat for each family).
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
+        /// How often the source is read, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        interval_ms: u64,
+        /// Apply once and exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Enforce the cluster's policies, watching Pods, Namespaces and NetworkPolicies on the API server; runs
+    /// until killed, leaving the rules in force.
+    Watch {
+        /// The kubeconfig (default: in-cluster, then KUBECONFIG, then ~/.kube/config).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// This node's name: its Node's podCIDRs are the pod CIDRs (see --pod-cidr).
+        #[arg(long)]
+        node_name: Option<String>,
+        /// A pod CIDR of this node (instead of the Node's).
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
+        /// How often the table's presence is checked, in milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        repair_ms: u64,
+    },
+    /// Remove the table, and nothing else.
+    Cleanup,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run { file, pod_cidrs, interval_ms, once } => run(&cli.table, file, pod_cidrs, interval_ms, once),
+        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => {
+            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms))
+        }
+        Command::Cleanup => netpol::apply::remove(&cli.table)
+            .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
+    };
+    if let Err(e) = result {
+        eprintln!("cni-netpol: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(
+    table: &str,
+    file: PathBuf,
+    pod_cidrs: Vec<IpNet>,
+    interval_ms: u64,
+    once: bool,
+) -> Result<(), netpol::error::Error> {
+    ensure_bridge_netfilter()?;
+    let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+    let mut source = StaticFile::new(file);
+    let first = source.poll()?.unwrap_or_default();
+    agent.apply(&first)?;
+    if once {
+        return Ok(());
+    }
+    agent.run(&mut source, Duration::from_millis(interval_ms))
+}
+
+fn watch(
+    table: &str,
+    kubeconfig: Option<PathBuf>,
+    node_name: Option<String>,
+    mut pod_cidrs: Vec<IpNet>,
+    repair: Duration,
+) -> Result<(), netpol::error::Error> {
+    ensure_bridge_netfilter()?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    runtime.block_on(async move {
+        let client = netpol::watch::client(kubeconfig.as_deref()).await?;
+        if let (true, Some(name)) = (pod_cidrs.is_empty(), &node_name) {
+            pod_cidrs = netpol::watch::node_pod_cidrs(&client, name).await?;
+        }
+        if pod_cidrs.is_empty() {
+            eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
+        }
+        let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+        netpol::watch::run(&mut agent, client, repair).await
+    })
+}

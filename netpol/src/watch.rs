@@ -1,0 +1,145 @@
+//! The Kubernetes source: Pods, Namespaces and NetworkPolicies watched through kube-runtime's watchers into
+//! reflector stores, and the whole view handed to the [`Agent`] after each burst of events.
+//!
+//! - The first view is applied only when all three stores hold a complete list: a policy not yet listed
+//!   would otherwise leave its pods open for a moment.
+//! - A watch that ends with 410 Gone (its resource version too old) is relisted by the watcher; the store
+//!   takes the new list whole when it is complete, so objects deleted meanwhile go.
+//! - When the API server is lost, the watchers retry with backoff and the stores keep their last content:
+//!   nothing is applied, the rules in force stay. The agent logs the loss once, and the return.
+//! - Objects are converted to the compiler's [`crate::model`] through their JSON (the API's field names).
+//!
+//! The types are k8s-openapi's of v1.33 (`earliest`); the fields read here (metadata name, namespace and
+//! labels; a Pod's containers' ports, hostNetwork, phase and podIPs; a NetworkPolicy's spec; a Node's
+//! podCIDRs) are the same on the v1.28 server of the tests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::agent::Agent;
+use crate::error::Error;
+use crate::model::{self, Cluster};
+
+/// How long the agent waits after an event for the rest of its burst (a Deployment's rollout, say).
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// The three stores.
+struct Stores {
+    pods: Store<Pod>,
+    namespaces: Store<Namespace>,
+    policies: Store<NetworkPolicy>,
+}
+
+/// A client from a kubeconfig file, or the default (in-cluster, `KUBECONFIG`, `~/.kube/config`).
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(Error::Kubeconfig)?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(Error::Kubeconfig)?
+        }
+        None => kube::Config::infer().await.map_err(Error::InferConfig)?,
+    };
+    Client::try_from(config).map_err(Error::Kube)
+}
+
+/// The pod CIDRs of Node `name` (`spec.podCIDRs`).
+pub async fn node_pod_cidrs(client: &Client, name: &str) -> Result<Vec<ipnet::IpNet>, Error> {
+    let node = Api::<Node>::all(client.clone()).get(name).await.map_err(Error::Kube)?;
+    let cidrs = node.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
+    Ok(cidrs.iter().filter_map(|c| c.parse().ok()).collect())
+}
+
+/// Watches one kind into a store; `changed` is notified on every event. Errors (the API server lost, 410
+/// Gone) are logged when they start and end; the watcher relists and retries with backoff.
+fn watch<K>(client: &Client, changed: Arc<Notify>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), watcher::Config::default()))
+        .default_backoff();
+    tokio::spawn(async move {
+        let mut failing = false;
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                // A (re)list starting is not the API server being back; its first object is.
+                Ok(watcher::Event::Init) => {}
+                Ok(_) => {
+                    if failing {
+                        eprintln!("cni-netpol: watching {}: back", K::plural(&()));
+                        failing = false;
+                    }
+                    changed.notify_one();
+                }
+                Err(e) if !failing => {
+                    let cause = std::error::Error::source(&e).map(|s| format!(" ({s})")).unwrap_or_default();
+                    eprintln!("cni-netpol: watching {}: {e}{cause}: keeping the rules in force", K::plural(&()));
+                    failing = true;
+                }
+                Err(_) => {}
+            }
+        }
+    });
+    reader
+}
+
+/// One object as the compiler's model (through the API's JSON).
+fn convert<K: Serialize, M: DeserializeOwned + Default>(object: &K) -> M {
+    serde_json::to_value(object).ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default()
+}
+
+impl Stores {
+    fn view(&self) -> Cluster {
+        Cluster {
+            namespaces: self.namespaces.state().iter().map(|o| convert::<_, model::Namespace>(o.as_ref())).collect(),
+            pods: self.pods.state().iter().map(|o| convert::<_, model::Pod>(o.as_ref())).collect(),
+            policies: self.policies.state().iter().map(|o| convert::<_, model::NetworkPolicy>(o.as_ref())).collect(),
+        }
+    }
+}
+
+/// Runs the agent on the cluster's objects until killed.
+pub async fn run(agent: &mut Agent, client: Client, tick: Duration) -> Result<(), Error> {
+    let changed = Arc::new(Notify::new());
+    let stores = Stores {
+        pods: watch(&client, changed.clone()),
+        namespaces: watch(&client, changed.clone()),
+        policies: watch(&client, changed.clone()),
+    };
+    for ready in [stores.pods.wait_until_ready().await, stores.namespaces.wait_until_ready().await] {
+        ready.map_err(|_| Error::WatchEnded)?;
+    }
+    stores.policies.wait_until_ready().await.map_err(|_| Error::WatchEnded)?;
+    if let Err(e) = agent.apply(&stores.view()) {
+        eprintln!("cni-netpol: {e}");
+    }
+    let mut interval = tokio::time::interval(tick);
+    loop {
+        tokio::select! {
+            _ = changed.notified() => {
+                tokio::time::sleep(SETTLE).await;
+                if let Err(e) = agent.apply(&stores.view()) {
+                    eprintln!("cni-netpol: {e}");
+                }
+            }
+            _ = interval.tick() => {
+                if let Err(e) = agent.repair() {
+                    eprintln!("cni-netpol: {e}");
+                }
+            }
+        }
+    }
+}
