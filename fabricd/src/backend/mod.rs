@@ -23,7 +23,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use contract::{
-    peers_by_device, pod_mtu, wanted, Backend, BackendContext, LeaseData, OptionsError, PeerEndpoint, Wanted,
+    peers_by_device, pod_mtu, wanted, Backend, BackendContext, LeaseData, OptionsError, PeerEndpoint, TunnelPeer,
+    Wanted,
 };
 pub use device::DeviceContext;
 

@@ -12,6 +12,8 @@
 //! peer: a wireguard peer (key, endpoint, its subnets as allowed IPs) and a route to its subnet on the device.
 //! A peer's new key (a rotation) replaces its old one at the next pass.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ use serde_json::Value;
 
 #[cfg(test)]
 use super::contract::peers_by_device;
-use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted};
+use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, TunnelPeer, Wanted};
 use super::device::DeviceContext;
 use super::wireguard_key::{load_or_create, PrivateKey};
 use crate::dataplane::diff::{Change, DeviceChange, Object};
@@ -274,10 +276,11 @@ impl Backend for WireguardBackend {
             keepalive: self.keepalive,
             allowed_ips: vec![subnet],
         };
-        wanted.tunnel_peers.push((index, peer));
+        wanted.tunnel_peers.push((index, TunnelPeer::new(peer)));
     }
 
-    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<WgPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<TunnelPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+        let wanted = one_peer_per_key(wanted.into_iter().filter_map(TunnelPeer::into_inner::<WgPeer>));
         let mut wireguard = Wireguard::new()?;
         let observed = wireguard.device(index)?.peers;
         let changes = cnicore::netlink::wireguard::peer_changes(&wanted, &observed);
@@ -298,6 +301,23 @@ impl Backend for WireguardBackend {
     fn owns_link(&self, name: &str, kind: Option<&str>) -> bool {
         (name == DEVICE || name == DEVICE_V6) && kind == Some("wireguard")
     }
+}
+
+/// A peer of both families on one device is one wireguard peer with both subnets as allowed IPs. A map of
+/// where each key is: a scan of the peers per peer is quadratic in the cluster.
+fn one_peer_per_key(peers: impl Iterator<Item = WgPeer>) -> Vec<WgPeer> {
+    let mut merged: Vec<WgPeer> = Vec::new();
+    let mut placed: HashMap<[u8; 32], usize> = HashMap::new();
+    for peer in peers {
+        match placed.entry(peer.public_key) {
+            Entry::Occupied(at) => merged[*at.get()].allowed_ips.extend(peer.allowed_ips),
+            Entry::Vacant(slot) => {
+                slot.insert(merged.len());
+                merged.push(peer);
+            }
+        }
+    }
+    merged
 }
 
 #[cfg(test)]
@@ -405,8 +425,9 @@ mod tests {
         assert_eq!((route.gateway, route.oif, route.onlink), (None, Some(7), false));
         let devices = peers_by_device(&[7], wanted.tunnel_peers);
         assert_eq!(devices.len(), 1);
-        let (index, peers) = &devices[0];
-        assert_eq!((*index, peers.len()), (7, 1));
+        let (index, peers) = devices.into_iter().next().unwrap();
+        let peers = one_peer_per_key(peers.into_iter().filter_map(TunnelPeer::into_inner::<WgPeer>));
+        assert_eq!((index, peers.len()), (7, 1), "both families on one peer");
         assert_eq!(peers[0].endpoint, Some("192.168.60.3:51820".parse().unwrap()));
         assert_eq!(peers[0].keepalive, 25);
         let ips: Vec<String> = peers[0].allowed_ips.iter().map(|n| n.to_string()).collect();
