@@ -16,16 +16,15 @@ use crate::backend::pod_mtu;
 use crate::cli::Cli;
 use crate::dataplane::{self, Dataplane, Report};
 use crate::error::{Error, Result};
-use crate::flannel::{Family, SubnetKey};
+use crate::family::Family;
+use crate::flannel::SubnetKey;
 use crate::log::{log, summary};
-use crate::metrics::Metrics;
+use crate::metrics::{Endpoints, Metrics};
 use crate::node::{self, Files};
-use crate::source::Cluster;
+use crate::source::{Cluster, SourceContext};
 
 /// The periodic full pass.
 const RESYNC: Duration = Duration::from_secs(10);
-/// The masquerade rules are checked this often (and when the cluster changes).
-const MASQ_CHECK: Duration = Duration::from_secs(30);
 
 /// What woke the loop.
 enum Trigger {
@@ -40,7 +39,11 @@ struct Agent {
     /// Returned by each pass's blocking task.
     dataplane: Option<Dataplane>,
     firewall: Option<Backend>,
+    /// --firewall-backend was given: it wins over the config's EnableNFTables.
+    firewall_given: bool,
     ip_masq: bool,
+    /// The masquerade rules are checked this often (`--iptables-resync`), and when the cluster changes.
+    masq_check: Duration,
     files: Files,
     last_masq: Option<(Instant, Cluster)>,
     /// Refused peers already logged, and why: each refusal is logged once.
@@ -49,79 +52,125 @@ struct Agent {
     second_keys: BTreeSet<SubnetKey>,
     next_resync: Instant,
     retry_delay: Duration,
+    /// Tells the source once the data plane, the masquerade and the files are in place.
+    ready: watch::Sender<bool>,
 }
 
-pub async fn run(cli: Cli) -> Result<i32> {
+/// What the loop waits on: the source's clusters (and its task, whose error ends the agent) and the netlink
+/// notifications.
+struct Inputs {
+    clusters: watch::Receiver<Option<Cluster>>,
+    source: tokio::task::JoinHandle<Error>,
+    events: mpsc::UnboundedReceiver<()>,
+}
+
+/// The agent, as steps: the node and its underlay, the masquerade's backend, the source, the HTTP servers,
+/// the netlink notifications and sysctls, then the loop until SIGTERM.
+pub async fn run(mut cli: Cli) -> Result<i32> {
     let metrics = Arc::new(Metrics::default());
+    let source = cli.source();
+    // flanneld: the node's stored public addresses (Kubernetes: its node-public-ip annotations) win.
+    let (stored_v4, stored_v6) = source.stored_public_ips().await?;
+    if stored_v4.is_some() || stored_v6.is_some() {
+        log!(info, "public addresses from the store: {stored_v4:?} {stored_v6:?}");
+    }
+    cli.public_ip = stored_v4.or(cli.public_ip);
+    cli.public_ipv6 = stored_v6.or(cli.public_ipv6);
     let (mut dataplane, identity) = cli.open_dataplane()?;
-    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
-    let addresses: Vec<String> =
-        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
-    log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
-    if cli.ip_masq {
-        if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
-            log!(warn, "{}", Error::io("listing the nf_tables tables", e));
-        }
-    }
-    let firewall = match cli.ip_masq {
-        true => {
-            Some(Backend::resolve(cli.firewall_backend.as_deref()).map_err(|e| Error::cni("--firewall-backend", e))?)
-        }
-        false => None,
-    };
-    let (tx, mut clusters) = watch::channel::<Option<Cluster>>(None);
-    let mut source = cli.source().spawn(identity, cli.previous(), tx, metrics.clone())?;
-    if !cli.metrics_addr.is_empty() {
-        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone()));
-    }
-    let (events_tx, mut events) = mpsc::unbounded_channel();
+    announce(&mut dataplane, &identity)?;
+    let firewall = masquerade_backend(&cli)?;
+    let (tx, clusters) = watch::channel::<Option<Cluster>>(None);
+    let (ready_tx, ready) = watch::channel(false);
+    let context = SourceContext { node: identity, previous: cli.previous(), tx, metrics: metrics.clone(), ready };
+    let source = source.spawn(context)?;
+    serve_http(&cli, &metrics)?;
+    let (events_tx, events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
     node::sysctls(&cli.files().node_record()).map_err(|e| Error::io("sysctls", e))?;
-    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Error::io("SIGTERM handler", e))?;
-
     let mut agent = Agent {
         metrics,
         dataplane: Some(dataplane),
         firewall,
+        firewall_given: cli.firewall_backend.is_some(),
         ip_masq: cli.ip_masq,
+        masq_check: Duration::from_secs(cli.iptables_resync.max(1)),
         files: cli.files(),
         last_masq: None,
         refusals: BTreeMap::new(),
         second_keys: BTreeSet::new(),
         next_resync: Instant::now() + RESYNC,
         retry_delay: Duration::from_millis(100),
+        ready: ready_tx,
     };
-    loop {
-        let trigger = tokio::select! {
-            changed = clusters.changed() => match changed {
-                Ok(()) => Trigger::Store(Instant::now()),
-                // The source ended (its sender went with it): its error is the agent's.
-                Err(_) => {
-                    stop.store(true, Ordering::Relaxed);
-                    return Err((&mut source).await.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e))));
-                }
-            },
-            Some(()) = events.recv() => Trigger::Drift,
-            _ = tokio::time::sleep_until(agent.next_resync) => Trigger::Resync,
-            _ = tokio::signal::ctrl_c() => Trigger::Stop,
-            _ = terminate.recv() => Trigger::Stop,
-        };
-        if matches!(trigger, Trigger::Stop) {
-            break;
-        }
-        // Coalesce a burst of notifications into one pass.
-        while events.try_recv().is_ok() {}
-        let Some(cluster) = clusters.borrow_and_update().clone() else { continue };
-        agent.pass(&cluster, trigger).await?;
-    }
+    let outcome = agent.run_loop(Inputs { clusters, source, events }).await;
     stop.store(true, Ordering::Relaxed);
-    log!(info, "stopping; the data plane stays as it is (fabricd cleanup removes it)");
-    Ok(0)
+    outcome
+}
+
+/// Logs the node's addresses and underlay.
+fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -> Result<()> {
+    let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
+    let addresses: Vec<String> =
+        Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
+    log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
+    Ok(())
+}
+
+/// With --ip-masq: the firewall backend, and the nat tables that do not exist yet remembered for cleanup.
+fn masquerade_backend(cli: &Cli) -> Result<Option<Backend>> {
+    if !cli.ip_masq {
+        return Ok(None);
+    }
+    if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
+        log!(warn, "{}", Error::io("listing the nf_tables tables", e));
+    }
+    Backend::resolve(cli.firewall_backend.as_deref()).map(Some).map_err(|e| Error::cni("--firewall-backend", e))
+}
+
+/// The metrics server (--metrics-addr) and flanneld's health server (--healthz-ip, --healthz-port).
+fn serve_http(cli: &Cli, metrics: &Arc<Metrics>) -> Result<()> {
+    if !cli.metrics_addr.is_empty() {
+        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone(), Endpoints::Metrics));
+    }
+    if cli.healthz_port > 0 {
+        let ip = cli.healthz_ip.parse::<std::net::IpAddr>();
+        let ip = ip.map_err(|_| Error::Config(format!("--healthz-ip {:?} is not an address", cli.healthz_ip)))?;
+        let address = std::net::SocketAddr::new(ip, cli.healthz_port).to_string();
+        log!(info, "serving /healthz and /readyz on {address}");
+        tokio::spawn(crate::metrics::serve(address, metrics.clone(), Endpoints::Health));
+    }
+    Ok(())
 }
 
 impl Agent {
+    /// Waits for a trigger and makes a pass, until SIGTERM (0) or the source's error.
+    async fn run_loop(&mut self, mut inputs: Inputs) -> Result<i32> {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| Error::io("SIGTERM handler", e))?;
+        loop {
+            let trigger = tokio::select! {
+                changed = inputs.clusters.changed() => match changed {
+                    Ok(()) => Trigger::Store(Instant::now()),
+                    // The source ended (its sender went with it): its error is the agent's.
+                    Err(_) => return Err((&mut inputs.source).await.unwrap_or_else(|e| Error::io("the store's task", std::io::Error::other(e)))),
+                },
+                Some(()) = inputs.events.recv() => Trigger::Drift,
+                _ = tokio::time::sleep_until(self.next_resync) => Trigger::Resync,
+                _ = tokio::signal::ctrl_c() => Trigger::Stop,
+                _ = terminate.recv() => Trigger::Stop,
+            };
+            if matches!(trigger, Trigger::Stop) {
+                log!(info, "stopping; the data plane stays as it is (fabricd cleanup removes it)");
+                return Ok(0);
+            }
+            // Coalesce a burst of notifications into one pass.
+            while inputs.events.try_recv().is_ok() {}
+            let Some(cluster) = inputs.clusters.borrow_and_update().clone() else { continue };
+            self.pass(&cluster, trigger).await?;
+        }
+    }
+
     /// One pass: reconcile, report, then the node's masquerade and files, and the next pass's time.
     async fn pass(&mut self, cluster: &Cluster, trigger: Trigger) -> Result<()> {
         if let Err(e) = node::family_sysctls(&self.files.node_record(), &cluster.config) {
@@ -145,6 +194,10 @@ impl Agent {
         let mtu = pod_mtu(&*cluster.config.backend, families, &underlay);
         self.masquerade_if_due(cluster);
         self.write_files(cluster, mtu, ok);
+        if ok {
+            Metrics::set(&self.metrics.started, 1);
+            self.ready.send_if_modified(|ready| !std::mem::replace(ready, true));
+        }
         self.schedule(ok);
         Ok(())
     }
@@ -219,11 +272,15 @@ impl Agent {
         self.second_keys = now.into_keys().collect();
     }
 
-    /// The masquerade rules, checked every 30 s and whenever the cluster's subnet or config changes.
+    /// The masquerade rules, checked every --iptables-resync seconds and whenever the cluster's subnet or config changes.
     fn masquerade_if_due(&mut self, cluster: &Cluster) {
-        let Some(backend) = self.firewall else { return };
+        let Some(chosen) = self.firewall else { return };
+        let backend = match cluster.config.enable_nftables && !self.firewall_given {
+            true => Backend::Nftables,
+            false => chosen,
+        };
         let due = self.last_masq.as_ref().is_none_or(|(at, last)| {
-            at.elapsed() > MASQ_CHECK || last.subnet != cluster.subnet || last.config != cluster.config
+            at.elapsed() > self.masq_check || last.subnet != cluster.subnet || last.config != cluster.config
         });
         if !due {
             return;

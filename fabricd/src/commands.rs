@@ -5,7 +5,8 @@ use crate::cli::Cli;
 use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::Dataplane;
 use crate::error::{Error, Result};
-use crate::flannel::Family;
+use crate::family::Family;
+use crate::flannel::SubnetKey;
 use crate::log::{log, summary};
 use crate::node;
 use crate::plan::PeerPath;
@@ -82,33 +83,56 @@ pub async fn acquire(cli: &Cli) -> Result<i32> {
     Ok(0)
 }
 
-/// Removes everything fabricd made on this node, and its lease; exit 1 when some part failed.
+/// Removes everything fabricd made on this node, and its lease; exit 1 when some part failed. Each step runs
+/// whatever the others came to.
 pub async fn cleanup(cli: &Cli) -> Result<i32> {
     let (mut dataplane, identity) = cli.open_dataplane()?;
+    let (subnet, devices, left) = leave_cluster(cli, &identity).await;
+    let removed = remove_data_plane(&mut dataplane, devices, subnet)?;
+    let masq = match cnicore::firewall::node_masq::teardown() {
+        Ok(()) => true,
+        Err(e) => {
+            log!(error, "{}", Error::cni("removing the masquerade", e));
+            false
+        }
+    };
+    let files = cli.files();
+    let restored = restore_node(&files);
+    let removed_files = remove_files(&files);
+    Ok(if left && removed && masq && restored && removed_files { 0 } else { 1 })
+}
+
+/// Releases the node's lease; the node's subnet (the store's, else the one subnet.env remembers), the
+/// config's devices, and whether the store answered.
+async fn leave_cluster(cli: &Cli, identity: &NodeIdentity) -> (Option<SubnetKey>, Vec<String>, bool) {
     let source = cli.source();
-    let mut code = 0;
-    let mut devices = Vec::new();
-    // The node's subnet: the store's, else the one subnet.env remembers.
-    let mut subnet = cli.previous().subnet;
-    match source.current(&identity, cli.previous()).await {
+    match source.current(identity, cli.previous()).await {
         Ok(cluster) => {
-            subnet = Some(cluster.subnet);
-            devices.extend(Family::ALL.into_iter().filter_map(|f| cluster.config.backend.device_name(f)));
-            match source.release(&cluster).await {
-                Ok(true) => log!(info, "released the lease of {}", cluster.subnet),
-                Ok(false) => {}
+            let devices = Family::ALL.into_iter().filter_map(|f| cluster.config.backend.device_name(f)).collect();
+            let released = match source.release(&cluster).await {
+                Ok(true) => {
+                    log!(info, "released the lease of {}", cluster.subnet);
+                    true
+                }
+                Ok(false) => true,
                 Err(e) => {
                     log!(error, "releasing the lease of {}: {e}", cluster.subnet);
-                    code = 1;
+                    false
                 }
-            }
+            };
+            (Some(cluster.subnet), devices, released)
         }
         Err(e) => {
             log!(warn, "{e}: cleaning up the node only");
-            code = 1;
+            (cli.previous().subnet, Vec::new(), false)
         }
     }
-    // A device of ours under any backend's options (a vxlan device of any VNI), of either family.
+}
+
+/// Removes fabricd's routes and devices (a device of ours under any backend's options: a vxlan device of any
+/// VNI, of either family), and the bridge's gateway address in the node's subnet; false when the address could
+/// not be removed.
+fn remove_data_plane(dataplane: &mut Dataplane, mut devices: Vec<String>, subnet: Option<SubnetKey>) -> Result<bool> {
     let links = dataplane.netlink().links().map_err(|e| Error::netlink("listing links", e))?;
     for link in links {
         if backend::any_owns_link(&link.name, link.kind.as_deref()) && !devices.contains(&link.name) {
@@ -119,19 +143,22 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
     // The bridge's gateway address in the node's subnet, given by the conflist fabricd wrote: left, it would
     // make the next pod on a new subnet fail ("cbr0 already has an IP address different from ...").
     let subnets = subnet.map(|s| s.subnets()).unwrap_or_default();
-    match remove_gateway_addresses(&mut dataplane, &subnets) {
-        Ok(gone) => removed.extend(gone),
+    let ok = match remove_gateway_addresses(dataplane, &subnets) {
+        Ok(gone) => {
+            removed.extend(gone);
+            true
+        }
         Err(e) => {
             log!(error, "{}", Error::netlink(format!("removing the addresses of {}", node::BRIDGE), e));
-            code = 1;
+            false
         }
-    }
+    };
     log!(info, "removed {} objects: {}", removed.len(), summary(&removed));
-    if let Err(e) = cnicore::firewall::node_masq::teardown() {
-        log!(error, "{}", Error::cni("removing the masquerade", e));
-        code = 1;
-    }
-    let files = cli.files();
+    Ok(ok)
+}
+
+/// Puts back the sysctls the agent changed and removes the nat tables it made; false on failure.
+fn restore_node(files: &node::Files) -> bool {
     match node::restore(&files.node_record()) {
         Ok(restored) => {
             for change in restored {
@@ -142,23 +169,29 @@ pub async fn cleanup(cli: &Cli) -> Result<i32> {
                     }
                 }
             }
+            true
         }
         Err(e) => {
             log!(error, "putting back what the agent changed on the node: {e}");
-            code = 1;
+            false
         }
     }
+}
+
+/// Removes the conflist and subnet.env; false when one could not be removed.
+fn remove_files(files: &node::Files) -> bool {
+    let mut ok = true;
     for path in [files.conflist_path(), files.subnet_file.clone()] {
         match std::fs::remove_file(&path) {
             Ok(()) => log!(info, "removed {}", path.display()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 log!(error, "{}", Error::io(path.display().to_string(), e));
-                code = 1;
+                ok = false;
             }
         }
     }
-    Ok(code)
+    ok
 }
 
 /// Removes the addresses inside `subnets` from the conflist's bridge (absent bridge: nothing to do).

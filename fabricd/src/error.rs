@@ -79,6 +79,9 @@ fn io_kind(error: &(dyn std::error::Error + 'static)) -> Option<EtcdErrorKind> {
 pub enum Error {
     /// An etcd request failed: what was being done, the kind, and the client's message with its causes.
     Etcd { what: String, kind: EtcdErrorKind, message: String },
+    /// A request to the Kubernetes API failed: what was being done, and the client's message (the API
+    /// server's status, or why there was no answer).
+    Kube { what: String, message: String },
     /// A netlink request or dump failed.
     Netlink { what: String, source: io::Error },
     /// A file or other OS call failed.
@@ -101,6 +104,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     pub fn etcd(what: impl Into<String>, error: etcd_client::Error) -> Error {
         Error::Etcd { what: what.into(), kind: EtcdErrorKind::of(&error), message: describe(&error) }
+    }
+
+    pub fn kube(what: impl Into<String>, error: kube::Error) -> Error {
+        let message = match &error {
+            kube::Error::Api(status) => format!("{} ({} {})", status.message, status.code, status.reason),
+            other => describe_chain(other),
+        };
+        Error::Kube { what: what.into(), message }
     }
 
     pub fn netlink(what: impl Into<String>, source: io::Error) -> Error {
@@ -128,6 +139,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Etcd { what, message, .. } => write!(f, "{what}: {message}"),
+            Error::Kube { what, message } => write!(f, "{what}: {message}"),
             Error::Netlink { what, source } => write!(f, "{what}: {source}"),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             // cnicore's Display is the message and its details: the whole error.
@@ -148,6 +160,20 @@ impl std::error::Error for Error {}
 
 /// The client's message and each cause's own, once (the transport error's causes carry the reason: connection
 /// refused, a certificate refused, ...).
+/// An error and its causes, each once: "a: b: c".
+fn describe_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        let text = current.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cause = current.source();
+    }
+    parts.join(": ")
+}
+
 fn describe(error: &etcd_client::Error) -> String {
     let mut text = error.to_string();
     let mut source = std::error::Error::source(error);

@@ -1,6 +1,8 @@
 //! flannel's formats, so that a cluster that ran flanneld keeps its config and every node its subnet: the
-//! network config at `<prefix>/config`, one lease per node at `<prefix>/subnets/10.244.3.0-24`, and
-//! `subnet.env`. JSON keys match case-insensitively, as Go's encoding/json does.
+//! network config (etcd's `<prefix>/config`, or `net-conf.json` in Kubernetes mode), and a lease's key and value
+//! as flanneld writes them at `<prefix>/subnets/10.244.3.0-24`. JSON keys match case-insensitively, as Go's
+//! encoding/json does. (`subnet.env` is `node.rs`'s, through cnicore; the Node annotations are
+//! `source::kube::annotations`'.)
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -9,8 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::backend::{BackendConfig, LeaseData, OptionsError};
-use crate::family::number;
-pub use crate::family::Family;
+use crate::family::{number, Family};
 
 /// The default flanneld `--etcd-prefix`.
 pub const DEFAULT_PREFIX: &str = "/coreos.com/network";
@@ -158,6 +159,9 @@ pub struct NetworkConfig {
     pub v6: Option<FamilyNetwork>,
     /// The `Backend` object and the backend it configures.
     pub backend: BackendConfig,
+    /// flannel's `EnableNFTables`: the masquerade in nftables (fabricd's table `inet fabricd`, not flanneld's
+    /// tables) unless --firewall-backend says otherwise.
+    pub enable_nftables: bool,
 }
 
 #[derive(Deserialize)]
@@ -173,6 +177,7 @@ struct RawConfig {
     ipv6subnetlen: Option<u8>,
     ipv6subnetmin: Option<Ipv6Addr>,
     ipv6subnetmax: Option<Ipv6Addr>,
+    enablenftables: Option<bool>,
     backend: Option<Value>,
 }
 
@@ -183,10 +188,17 @@ fn parse_go<T: serde::de::DeserializeOwned>(what: &'static str, text: &[u8]) -> 
 }
 
 impl NetworkConfig {
+    /// The config with the backend's defaults (tests; the agent builds backends with its context).
+    #[cfg(test)]
     pub fn parse(text: &[u8]) -> Result<NetworkConfig, FormatError> {
+        NetworkConfig::parse_with(text, &crate::backend::BackendContext::default())
+    }
+
+    /// The config, its backend built with `context`.
+    pub fn parse_with(text: &[u8], context: &crate::backend::BackendContext) -> Result<NetworkConfig, FormatError> {
         let raw: RawConfig = parse_go("network config", text)?;
-        let backend =
-            BackendConfig::parse(raw.backend.unwrap_or_else(|| serde_json::json!({}))).map_err(FormatError::Backend)?;
+        let options = raw.backend.unwrap_or_else(|| serde_json::json!({}));
+        let backend = BackendConfig::parse(options, context).map_err(FormatError::Backend)?;
         let v4 = match raw.enableipv4.unwrap_or(true) {
             false => None,
             true => {
@@ -226,7 +238,7 @@ impl NetworkConfig {
         if v4.is_none() && v6.is_none() {
             return Err(FormatError::NoFamily);
         }
-        Ok(NetworkConfig { v4, v6, backend })
+        Ok(NetworkConfig { v4, v6, backend, enable_nftables: raw.enablenftables.unwrap_or(false) })
     }
 
     /// The plan of `family`, when it is enabled.
@@ -429,6 +441,10 @@ mod tests {
         assert_eq!(config.backend.device_name(Family::V6).unwrap(), "flannel-v6.1");
         // Go's key matching, nulls as absent, the defaults.
         let config = NetworkConfig::parse(br#"{"network":"10.1.0.0/16","subnetmin":null,"backend":{"type":"vxlan","VNI":4,"Port":4789,"directRouting":true}}"#).unwrap();
+        assert!(!config.enable_nftables, "flannel's default");
+        let nft =
+            NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","EnableNFTables":true,"Backend":{"Type":"vxlan"}}"#);
+        assert!(nft.unwrap().enable_nftables);
         assert_eq!(config.v4.unwrap().subnet_len, 24);
         assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 4, port: 4789, direct_routing: true }");
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)

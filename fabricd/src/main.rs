@@ -24,7 +24,15 @@ use log::log;
 
 fn main() {
     let cli = Cli::parse_from(go_style_args());
-    backend::wireguard::set_key_file(cli.wireguard_key_file());
+    if cli.version {
+        // flanneld prints its version on stderr.
+        eprintln!("v{} (fabricd, flanneld v0.28's flags)", env!("CARGO_PKG_VERSION"));
+        std::process::exit(0);
+    }
+    if let Err(e) = cli.refused.check() {
+        log!(error, "{e}");
+        std::process::exit(1);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let code = runtime.block_on(async move {
         let command = if cli.cleanup { Some(Command::Cleanup) } else { cli.command.clone() };

@@ -45,12 +45,14 @@ metrics! {
     peers: "gauge", "Other nodes known.";
     etcd_requests_total: "counter", "Unary requests sent to etcd (the watch stream counts once per start).";
     etcd_errors_total: "counter", "Failed etcd requests and lost connections.";
+    kube_errors_total: "counter", "Failed Kubernetes API requests and lost watches of Nodes (Kubernetes mode).";
     watch_restarts_total: "counter", "Times the watch of leases was started again (relist after compaction or a lost stream).";
     lease_acquisitions_total: "counter", "Times this node's subnet lease was acquired or taken back.";
     store_connected: "gauge", "1 while the store is reachable.";
     ready: "gauge", "1 while the data plane matches the store (the last pass applied every change); /healthz answers 200 then.";
     ignored_store_keys: "gauge", "Entries under the leases' prefix that are not leases (an alias of a lease's key, a value larger than a lease).";
     own_lease_rewrites_total: "counter", "Times this node wrote its lease back after another writer changed it.";
+    started: "gauge", "1 once the data plane, the masquerade and subnet.env were first in place (/readyz answers 200 from then on).";
     last_convergence_seconds: "gauge", "Time from a change seen in the store to the data plane matching it, last time.";
 }
 
@@ -68,17 +70,29 @@ impl Metrics {
     }
 }
 
+/// Which server answers: the metrics one (`--metrics-addr`) or flanneld's health one (`--healthz-port`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    Metrics,
+    /// flanneld's: `/healthz` 200 while the process runs (a liveness probe), `/readyz` 200 once the node's
+    /// data plane, masquerade and subnet.env were first in place.
+    Health,
+}
+
 /// The answer to a request head: `/metrics` in Prometheus' text format, `/healthz` 200 while the data plane
-/// matches the store (503 before the first good pass or after a failed one), anything else 404.
-fn answer(head: &[u8], metrics: &Metrics) -> String {
+/// matches the store (503 before the first good pass or after a failed one), `/readyz` 200 once the node was
+/// first ready, anything else 404.
+fn answer(head: &[u8], metrics: &Metrics, endpoints: Endpoints) -> String {
     let line = String::from_utf8_lossy(head.split(|b| *b == b'\n').next().unwrap_or_default()).into_owned();
     let path = line.split_whitespace().nth(1).unwrap_or_default();
     let path = path.split('?').next().unwrap_or_default();
-    let (status, kind, body) = match path {
-        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-        "/healthz" if metrics.ready.load(Ordering::Relaxed) == 1 => ("200 OK", "text/plain", "ok\n".to_string()),
-        "/healthz" => ("503 Service Unavailable", "text/plain", "the data plane does not match the store yet\n".into()),
-        _ => ("404 Not Found", "text/plain", "not found: /metrics, /healthz\n".to_string()),
+    let started = metrics.started.load(Ordering::Relaxed) == 1;
+    let (status, kind, body) = match (endpoints, path) {
+        (Endpoints::Health, "/healthz") => ("200 OK", "text/plain", "flanneld is running".to_string()),
+        (_, "/readyz") if started => ("200 OK", "text/plain", "flanneld is ready".to_string()),
+        (_, "/readyz") => ("503 Service Unavailable", "text/plain", "flanneld is not ready yet".to_string()),
+        (Endpoints::Health, _) => ("404 Not Found", "text/plain", "not found: /healthz, /readyz\n".to_string()),
+        (_, path) => answer_metrics(path, metrics),
     };
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -86,8 +100,17 @@ fn answer(head: &[u8], metrics: &Metrics) -> String {
     )
 }
 
-/// Serves `/metrics` and `/healthz` on `address` until the process ends.
-pub async fn serve(address: String, metrics: Arc<Metrics>) {
+fn answer_metrics(path: &str, metrics: &Metrics) -> (&'static str, &'static str, String) {
+    match path {
+        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
+        "/healthz" if metrics.ready.load(Ordering::Relaxed) == 1 => ("200 OK", "text/plain", "ok\n".to_string()),
+        "/healthz" => ("503 Service Unavailable", "text/plain", "the data plane does not match the store yet\n".into()),
+        _ => ("404 Not Found", "text/plain", "not found: /metrics, /healthz, /readyz\n".to_string()),
+    }
+}
+
+/// Serves `endpoints` on `address` until the process ends.
+pub async fn serve(address: String, metrics: Arc<Metrics>, endpoints: Endpoints) {
     let listener = match TcpListener::bind(&address).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -112,7 +135,7 @@ pub async fn serve(address: String, metrics: Arc<Metrics>) {
                 head
             };
             let head = tokio::time::timeout(std::time::Duration::from_secs(5), read_head).await.unwrap_or_default();
-            let response = answer(&head, &metrics);
+            let response = answer(&head, &metrics, endpoints);
             let _ = stream.write_all(response.as_bytes()).await;
         });
     }
@@ -125,7 +148,9 @@ mod tests {
     #[test]
     fn metrics_healthz_and_nothing_else() {
         let metrics = Metrics::default();
-        let status = |head: &str| answer(head.as_bytes(), &metrics).lines().next().unwrap_or_default().to_string();
+        let status = |head: &str| {
+            answer(head.as_bytes(), &metrics, Endpoints::Metrics).lines().next().unwrap_or_default().to_string()
+        };
         assert_eq!(status("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), "HTTP/1.1 200 OK");
         assert_eq!(status("GET /healthz HTTP/1.1\r\n\r\n"), "HTTP/1.1 503 Service Unavailable");
         Metrics::set(&metrics.ready, 1);
@@ -133,6 +158,6 @@ mod tests {
         for other in ["GET / HTTP/1.1\r\n\r\n", "GET /metricsx HTTP/1.1\r\n\r\n", "", "garbage"] {
             assert_eq!(status(other), "HTTP/1.1 404 Not Found", "{other:?}");
         }
-        assert!(answer(b"GET /metrics HTTP/1.1\r\n\r\n", &metrics).contains("fabricd_ready 1"));
+        assert!(answer(b"GET /metrics HTTP/1.1\r\n\r\n", &metrics, Endpoints::Metrics).contains("fabricd_ready 1"));
     }
 }

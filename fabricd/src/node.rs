@@ -9,7 +9,8 @@ use serde_json::json;
 use cnicore::subnet_env::SubnetEnv;
 
 use crate::error::{Error, Result};
-use crate::flannel::{Family, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{NetworkConfig, SubnetKey};
 
 /// The conflist's file name in the CNI config dir (sorted first, so runtimes pick it).
 pub const CONFLIST_NAME: &str = "10-fabric.conflist";

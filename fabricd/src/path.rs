@@ -1,5 +1,6 @@
 //! How a peer's pods are reached, or why its lease is not used: what the plan decides and the backends and
-//! the data plane carry out. Below all three (it names no backend).
+//! the data plane carry out. Below all three: a backend's tunnel identity is data here ([`TunnelId`]: vxlan's
+//! VTEP MAC, wireguard's public key and its base64 text), so the plan and the data plane import no backend.
 
 use std::fmt;
 use std::net::IpAddr;

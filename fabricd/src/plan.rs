@@ -36,6 +36,8 @@ fn not_unicast(ip: IpAddr) -> Option<&'static str> {
 
 /// One family's share of a peer's lease.
 struct FamilyLease<'a> {
+    /// The lease's key (both families' subnets): its seniority's tie-break.
+    key: SubnetKey,
     subnet: IpNet,
     public: Option<IpAddr>,
     /// The backend's reading of its data.
@@ -67,7 +69,7 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
         .filter_map(|(key, peer)| {
             let subnet = key.get(family)?;
             let id = backend.tunnel_id(family, peer.attrs.data(family));
-            Some(FamilyLease { subnet, public: peer.attrs.public(family), id, peer })
+            Some(FamilyLease { key: *key, subnet, public: peer.attrs.public(family), id, peer })
         })
         .collect();
     let mut valid = Vec::new();
@@ -79,7 +81,7 @@ fn plan_family(cluster: &Cluster, network: &FamilyNetwork, underlay: &Underlay, 
             None => valid.push(lease),
         }
     }
-    valid.sort_by_key(|lease| (lease.peer.created, lease.subnet));
+    valid.sort_by_key(|lease| lease.peer.seniority(lease.key));
     let mut ip_holders: BTreeMap<IpAddr, IpNet> = BTreeMap::new();
     let mut id_holders: BTreeMap<TunnelId, IpNet> = BTreeMap::new();
     let mut subnet_holders = SubnetHolders::default();
@@ -164,7 +166,7 @@ impl SubnetHolders {
 /// refuses them, and where the subnet is the same, `paths` keeps the holder's path and cannot show the refusal.
 pub fn second_keys(cluster: &Cluster) -> Vec<(SubnetKey, SubnetKey)> {
     let mut peers: Vec<(&SubnetKey, &Peer)> = cluster.peers.iter().collect();
-    peers.sort_by_key(|(key, peer)| (peer.created, **key));
+    peers.sort_by_key(|(key, peer)| peer.seniority(**key));
     // The first (oldest) key naming each subnet: a map, as a scan of the older keys is quadratic.
     let mut first_with: BTreeMap<IpNet, (usize, SubnetKey)> = BTreeMap::new();
     let mut seconds = Vec::new();
@@ -538,8 +540,13 @@ mod tests {
     #[test]
     fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
         let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
-        crate::backend::wireguard::set_key_file(dir.join("wgkey"));
         let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
+        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey") };
+        cluster.config = crate::flannel::NetworkConfig::parse_with(
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#,
+            &context,
+        )
+        .unwrap();
         let Some(TunnelId::PublicKey(own)) = cluster.config.backend.own_tunnel_id(Family::V4, ip("192.168.50.10"))
         else {
             panic!("no key of this node")

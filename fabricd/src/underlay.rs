@@ -114,6 +114,41 @@ impl Underlay {
     }
 }
 
+/// The interface flanneld would choose: the first of `iface` (names or addresses) that exists, else the first
+/// interface whose name or one of whose addresses a regex of `regexes` matches (each regex in turn), else the
+/// interface of the route to `can_reach`. One name or address, or an error when none matches.
+pub fn choose(
+    nl: &mut Netlink,
+    iface: &[String],
+    regexes: &[regex_lite::Regex],
+    can_reach: Option<IpAddr>,
+) -> io::Result<Vec<String>> {
+    let links = nl.links()?;
+    let addresses = nl.addresses(None)?;
+    let exists = |wanted: &String| match wanted.parse::<IpAddr>() {
+        Ok(ip) => addresses.iter().any(|a| a.addr.addr() == ip),
+        Err(_) => links.iter().any(|l| &l.name == wanted),
+    };
+    if let Some(found) = iface.iter().find(|w| exists(w)) {
+        return Ok(vec![found.clone()]);
+    }
+    for regex in regexes {
+        let by_name = links.iter().find(|l| regex.is_match(&l.name)).map(|l| l.name.clone());
+        let by_address =
+            || addresses.iter().find(|a| regex.is_match(&a.addr.addr().to_string())).map(|a| a.addr.addr().to_string());
+        if let Some(found) = by_name.or_else(by_address) {
+            return Ok(vec![found]);
+        }
+    }
+    if let Some(target) = can_reach {
+        let index = nl.route_get_oif(target)?;
+        if let Some(link) = index.and_then(|i| links.iter().find(|l| l.index == i)) {
+            return Ok(vec![link.name.clone()]);
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::NotFound, "no interface matches the interfaces and/or regexes provided"))
+}
+
 #[cfg(test)]
 impl Underlay {
     /// A node at 192.168.50.10 and fd00:50::10 on eth0 (index 2, MTU 1500), for unit tests.

@@ -243,6 +243,8 @@ pub struct FabricNode {
     pub ip6: Option<Ipv6Addr>,
     pub agent: Option<Daemon>,
     pub args: Vec<String>,
+    /// Environment of the agent (`NODE_NAME` in Kubernetes mode).
+    pub env: Vec<(String, String)>,
     pods: usize,
 }
 
@@ -277,7 +279,8 @@ impl FabricNode {
             .arg(format!("--cni-conf-dir={}", self.conf_dir().display()))
             .arg(format!("--cni-ipam-data-dir={}", self.node.dir().join("ipam").display()))
             .args(&self.args)
-            .args(extra);
+            .args(extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         command
     }
 
@@ -528,7 +531,7 @@ impl Cluster {
             all_args.push(format!("--etcd-endpoints={}", etcd.endpoint));
         }
         all_args.extend(args.iter().map(|a| a.to_string()));
-        self.nodes.push(FabricNode { node, ip, ip6, agent: None, args: all_args, pods: 0 });
+        self.nodes.push(FabricNode { node, ip, ip6, agent: None, args: all_args, env: Vec::new(), pods: 0 });
         index
     }
 

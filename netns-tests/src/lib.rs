@@ -11,7 +11,9 @@
 //!   kubenet chain of `conf/` on a node; [`netpol`]: that node with the netpol suite's pods and the
 //!   NetworkPolicy agent; [`netpol_api`]: a bare kube-apiserver for its watch; [`fabric`]: a cluster of
 //!   nodes on an underlay for fabricd;
-//!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave).
+//!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave);
+//!   [`kubeapi`]: a bare control plane (etcd + kube-apiserver, flannel's RBAC) for fabricd's Kubernetes mode,
+//!   Nodes made through the API.
 //! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
 //!   [`traffic`]: TCP servers and clients between namespaces; [`capture`]: frames seen on an interface (a raw
 //!   socket, no tcpdump), to show what crosses an underlay.
@@ -47,6 +49,7 @@ pub mod daemon;
 pub mod fabric;
 pub mod fabric_faults;
 pub mod images;
+pub mod kubeapi;
 pub mod kubenet;
 pub mod linkrig;
 pub mod netpol;

@@ -2,14 +2,14 @@
 //! routes every tunnel makes, the wanted objects of a pass. Below the backends and the registry (mod.rs), which
 //! both use it.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::any::Any;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use cnicore::netlink::{FdbEntry, Neighbour, Route, WgPeer, RT_TABLE_MAIN};
+use cnicore::netlink::{FdbEntry, Neighbour, Route, RT_TABLE_MAIN};
 use ipnet::IpNet;
 use serde_json::Value;
 
@@ -73,7 +73,7 @@ pub trait Backend: fmt::Debug + Send + Sync {
 
     /// Makes the peers of the tunnel device `index` the `wanted` ones (a backend whose peers are not kernel
     /// routes, neighbours or FDB entries: wireguard); the changes made (in a dry run, that would be).
-    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<WgPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<TunnelPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
         let _ = (index, wanted, dry_run);
         Ok(Vec::new())
     }
@@ -188,8 +188,9 @@ pub struct Wanted {
     pub routes: Vec<Route>,
     pub neighbours: Vec<Neighbour>,
     pub fdb: Vec<FdbEntry>,
-    /// Tunnel peers by device index (wireguard); a peer of both families on one device is listed twice.
-    pub tunnel_peers: Vec<(u32, WgPeer)>,
+    /// Tunnel peers by device index, each opaque to all but the backend that made it (wireguard's); a peer
+    /// of both families on one device is listed twice.
+    pub tunnel_peers: Vec<(u32, TunnelPeer)>,
     /// What a dry run cannot build yet (the device is missing): reported as changes.
     pub pending: Vec<Change>,
 }
@@ -259,29 +260,61 @@ pub fn pod_mtu(backend: &dyn Backend, families: impl Iterator<Item = Family>, un
     underlay.mtu - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
 }
 
-/// The wanted tunnel peers of each of `devices` (none: every peer goes), a peer's subnets of both families
-/// joined into one peer (one device for both families).
-pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, WgPeer)>) -> Vec<(u32, Vec<WgPeer>)> {
-    let mut wanted: Vec<(u32, Vec<WgPeer>)> = Vec::new();
+/// A peer on a tunnel device whose peers are not rtnetlink objects, opaque to the plan and the data plane:
+/// only the backend that made it reads it back (wireguard: its `WgPeer`).
+pub struct TunnelPeer(Box<dyn Any + Send>);
+
+impl TunnelPeer {
+    pub fn new(peer: impl Any + Send) -> TunnelPeer {
+        TunnelPeer(Box::new(peer))
+    }
+
+    /// The backend's own peer back; None when another backend made it.
+    pub fn into_inner<T: Any>(self) -> Option<T> {
+        self.0.downcast().ok().map(|peer| *peer)
+    }
+}
+
+impl fmt::Debug for TunnelPeer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TunnelPeer")
+    }
+}
+
+/// The wanted tunnel peers of each of `devices` (none: every peer goes); a peer of a device not in `devices`
+/// is dropped.
+pub fn peers_by_device(devices: &[u32], peers: Vec<(u32, TunnelPeer)>) -> Vec<(u32, Vec<TunnelPeer>)> {
+    let mut wanted: Vec<(u32, Vec<TunnelPeer>)> = Vec::new();
     for index in devices {
         if !wanted.iter().any(|(known, _)| known == index) {
             wanted.push((*index, Vec::new()));
         }
     }
-    // Where each (device, key) already is: a scan of the device's peers per peer is quadratic in the cluster.
-    let mut placed: HashMap<(usize, [u8; 32]), usize> = HashMap::new();
     for (index, peer) in peers {
-        let Some(device) = wanted.iter().position(|(known, _)| *known == index) else { continue };
-        let device_peers = &mut wanted[device].1;
-        match placed.entry((device, peer.public_key)) {
-            Entry::Occupied(at) => device_peers[*at.get()].allowed_ips.extend(peer.allowed_ips),
-            Entry::Vacant(slot) => {
-                slot.insert(device_peers.len());
-                device_peers.push(peer);
-            }
+        if let Some(device) = wanted.iter_mut().find(|(known, _)| *known == index) {
+            device.1.push(peer);
         }
     }
     wanted
+}
+
+/// flannel's wireguard key file, and the variable that moves it.
+pub const DEFAULT_KEY_FILE: &str = "/run/flannel/wgkey";
+pub const KEY_FILE_VARIABLE: &str = "WIREGUARD_KEY_FILE";
+
+/// What every backend is built from besides its options: one value made from the command line at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendContext {
+    /// The wireguard backend's private key file (--wireguard-key-file).
+    pub wireguard_key_file: std::path::PathBuf,
+}
+
+impl Default for BackendContext {
+    /// `$WIREGUARD_KEY_FILE`, else flannel's `/run/flannel/wgkey`.
+    fn default() -> BackendContext {
+        let key_file = std::env::var_os(KEY_FILE_VARIABLE).map(std::path::PathBuf::from);
+        BackendContext { wireguard_key_file: key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()) }
+    }
 }
 
 #[cfg(test)]
@@ -290,20 +323,19 @@ mod tests {
 
     #[test]
     fn every_device_gets_its_wanted_peers_even_none() {
-        let peer = |key: u8, subnet: &str| WgPeer {
-            public_key: [key; 32],
-            preshared_key: None,
-            endpoint: None,
-            keepalive: 0,
-            allowed_ips: vec![subnet.parse().unwrap()],
-        };
         let wanted = peers_by_device(
             &[3, 7, 3],
-            vec![(7, peer(1, "10.244.2.0/24")), (7, peer(1, "fd00:10:244:2::/64")), (9, peer(2, "10.244.3.0/24"))],
+            vec![(7, TunnelPeer::new(1u8)), (7, TunnelPeer::new(2u8)), (9, TunnelPeer::new(3u8))],
         );
         assert_eq!(wanted.len(), 2, "one entry per device; a peer of no device of this pass is dropped");
-        assert_eq!(wanted[0], (3, Vec::new()), "a device whose peers all left: its peers are all removed");
-        let (index, peers) = &wanted[1];
-        assert_eq!((*index, peers.len(), peers[0].allowed_ips.len()), (7, 1, 2), "both families on one peer");
+        assert_eq!(
+            (wanted[0].0, wanted[0].1.len()),
+            (3, 0),
+            "a device whose peers all left: its peers are all removed"
+        );
+        let (index, peers) = wanted.into_iter().nth(1).unwrap();
+        let peers: Vec<u8> = peers.into_iter().map(|p| p.into_inner::<u8>().unwrap()).collect();
+        assert_eq!((index, peers), (7, vec![1, 2]));
+        assert!(TunnelPeer::new(1u8).into_inner::<u16>().is_none(), "another backend's peer is not read as ours");
     }
 }

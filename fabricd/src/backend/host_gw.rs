@@ -14,7 +14,7 @@ use crate::underlay::Underlay;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostGw;
 
-pub fn parse(_options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(_options: &Value, _: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     Ok(Arc::new(HostGw))
 }
 

@@ -30,7 +30,7 @@ pub struct IpipBackend {
     pub direct_routing: bool,
 }
 
-pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(options: &Value, _: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     Ok(Arc::new(IpipBackend { direct_routing: option(options, "ipip", "DirectRouting")?.unwrap_or(false) }))
 }
 

@@ -22,10 +22,13 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-pub use contract::{peers_by_device, pod_mtu, wanted, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted};
+pub use contract::{
+    peers_by_device, pod_mtu, wanted, Backend, BackendContext, LeaseData, OptionsError, PeerEndpoint, TunnelPeer,
+    Wanted,
+};
 pub use device::DeviceContext;
 
-type Parse = fn(&Value) -> Result<Arc<dyn Backend>, OptionsError>;
+type Parse = fn(&Value, &BackendContext) -> Result<Arc<dyn Backend>, OptionsError>;
 
 /// The backends by flannel's `Backend.Type`.
 const REGISTRY: &[(&str, Parse)] =
@@ -40,7 +43,7 @@ pub struct BackendConfig {
 
 impl BackendConfig {
     /// The backend named by `options`' `Type` (flannel's default: udp, which fabricd does not have).
-    pub fn parse(options: Value) -> Result<BackendConfig, OptionsError> {
+    pub fn parse(options: Value, context: &BackendContext) -> Result<BackendConfig, OptionsError> {
         let name = match cnicore::spec::gojson::field(&options, "Type") {
             Some(Value::String(name)) => name.clone(),
             _ => "udp".into(),
@@ -48,7 +51,7 @@ impl BackendConfig {
         let (_, parse) = REGISTRY.iter().find(|(known, _)| *known == name).ok_or_else(|| {
             OptionsError::UnknownType { name: name.clone(), known: REGISTRY.iter().map(|(known, _)| *known).collect() }
         })?;
-        Ok(BackendConfig { backend: parse(&options)?, options })
+        Ok(BackendConfig { backend: parse(&options, context)?, options })
     }
 }
 
@@ -77,6 +80,8 @@ impl fmt::Debug for BackendConfig {
 pub fn any_owns_link(name: &str, kind: Option<&str>) -> bool {
     REGISTRY
         .iter()
-        .filter_map(|(type_name, parse)| parse(&serde_json::json!({ "Type": type_name })).ok())
+        .filter_map(|(type_name, parse)| {
+            parse(&serde_json::json!({ "Type": type_name }), &BackendContext::default()).ok()
+        })
         .any(|backend| backend.owns_link(name, kind))
 }

@@ -37,7 +37,7 @@ pub struct VxlanBackend {
     pub direct_routing: bool,
 }
 
-pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(options: &Value, _: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     Ok(Arc::new(VxlanBackend {
         vni: option(options, "vxlan", "VNI")?.unwrap_or(DEFAULT_VNI),
         port: option(options, "vxlan", "Port")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT),

@@ -12,10 +12,12 @@
 //! peer: a wireguard peer (key, endpoint, its subnets as allowed IPs) and a route to its subnet on the device.
 //! A peer's new key (a rotation) replaces its old one at the next pass.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use cnicore::netlink::{Link, PeerChange, Route, WgPeer, Wireguard, RT_TABLE_MAIN};
 use ipnet::IpNet;
@@ -24,7 +26,7 @@ use serde_json::Value;
 
 #[cfg(test)]
 use super::contract::peers_by_device;
-use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted};
+use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, TunnelPeer, Wanted};
 use super::device::DeviceContext;
 use super::wireguard_key::{load_or_create, PrivateKey};
 use crate::dataplane::diff::{Change, DeviceChange, Object};
@@ -39,9 +41,7 @@ pub const DEFAULT_PORT_V6: u16 = 51821;
 /// Outer IPv4 20 + UDP 8 + wireguard's header and tag 32; over IPv6, 80.
 pub const OVERHEAD: u32 = 60;
 pub const OVERHEAD_V6: u32 = 80;
-/// flannel's key file, and the variable that moves it.
-pub const DEFAULT_KEY_FILE: &str = "/run/flannel/wgkey";
-pub const KEY_FILE_VARIABLE: &str = "WIREGUARD_KEY_FILE";
+pub use super::contract::KEY_FILE_VARIABLE;
 
 /// Tunnels per family, or one for both and the family its peers are reached over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +59,8 @@ pub struct WireguardBackend {
     pub listen_port_v6: u16,
     pub keepalive: u16,
     psk: Option<[u8; 32]>,
+    /// This node's private key (--wireguard-key-file).
+    key_file: PathBuf,
 }
 
 impl std::fmt::Debug for WireguardBackend {
@@ -74,7 +76,7 @@ impl std::fmt::Debug for WireguardBackend {
     }
 }
 
-pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(options: &Value, context: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     let bad = |key: &'static str, why: &str| OptionsError::BadOption { backend: "wireguard", key, why: why.into() };
     let mode = match option::<String>(options, "wireguard", "Mode")?.as_deref() {
         None | Some("") | Some("separate") => Mode::Separate,
@@ -94,35 +96,25 @@ pub fn parse(options: &Value) -> Result<Arc<dyn Backend>, OptionsError> {
         listen_port_v6: option(options, "wireguard", "ListenPortV6")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT_V6),
         keepalive: option(options, "wireguard", "PersistentKeepaliveInterval")?.unwrap_or(0),
         psk,
+        key_file: context.wireguard_key_file.clone(),
     }))
 }
 
-/// Where this node's key is: set once at start (`--wireguard-key-file`), else `$WIREGUARD_KEY_FILE`, else
-/// flannel's path.
-static KEY_FILE: OnceLock<PathBuf> = OnceLock::new();
-/// The key once read, and its public half.
-static KEY: Mutex<Option<(PrivateKey, [u8; 32])>> = Mutex::new(None);
+/// The key once read, with its file and its public half.
+static KEY: Mutex<Option<(PathBuf, PrivateKey, [u8; 32])>> = Mutex::new(None);
 
-pub fn set_key_file(path: PathBuf) {
-    let _ = KEY_FILE.set(path);
-}
-
-fn key_file() -> PathBuf {
-    KEY_FILE.get().cloned().unwrap_or_else(|| {
-        std::env::var_os(KEY_FILE_VARIABLE).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_KEY_FILE))
-    })
-}
-
-/// This node's key and public key, read (or created) once.
-fn node_key() -> io::Result<(PrivateKey, [u8; 32])> {
+/// This node's key at `path` and its public key, read (or created) once per file.
+fn node_key(path: &Path) -> io::Result<(PrivateKey, [u8; 32])> {
     let mut cached = KEY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(key) = cached.as_ref() {
-        return Ok(key.clone());
+    if let Some((file, key, public)) = cached.as_ref() {
+        if file == path {
+            return Ok((key.clone(), *public));
+        }
     }
-    let key = load_or_create(&key_file())?;
-    let pair = (key.clone(), key.public_key());
-    *cached = Some(pair.clone());
-    Ok(pair)
+    let key = load_or_create(path)?;
+    let public = key.public_key();
+    *cached = Some((path.to_path_buf(), key.clone(), public));
+    Ok((key, public))
 }
 
 /// flannel's lease data (Go's field order).
@@ -195,7 +187,7 @@ impl Backend for WireguardBackend {
     }
 
     fn lease_data(&self, family: Family, _local: IpAddr) -> io::Result<Option<LeaseData>> {
-        let (_, public) = node_key()?;
+        let (_, public) = node_key(&self.key_file)?;
         // The port the family's device listens on (flannel writes ListenPortV6 in BackendV6Data even when one
         // device listens on ListenPort for both; peers reach that device on the IPv4 data's port).
         let fields = LeaseFields { public_key: key_text(&public), port: self.device(family).1 };
@@ -216,7 +208,7 @@ impl Backend for WireguardBackend {
     }
 
     fn own_tunnel_id(&self, _family: Family, _local: IpAddr) -> Option<TunnelId> {
-        node_key().ok().map(|(_, public)| TunnelId::PublicKey(public))
+        node_key(&self.key_file).ok().map(|(_, public)| TunnelId::PublicKey(public))
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
@@ -253,7 +245,7 @@ impl Backend for WireguardBackend {
         let (name, port) = self.device(context.family);
         let mtu = context.underlay.mtu - self.overhead(context.family);
         let Some(link) = self.ensure_link(&mut context, name, port, mtu)? else { return Ok(None) };
-        let (key, public) = node_key()?;
+        let (key, public) = node_key(&self.key_file)?;
         let mut wireguard = Wireguard::new()?;
         let device = wireguard.device(link.index)?;
         if (device.public_key != Some(public) || device.listen_port != port)
@@ -284,10 +276,11 @@ impl Backend for WireguardBackend {
             keepalive: self.keepalive,
             allowed_ips: vec![subnet],
         };
-        wanted.tunnel_peers.push((index, peer));
+        wanted.tunnel_peers.push((index, TunnelPeer::new(peer)));
     }
 
-    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<WgPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+    fn sync_tunnel_peers(&self, index: u32, wanted: Vec<TunnelPeer>, dry_run: bool) -> io::Result<Vec<Change>> {
+        let wanted = one_peer_per_key(wanted.into_iter().filter_map(TunnelPeer::into_inner::<WgPeer>));
         let mut wireguard = Wireguard::new()?;
         let observed = wireguard.device(index)?.peers;
         let changes = cnicore::netlink::wireguard::peer_changes(&wanted, &observed);
@@ -310,12 +303,29 @@ impl Backend for WireguardBackend {
     }
 }
 
+/// A peer of both families on one device is one wireguard peer with both subnets as allowed IPs. A map of
+/// where each key is: a scan of the peers per peer is quadratic in the cluster.
+fn one_peer_per_key(peers: impl Iterator<Item = WgPeer>) -> Vec<WgPeer> {
+    let mut merged: Vec<WgPeer> = Vec::new();
+    let mut placed: HashMap<[u8; 32], usize> = HashMap::new();
+    for peer in peers {
+        match placed.entry(peer.public_key) {
+            Entry::Occupied(at) => merged[*at.get()].allowed_ips.extend(peer.allowed_ips),
+            Entry::Vacant(slot) => {
+                slot.insert(merged.len());
+                merged.push(peer);
+            }
+        }
+    }
+    merged
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn backend(options: Value) -> Arc<dyn Backend> {
-        parse(&options).unwrap()
+        parse(&options, &super::super::contract::BackendContext::default()).unwrap()
     }
 
     fn underlay() -> Underlay {
@@ -346,7 +356,8 @@ mod tests {
         assert!(shown.contains("mode: Auto, listen_port: 5000, listen_port_v6: 5001, keepalive: 25"), "{shown}");
         assert!(shown.contains("psk: Some(\"(set)\")") && !shown.contains(psk), "a PSK is never printed: {shown}");
         for (bad, key) in [("{\"Mode\":\"both\"}", "Mode"), ("{\"PSK\":\"short\"}", "PSK")] {
-            let error = parse(&serde_json::from_str(bad).unwrap()).unwrap_err();
+            let error = parse(&serde_json::from_str(bad).unwrap(), &super::super::contract::BackendContext::default())
+                .unwrap_err();
             assert!(matches!(error, OptionsError::BadOption { key: k, .. } if k == key), "{error}");
             assert!(!error.to_string().contains("short"));
         }
@@ -414,8 +425,9 @@ mod tests {
         assert_eq!((route.gateway, route.oif, route.onlink), (None, Some(7), false));
         let devices = peers_by_device(&[7], wanted.tunnel_peers);
         assert_eq!(devices.len(), 1);
-        let (index, peers) = &devices[0];
-        assert_eq!((*index, peers.len()), (7, 1));
+        let (index, peers) = devices.into_iter().next().unwrap();
+        let peers = one_peer_per_key(peers.into_iter().filter_map(TunnelPeer::into_inner::<WgPeer>));
+        assert_eq!((index, peers.len()), (7, 1), "both families on one peer");
         assert_eq!(peers[0].endpoint, Some("192.168.60.3:51820".parse().unwrap()));
         assert_eq!(peers[0].keepalive, 25);
         let ips: Vec<String> = peers[0].allowed_ips.iter().map(|n| n.to_string()).collect();

@@ -50,7 +50,7 @@ impl Report {
 #[derive(Default)]
 struct Tunnel {
     devices: Vec<u32>,
-    peers: Vec<(u32, cnicore::netlink::WgPeer)>,
+    peers: Vec<(u32, backend::TunnelPeer)>,
 }
 
 /// Owns the netlink socket of the node's namespace.

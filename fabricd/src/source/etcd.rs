@@ -30,6 +30,7 @@ use super::lease::{
     acquire, lease_entry, random_below, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity, NotALease,
     Peer, Previous, StoredLease,
 };
+use crate::backend::BackendContext;
 use crate::error::{Error, EtcdErrorKind, Result};
 use crate::flannel::{subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
@@ -46,6 +47,8 @@ pub struct EtcdOptions {
     pub lease_ttl: Duration,
     /// Renew when less than this is left (flannel's `--subnet-lease-renew-margin`).
     pub renew_margin: Duration,
+    /// What the config's backend is built with.
+    pub backend: BackendContext,
 }
 
 impl EtcdOptions {
@@ -79,6 +82,7 @@ pub struct EtcdStore {
     metrics: Arc<Metrics>,
     /// Entries under the leases' prefix that are not leases, logged once (kept across reconnections).
     ignored: Arc<Mutex<IgnoredKeys>>,
+    backend: BackendContext,
 }
 
 impl EtcdStore {
@@ -102,6 +106,7 @@ impl EtcdStore {
             lease_ttl: options.lease_ttl,
             metrics,
             ignored: Arc::default(),
+            backend: options.backend.clone(),
         };
         // The connection is lazy: a first request tells whether the endpoints (and TLS) work. With TLS 1.3 a
         // refused client certificate shows only as a connection closed after the handshake: say so.
@@ -224,7 +229,7 @@ impl EtcdStore {
 impl LeaseStore for EtcdStore {
     async fn config(&mut self) -> Result<NetworkConfig> {
         match self.config_text().await? {
-            Some(text) => NetworkConfig::parse(&text).map_err(Error::Format),
+            Some(text) => NetworkConfig::parse_with(&text, &self.backend).map_err(Error::Format),
             None => Err(Error::Store(format!(
                 "no network config at {}/config (etcdctl put {}/config '{{\"Network\":\"10.244.0.0/16\",\"Backend\":{{\"Type\":\"vxlan\"}}}}')",
                 self.prefix, self.prefix
@@ -338,6 +343,8 @@ fn too_large(status: &tonic::Status) -> bool {
 #[derive(Default)]
 struct SourceState {
     previous: Previous,
+    /// What the config's backend is built with.
+    backend: BackendContext,
     /// Since when etcd has been unreachable (logged when it is reachable again).
     outage: Option<Instant>,
     /// The last config change reported, so that each is logged once.
@@ -358,7 +365,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
 ) -> Error {
     let mut backoff = Duration::from_millis(100);
-    let mut state = SourceState { previous, ..SourceState::default() };
+    let mut state = SourceState { previous, backend: options.backend.clone(), ..SourceState::default() };
     loop {
         let started = Instant::now();
         let Err(e) = session(&options, &node, &mut state, &tx, &metrics).await;
@@ -375,6 +382,41 @@ pub async fn run(
         // Jittered, so that thousands of agents cut off together do not come back together.
         sleep(backoff + Duration::from_millis(random_below(backoff.as_millis() as usize / 2 + 1) as u64)).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// flannel's etcd layout as a [`Source`].
+impl super::Source for EtcdOptions {
+    fn spawn(&self, context: super::SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
+        let super::SourceContext { node, previous, tx, metrics, .. } = context;
+        Ok(tokio::spawn(run(self.clone(), node, previous, tx, metrics)))
+    }
+
+    fn current<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> super::SourceFuture<'a, Cluster> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            super::snapshot(&mut store, node, previous).await
+        })
+    }
+
+    fn release<'a>(&'a self, cluster: &'a Cluster) -> super::SourceFuture<'a, bool> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            store.release(cluster.subnet, cluster.lease).await?;
+            Ok(true)
+        })
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        node: &'a NodeIdentity,
+        previous: Previous,
+    ) -> super::SourceFuture<'a, (SubnetKey, super::LeaseToken)> {
+        Box::pin(async move {
+            let mut store = EtcdStore::connect(self, Arc::new(Metrics::default())).await?;
+            let config = store.config().await?;
+            acquire(&mut store, &config, &node.attrs(&config)?, previous).await
+        })
     }
 }
 
@@ -440,7 +482,7 @@ async fn running_config(
     let text = store.config_text().await?;
     let running = tx.borrow().clone();
     let Some(running) = running else { return store.config().await };
-    let new = text.as_deref().map(NetworkConfig::parse);
+    let new = text.as_deref().map(|t| NetworkConfig::parse_with(t, &store.backend));
     match new {
         Some(Ok(new)) if super::lease::subnet_outside(&new, &running.subnet).is_none() => {
             // Changed (seen by the watch, or while etcd was out of reach).
@@ -465,7 +507,7 @@ fn report_config(state: &mut SourceState, text: Option<&[u8]>, running: &Cluster
         return;
     }
     state.reported_config = Some(key);
-    let why = match text.map(NetworkConfig::parse) {
+    let why = match text.map(|t| NetworkConfig::parse_with(t, &state.backend)) {
         None => "it was deleted".to_string(),
         Some(Err(e)) => format!("it is not valid ({e})"),
         Some(Ok(new)) => {
@@ -587,7 +629,7 @@ impl Watch<'_> {
             EventType::Put => event.kv().map(|kv| kv.value().to_vec()),
             EventType::Delete => None,
         };
-        match text.as_deref().map(NetworkConfig::parse) {
+        match text.as_deref().map(|t| NetworkConfig::parse_with(t, &self.state.backend)) {
             Some(Ok(new)) if new == cluster.config => false,
             // Applied (and logged) by the session, which reads the config again.
             Some(Ok(new)) if super::lease::subnet_outside(&new, &cluster.subnet).is_none() => {

@@ -10,7 +10,8 @@ use ipnet::IpNet;
 
 use crate::error::{Error, Result};
 use crate::family::overlaps;
-use crate::flannel::{parse_subnet_key, subnet_key, Family, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
 /// The largest value read as a lease. A lease that fabricd or flanneld writes is under 400 bytes (a dual-stack
@@ -113,6 +114,20 @@ pub struct Peer {
     /// When the lease was created, in the store's order (etcd: its create revision; static: its position):
     /// of two leases claiming one address or VTEP MAC, the older is used.
     pub created: i64,
+}
+
+/// Of two leases claiming one subnet, address or tunnel identity, the one ordered first keeps it: the older
+/// (`created`, the store's order), and of two made at once the lower key. Written once, for the plan, its
+/// second keys and the dual-stack twin check of [`acquire`], so that every node judges alike.
+pub fn seniority(created: i64, key: SubnetKey) -> (i64, SubnetKey) {
+    (created, key)
+}
+
+impl Peer {
+    /// See [`seniority`].
+    pub fn seniority(&self, key: SubnetKey) -> (i64, SubnetKey) {
+        seniority(self.created, key)
+    }
 }
 
 /// What the node must look like, as far as the store says.
@@ -230,6 +245,15 @@ pub trait LeaseStore {
     async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()>;
 }
 
+/// What one step of [`acquire`] came to.
+enum Attempt {
+    Acquired(SubnetKey, LeaseToken),
+    /// The store changed under the step (a lost race, a lease given back): read the leases again.
+    ReadAgain,
+    /// Not this step's case: on to the next.
+    NotHere,
+}
+
 /// Acquires this node's subnet, in flannel's order: the lease with this node's public IP is kept (no write
 /// when it is alive and unchanged); else the previous subnet when free, or when the lease holding it is the
 /// one this node remembers (its address changed); else a random free subnet among the first 100. A lost race
@@ -248,92 +272,17 @@ pub async fn acquire<S: LeaseStore>(
         if let Some(error) = held.or(previous.subnet).and_then(|subnet| subnet_outside(config, &subnet)) {
             return Err(error);
         }
-        // Ours by public IP: keep it (rewritten only when its value changed or its lease is gone).
-        let mine = own_by_address(&listing, address, previous, |subnet| config.allows(subnet));
-        if let Some((subnet, lease)) = mine {
-            if lease.attrs == *attrs && store.alive(lease.token).await? {
-                return Ok((*subnet, lease.token));
-            }
-            if let Some(token) = store.replace(*subnet, attrs, lease.revision).await? {
-                return Ok((*subnet, token));
-            }
-            continue;
+        // One step after the other, each only when the one before was not this node's case.
+        let mut outcome = keep_own_lease(store, &listing, config, attrs, address, &mut previous).await?;
+        if matches!(outcome, Attempt::NotHere) {
+            outcome = take_previous_subnet(store, &listing, config, attrs, previous).await?;
         }
-        // Ours but not of this config (a family enabled or disabled since): deleted, as flanneld does, and its
-        // subnets that still fit taken again first (a cluster that turns on IPv6 keeps its IPv4 subnets).
-        if let Some((stale, lease)) = own_by_address(&listing, address, previous, |_| true) {
-            log!(info, "the lease of {stale} does not fit the network config (its families changed): replacing it");
-            store.release(*stale, Some(lease.token)).await?;
-            previous = Previous { subnet: Some(*stale), lease: None };
-            continue;
+        match outcome {
+            Attempt::Acquired(subnet, token) => return Ok((subnet, token)),
+            Attempt::ReadAgain => continue,
+            Attempt::NotHere => {}
         }
-        // The previous subnet: free, or held by the lease this node remembers (its address changed), or
-        // overwritten by someone else: by a plain put (no etcd lease: no node writes its lease so), or written
-        // over (not deleted and created afresh, as another node would) while the etcd lease this node remembers
-        // still lives.
-        if let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) {
-            let overwritten = match (listing.leases.get(&subnet), previous.lease) {
-                (Some(lease), _) if lease.token.0 == 0 => true,
-                (Some(lease), Some(remembered)) if lease.token != remembered && lease.revision > lease.created => {
-                    store.alive(remembered).await?
-                }
-                _ => false,
-            };
-            let outcome = match listing.leases.get(&subnet) {
-                None => store.create(subnet, attrs).await?,
-                Some(lease) if overwritten => {
-                    log!(
-                        error,
-                        "the lease of this node's subnet {subnet} was overwritten by another writer ({}, etcd lease \
-                         {}): writing it back",
-                        lease.attrs.to_json(),
-                        lease.token
-                    );
-                    store.replace(subnet, attrs, lease.revision).await?
-                }
-                Some(lease) if Some(lease.token) == previous.lease => {
-                    let taken = store.replace(subnet, attrs, lease.revision).await?;
-                    if taken.is_some() {
-                        store.revoke(lease.token).await;
-                    }
-                    taken
-                }
-                Some(_) => None,
-            };
-            if let Some(token) = outcome {
-                if gave_back_to_an_older_twin(store, subnet, token).await? {
-                    continue;
-                }
-                return Ok((subnet, token));
-            }
-        }
-        // Per family: the previous subnet when it fits and is free, else a random free one.
-        let mut subnet = SubnetKey::default();
-        for plan in config.families() {
-            let family = plan.family();
-            let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
-            let kept = previous
-                .subnet
-                .and_then(|p| p.get(family))
-                .filter(|s| plan.allows(s) && !taken.iter().any(|t| overlaps(t, s)));
-            let chosen = match kept {
-                Some(kept) => kept,
-                None => {
-                    let free = plan.free_subnets(&taken, 100);
-                    if free.is_empty() {
-                        return Err(Error::Store(format!(
-                            "out of subnets: every /{} of {} is leased",
-                            plan.subnet_len, plan.network
-                        )));
-                    }
-                    free[random_below(free.len())]
-                }
-            };
-            match chosen {
-                IpNet::V4(net) => subnet.v4 = Some(net),
-                IpNet::V6(net) => subnet.v6 = Some(net),
-            }
-        }
+        let subnet = free_subnet(&listing, config, previous)?;
         if let Some(token) = store.create(subnet, attrs).await? {
             if gave_back_to_an_older_twin(store, subnet, token).await? {
                 continue;
@@ -346,6 +295,112 @@ pub async fn acquire<S: LeaseStore>(
         }
     }
     unreachable!()
+}
+
+/// The lease with this node's public address: kept (rewritten only when its value changed or its lease is
+/// gone). One that no longer fits the config (a family enabled or disabled since) is deleted, as flanneld does,
+/// and its subnets that still fit are taken again first (a cluster that turns on IPv6 keeps its IPv4 subnets).
+async fn keep_own_lease<S: LeaseStore>(
+    store: &mut S,
+    listing: &Listing,
+    config: &NetworkConfig,
+    attrs: &LeaseAttrs,
+    address: IpAddr,
+    previous: &mut Previous,
+) -> Result<Attempt> {
+    if let Some((subnet, lease)) = own_by_address(listing, address, *previous, |subnet| config.allows(subnet)) {
+        if lease.attrs == *attrs && store.alive(lease.token).await? {
+            return Ok(Attempt::Acquired(*subnet, lease.token));
+        }
+        return Ok(match store.replace(*subnet, attrs, lease.revision).await? {
+            Some(token) => Attempt::Acquired(*subnet, token),
+            None => Attempt::ReadAgain,
+        });
+    }
+    if let Some((stale, lease)) = own_by_address(listing, address, *previous, |_| true) {
+        log!(info, "the lease of {stale} does not fit the network config (its families changed): replacing it");
+        store.release(*stale, Some(lease.token)).await?;
+        *previous = Previous { subnet: Some(*stale), lease: None };
+        return Ok(Attempt::ReadAgain);
+    }
+    Ok(Attempt::NotHere)
+}
+
+/// The previous subnet: free, or held by the lease this node remembers (its address changed), or overwritten
+/// by someone else: by a plain put (no etcd lease: no node writes its lease so), or written over (not deleted
+/// and created afresh, as another node would) while the etcd lease this node remembers still lives.
+async fn take_previous_subnet<S: LeaseStore>(
+    store: &mut S,
+    listing: &Listing,
+    config: &NetworkConfig,
+    attrs: &LeaseAttrs,
+    previous: Previous,
+) -> Result<Attempt> {
+    let Some(subnet) = previous.subnet.filter(|s| config.allows(s)) else { return Ok(Attempt::NotHere) };
+    let overwritten = match (listing.leases.get(&subnet), previous.lease) {
+        (Some(lease), _) if lease.token.0 == 0 => true,
+        (Some(lease), Some(remembered)) if lease.token != remembered && lease.revision > lease.created => {
+            store.alive(remembered).await?
+        }
+        _ => false,
+    };
+    let outcome = match listing.leases.get(&subnet) {
+        None => store.create(subnet, attrs).await?,
+        Some(lease) if overwritten => {
+            log!(
+                error,
+                "the lease of this node's subnet {subnet} was overwritten by another writer ({}, etcd lease {}): \
+                 writing it back",
+                lease.attrs.to_json(),
+                lease.token
+            );
+            store.replace(subnet, attrs, lease.revision).await?
+        }
+        Some(lease) if Some(lease.token) == previous.lease => {
+            let taken = store.replace(subnet, attrs, lease.revision).await?;
+            if taken.is_some() {
+                store.revoke(lease.token).await;
+            }
+            taken
+        }
+        Some(_) => None,
+    };
+    Ok(match outcome {
+        Some(token) if gave_back_to_an_older_twin(store, subnet, token).await? => Attempt::ReadAgain,
+        Some(token) => Attempt::Acquired(subnet, token),
+        None => Attempt::NotHere,
+    })
+}
+
+/// Per family: the previous subnet when it fits and is free, else a random free one among the first 100.
+fn free_subnet(listing: &Listing, config: &NetworkConfig, previous: Previous) -> Result<SubnetKey> {
+    let mut subnet = SubnetKey::default();
+    for plan in config.families() {
+        let family = plan.family();
+        let taken: Vec<IpNet> = listing.leases.keys().filter_map(|key| key.get(family)).collect();
+        let kept = previous
+            .subnet
+            .and_then(|p| p.get(family))
+            .filter(|s| plan.allows(s) && !taken.iter().any(|t| overlaps(t, s)));
+        let chosen = match kept {
+            Some(kept) => kept,
+            None => {
+                let free = plan.free_subnets(&taken, 100);
+                if free.is_empty() {
+                    return Err(Error::Store(format!(
+                        "out of subnets: every /{} of {} is leased",
+                        plan.subnet_len, plan.network
+                    )));
+                }
+                free[random_below(free.len())]
+            }
+        };
+        match chosen {
+            IpNet::V4(net) => subnet.v4 = Some(net),
+            IpNet::V6(net) => subnet.v6 = Some(net),
+        }
+    }
+    Ok(subnet)
 }
 
 /// In dual stack a lease's key names both its subnets, so the store's create-if-absent guards the pair, not each
@@ -369,8 +424,11 @@ async fn gave_back_to_an_older_twin<S: LeaseStore>(
             _ => false,
         })
     };
-    let older =
-        listing.leases.iter().find(|(key, lease)| **key != subnet && lease.created < own.created && shares(key));
+    let ours = seniority(own.created, subnet);
+    let older = listing
+        .leases
+        .iter()
+        .find(|(key, lease)| **key != subnet && seniority(lease.created, **key) < ours && shares(key));
     let Some((twin, _)) = older else { return Ok(false) };
     log!(info, "the older lease of {twin} shares a subnet with {subnet}, made at the same time: giving {subnet} back");
     store.release(subnet, Some(token)).await?;

@@ -9,7 +9,8 @@ use ipnet::IpNet;
 
 use super::lease::{LeaseStore, LeaseToken, Listing, StoredLease};
 use crate::error::{Error, Result};
-use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 
 pub struct MemoryStore {
     config: NetworkConfig,

@@ -1,16 +1,18 @@
 //! Where the node's subnet and its peers come from: the seam between the store and the data plane.
 //!
-//! A source is a task that publishes the latest [`Cluster`] on a `tokio::sync::watch` channel; the reconcile
-//! loop only ever reads the latest value. While a source cannot reach its store it publishes nothing, so the
-//! data plane stays as it was (no route is removed because of a store outage). Sources: [`etcd`] (flannel's
-//! layout, leases in a transaction) and [`static_file`] (one node and small labs); the Kubernetes Node's
-//! `podCIDR` would be a third, publishing the same value from a watch of Node objects.
+//! A [`Source`] is a task that publishes the latest [`Cluster`] on a `tokio::sync::watch` channel; the reconcile
+//! loop only ever reads the latest value, and the plan, the backends and the data plane never know which source
+//! it came from. While a source cannot reach its store it publishes nothing, so the data plane stays as it was
+//! (no route is removed because of a store outage). Sources: [`etcd`] (flannel's layout, leases in a
+//! transaction), [`kube`] (flannel's `--kube-subnet-mgr`: each Node's podCIDRs and flannel's annotations) and
+//! [`static_file`] (one node and small labs).
 //!
 //! A store of leases is a [`LeaseStore`]: a handful of conditional operations. The allocation policy
 //! ([`acquire`]), finding this node's lease for `status` and `cleanup` ([`find_own`]) and releasing it are
 //! written once against that trait (tested against the in-memory store of `memory`).
 
 pub mod etcd;
+pub mod kube;
 mod lease;
 #[cfg(test)]
 mod memory;
@@ -18,7 +20,9 @@ pub mod static_file;
 
 pub use lease::*;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -27,66 +31,61 @@ use crate::error::{Error, Result};
 use crate::flannel::SubnetKey;
 use crate::metrics::Metrics;
 
-/// Where the cluster comes from, as the flags say: what the agent, `status`, `cleanup` and `acquire` use,
-/// whatever the store.
-pub enum SourceConfig {
-    Etcd(etcd::EtcdOptions),
-    Static(PathBuf),
+/// A future a [`Source`] returns (boxed: sources are chosen at run time, behind `dyn Source`).
+pub type SourceFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
+
+/// What a running source is given: who the node is, what it remembers, where to publish, and the agent's
+/// readiness (a source may tell its store once the node's data plane is programmed).
+pub struct SourceContext {
+    pub node: NodeIdentity,
+    pub previous: Previous,
+    pub tx: watch::Sender<Option<Cluster>>,
+    pub metrics: Arc<Metrics>,
+    /// True once the agent's first pass programmed the data plane.
+    pub ready: watch::Receiver<bool>,
 }
 
-impl SourceConfig {
-    /// Starts the task publishing the cluster on `tx`. A static file that cannot be read fails at once (later
-    /// broken edits keep the last state). The task ends only with the error that keeps the node from starting.
-    pub fn spawn(
-        &self,
-        node: NodeIdentity,
-        previous: Previous,
-        tx: watch::Sender<Option<Cluster>>,
-        metrics: Arc<Metrics>,
-    ) -> Result<tokio::task::JoinHandle<Error>> {
-        Ok(match self {
-            SourceConfig::Static(path) => {
-                static_file::load(path)?;
-                tokio::spawn(static_file::run(path.clone(), tx))
-            }
-            SourceConfig::Etcd(options) => tokio::spawn(etcd::run(options.clone(), node, previous, tx, metrics)),
-        })
-    }
+/// Where the cluster comes from: what the agent, `status`, `cleanup` and `acquire` use, whatever the store.
+pub trait Source {
+    /// Starts the task publishing the cluster. Configuration that cannot be read fails at once. The task ends
+    /// only with the error that keeps the node from starting.
+    fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>>;
 
     /// The cluster as the store says now, for `status` and `cleanup` (this node's lease found by its public
     /// IP, else by the lease it remembers).
-    pub async fn current(&self, node: &NodeIdentity, previous: Previous) -> Result<Cluster> {
-        match self {
-            SourceConfig::Static(path) => static_file::load(path),
-            SourceConfig::Etcd(options) => {
-                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
-                snapshot(&mut store, node, previous).await
-            }
-        }
-    }
+    fn current<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> SourceFuture<'a, Cluster>;
 
-    /// Deletes this node's lease (the node leaves the cluster); false when the source holds no leases.
-    pub async fn release(&self, cluster: &Cluster) -> Result<bool> {
-        match self {
-            SourceConfig::Static(_) => Ok(false),
-            SourceConfig::Etcd(options) => {
-                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
-                store.release(cluster.subnet, cluster.lease).await?;
-                Ok(true)
-            }
-        }
+    /// Gives this node's lease back (the node leaves the cluster); false when the source holds no leases.
+    fn release<'a>(&'a self, cluster: &'a Cluster) -> SourceFuture<'a, bool>;
+
+    /// Public addresses the store holds for this node, taken as --public-ip / --public-ipv6 (flanneld's
+    /// `node-public-ip` annotations in Kubernetes mode); none by default.
+    fn stored_public_ips(&self) -> SourceFuture<'_, (Option<std::net::Ipv4Addr>, Option<std::net::Ipv6Addr>)> {
+        Box::pin(async { Ok((None, None)) })
     }
 
     /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
-    pub async fn acquire(&self, node: &NodeIdentity, previous: Previous) -> Result<(SubnetKey, LeaseToken)> {
-        match self {
-            SourceConfig::Static(_) => Err(Error::Config("acquire needs etcd, not --static-config".into())),
-            SourceConfig::Etcd(options) => {
-                let mut store = etcd::EtcdStore::connect(options, Arc::new(Metrics::default())).await?;
-                let config = store.config().await?;
-                acquire(&mut store, &config, &node.attrs(&config)?, previous).await
-            }
-        }
+    fn acquire<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> SourceFuture<'a, (SubnetKey, LeaseToken)> {
+        let _ = (node, previous);
+        Box::pin(async { Err(Error::Config("acquire needs etcd".into())) })
+    }
+}
+
+/// Static mode: the file is the cluster (its backend built with the context).
+pub struct StaticSource(pub PathBuf, pub crate::backend::BackendContext);
+
+impl Source for StaticSource {
+    fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
+        static_file::load(&self.0, &self.1)?;
+        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx)))
+    }
+
+    fn current<'a>(&'a self, _: &'a NodeIdentity, _: Previous) -> SourceFuture<'a, Cluster> {
+        Box::pin(async { static_file::load(&self.0, &self.1) })
+    }
+
+    fn release<'a>(&'a self, _: &'a Cluster) -> SourceFuture<'a, bool> {
+        Box::pin(async { Ok(false) })
     }
 }
 

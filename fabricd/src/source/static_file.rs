@@ -24,7 +24,8 @@ use tokio::sync::watch;
 use super::lease::{Cluster, Peer};
 use crate::backend::LeaseData;
 use crate::error::{Error, Result};
-use crate::flannel::{Family, LeaseAttrs, NetworkConfig, SubnetKey};
+use crate::family::Family;
+use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 
 #[derive(Deserialize)]
@@ -48,10 +49,10 @@ struct PeerEntry {
 }
 
 /// Reads and checks the file.
-pub fn load(path: &std::path::Path) -> Result<Cluster> {
+pub fn load(path: &std::path::Path, context: &crate::backend::BackendContext) -> Result<Cluster> {
     let fail = |e: String| Error::Config(format!("static config {}: {e}", path.display()));
     let text = std::fs::read(path).map_err(|e| Error::io(format!("static config {}", path.display()), e))?;
-    let config = NetworkConfig::parse(&text).map_err(Error::Format)?;
+    let config = NetworkConfig::parse_with(&text, context).map_err(Error::Format)?;
     let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(e.to_string()))?;
     // Each subnet must be one of its family's network, for exactly the families the config enables.
     let check = |what: &str, key: SubnetKey| -> Result<SubnetKey> {
@@ -102,13 +103,13 @@ pub fn load(path: &std::path::Path) -> Result<Cluster> {
 }
 
 /// Publishes the file's content, and again whenever it changes; never returns.
-pub async fn run(path: PathBuf, tx: watch::Sender<Option<Cluster>>) -> Error {
+pub async fn run(path: PathBuf, context: crate::backend::BackendContext, tx: watch::Sender<Option<Cluster>>) -> Error {
     let mut seen: Option<SystemTime> = None;
     loop {
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         if modified != seen {
             seen = modified;
-            match load(&path) {
+            match load(&path, &context) {
                 Ok(cluster) => {
                     tx.send_if_modified(|current| {
                         let changed = current.as_ref() != Some(&cluster);
@@ -131,7 +132,7 @@ mod tests {
     fn load_text(text: &str) -> Result<Cluster> {
         let path = std::env::temp_dir().join(format!("fabricd-static-{}-{}.json", std::process::id(), text.len()));
         std::fs::write(&path, text).unwrap();
-        let loaded = load(&path);
+        let loaded = load(&path, &crate::backend::BackendContext::default());
         let _ = std::fs::remove_file(&path);
         loaded
     }
