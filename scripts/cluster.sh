@@ -7,7 +7,7 @@
 # forwarder); nothing else of the machine's changes. Run as root.
 #
 #   scripts/cluster.sh up [--nodes N] [--plugins ours|reference|DIR] [--dual-stack] [--network kubenet|none]
-#                         [--network-policy] [--name NAME] [--api-port PORT]
+#                         [--flannel-backend vxlan|host-gw|...] [--network-policy] [--name NAME] [--api-port PORT]
 #   scripts/cluster.sh kubeconfig            # the admin kubeconfig's path (kubectl --kubeconfig "$(...)")
 #   scripts/cluster.sh kubectl ARGS...       # kubectl with that kubeconfig
 #   scripts/cluster.sh exec NODE|cp|wan CMD...   # a command in a node's namespaces (cp and wan: network only)
@@ -65,13 +65,14 @@ kc_plugin_dir() {
 }
 
 cmd_up() {
-  local nodes=2 plugins=ours dual=0 network=kubenet port="" policy=0 i node
+  local nodes=2 plugins=ours dual=0 network=kubenet port="" policy=0 backend=vxlan i node
   while (($#)); do
     case $1 in
       --nodes) nodes=${2:?--nodes N}; shift ;;
       --plugins) plugins=${2:?--plugins ours|reference|DIR}; shift ;;
       --dual-stack) dual=1 ;;
       --network-policy) policy=1 ;;
+      --flannel-backend) backend=${2:?--flannel-backend TYPE}; shift ;;
       --network) network=${2:?--network kubenet|flannel|none}; shift ;;
       --name) kc_set_name "${2:?--name NAME}"; shift ;;
       --api-port) port=${2:?--api-port PORT}; shift ;;
@@ -101,6 +102,8 @@ cmd_up() {
   echo "$port" >"$KC_DIR/settings/asked-api-port"
   echo "$dual" >"$KC_DIR/settings/dual-stack"
   echo "$network" >"$KC_DIR/settings/network"
+  [[ $backend =~ ^[a-z-]+$ ]] || kc_die "--flannel-backend $backend: a backend type (vxlan, host-gw, ...)"
+  echo "$backend" >"$KC_DIR/settings/flannel-backend"
   [[ -n $netpol ]] && echo "$netpol" >"$KC_DIR/settings/netpol-bin"
   echo "$plugin_dir" >"$KC_DIR/settings/plugin-dir"
   [[ -n $release ]] && kc_flannel_images "$KC_DIR/images" "$release"
@@ -160,7 +163,9 @@ kc_release_dir() {
   echo "$repo/$CNI_STAGE_DIR"
 }
 
-# flannel's own manifest, with only its two image names swapped for ours (loaded into every node first).
+# flannel's own manifest, with only its two image names swapped for ours (loaded into every node first); its
+# net-conf.json gets the IPv6 network of a dual-stack cluster and the backend of --flannel-backend, as an
+# operator edits that ConfigMap.
 kc_flannel_apply() {
   local manifest=${CNI_FLANNEL_MANIFEST:-$repo/../shared/kubernetes/kube-flannel.yml} node
   [[ -f $manifest ]] || kc_die "flannel's manifest is missing: $manifest"
@@ -169,8 +174,12 @@ kc_flannel_apply() {
     kc_import_image "$node" "$KC_DIR/images/flannel-cni-plugin.tar"
   done
   kc_say "applying flannel's manifest ($manifest) with fabricd's images"
+  local ipv6=""
+  [[ $(kc_setting dual-stack) == 1 ]] && ipv6=" \"EnableIPv6\": true, \"IPv6Network\": \"$KC_CLUSTER_CIDR6\","
   sed -e "s#ghcr.io/flannel-io/flannel:v[0-9.]*#$KC_FABRICD_IMAGE#" \
-    -e "s#ghcr.io/flannel-io/flannel-cni-plugin:v[0-9a-z.-]*#$KC_FLANNEL_CNI_IMAGE#" "$manifest" | kc_kubectl apply -f - >&2
+    -e "s#ghcr.io/flannel-io/flannel-cni-plugin:v[0-9a-z.-]*#$KC_FLANNEL_CNI_IMAGE#" \
+    -e "s#\"Network\": \"10.244.0.0/16\",#\"Network\": \"$KC_CLUSTER_CIDR4\",$ipv6#" \
+    -e "s#\"Type\": \"vxlan\"#\"Type\": \"$(kc_setting flannel-backend)\"#" "$manifest" | kc_kubectl apply -f - >&2
 }
 
 kc_wait_nodes_registered() {

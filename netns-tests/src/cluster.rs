@@ -24,11 +24,20 @@ pub struct ClusterConfig {
     pub network: &'static str,
     /// The NetworkPolicy agent on every node (`--network-policy`), the workspace's build of it.
     pub network_policy: bool,
+    /// With `network: "flannel"`: the backend in flannel's net-conf.json.
+    pub flannel_backend: &'static str,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nodes: 2, plugins: ours(), dual_stack: false, network: "kubenet", network_policy: false }
+        ClusterConfig {
+            nodes: 2,
+            plugins: ours(),
+            dual_stack: false,
+            network: "kubenet",
+            network_policy: false,
+            flannel_backend: "vxlan",
+        }
     }
 }
 
@@ -97,6 +106,7 @@ impl Cluster {
         if config.network_policy {
             args.push("--network-policy".into());
         }
+        args.extend(["--flannel-backend".into(), config.flannel_backend.into()]);
         let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
         let output = script_command(&cluster.name, &args.iter().map(String::as_str).collect::<Vec<_>>())
             .env("CNI_NETPOL_BIN", crate::bin_dir().join("cni-netpol"))
