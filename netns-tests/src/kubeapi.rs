@@ -1,8 +1,11 @@
-//! A bare Kubernetes control plane for tests: etcd and kube-apiserver in a test's infra namespace, state in
-//! the test's temp dir, a CA and a serving certificate made with openssl, users from a static token file
-//! (`admin` in system:masters, `flannel` bound to flannel's own ClusterRole from kube-flannel.yml), and the
-//! Node objects a test makes through the API (podCIDRs set as kube-controller-manager would). Requests go
-//! through curl inside the namespace; everything stops (by PID) when dropped.
+//! A bare Kubernetes control plane for tests, shared by fabricd's Kubernetes mode and the NetworkPolicy
+//! agent's watch: etcd and kube-apiserver in a test's infra namespace, state in the test's temp dir, a CA and
+//! a serving certificate it signs made with openssl (rustls, in the `kube` client of fabricd and cni-netpol,
+//! refuses a self-signed certificate that is its own CA), users from a static token file (`admin` in
+//! system:masters, `flannel` bound to flannel's own ClusterRole from kube-flannel.yml), and the objects a
+//! test makes through the API (Nodes with podCIDRs set as kube-controller-manager would, Namespaces with
+//! their default ServiceAccount, any object by its path). Requests go through curl inside the namespace;
+//! everything stops (by PID) when dropped.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -24,8 +27,8 @@ pub fn kube_bin(name: &str) -> PathBuf {
 pub fn require_apiserver() -> bool {
     crate::require(
         "kube-apiserver",
-        kube_bin("kube-apiserver").is_file() && crate::on_path("etcd") && crate::on_path("curl"),
-        "shared/kubernetes/build.sh /var/tmp/cni-rs-k8s/bin kube-apiserver; apt-get install etcd-server curl",
+        kube_bin("kube-apiserver").is_file() && ["etcd", "curl", "openssl"].iter().all(|tool| crate::on_path(tool)),
+        "shared/kubernetes/build.sh /var/tmp/cni-rs-k8s/bin kube-apiserver; apt-get install etcd-server curl openssl",
     )
 }
 
@@ -116,8 +119,8 @@ impl KubeApi {
         let mut command = clean_command(infra, kube_bin("kube-apiserver"));
         command.args(&self.args).stdout(Stdio::null()).stderr(log);
         self.apiserver = Daemon::spawn(&mut command);
-        let ready = wait_for(Duration::from_secs(90), || self.request(infra, "GET", "/readyz", None).0 == 200);
-        assert!(ready.is_some(), "kube-apiserver not ready within 90 s:\n{}", self.log_tail());
+        let ready = wait_for(Duration::from_secs(120), || self.request(infra, "GET", "/readyz", None).0 == 200);
+        assert!(ready.is_some(), "kube-apiserver not ready within 120 s:\n{}", self.log_tail());
     }
 
     /// The last lines of kube-apiserver's log.
@@ -127,7 +130,12 @@ impl KubeApi {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// Kills kube-apiserver (SIGKILL: a crash) and starts it again on the same etcd; waits until ready.
+    /// Kills kube-apiserver (SIGKILL: a crash); etcd stays. [`KubeApi::restart`] brings it back.
+    pub fn kill(&mut self) {
+        self.apiserver.stop(nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// Kills kube-apiserver (if still running) and starts it again on the same etcd; waits until ready.
     pub fn restart(&mut self, infra: &TestNetns) {
         self.restart_with(infra, |_| {});
     }
@@ -137,7 +145,7 @@ impl KubeApi {
     /// watches with 410 Gone).
     pub fn restart_with(&mut self, infra: &TestNetns, meanwhile: impl FnOnce(&Etcd)) {
         assert_eq!(infra.path, self.infra);
-        self.apiserver.stop(nix::sys::signal::Signal::SIGKILL);
+        self.kill();
         meanwhile(&self.etcd);
         self.spawn(infra);
     }
@@ -151,7 +159,7 @@ impl KubeApi {
         format!("https://{}:{PORT}", self.ip)
     }
 
-    /// A kubeconfig for the user with `token` (the API server's certificate as the CA).
+    /// A kubeconfig for the user with `token` (the test's CA, which signed the API server's certificate).
     pub fn kubeconfig(&self, name: &str, token: &str) -> PathBuf {
         let path = self.dir.join(format!("{name}.kubeconfig"));
         let ca = self.dir.join("ca.crt");
@@ -199,6 +207,54 @@ impl KubeApi {
         (code.trim().parse().unwrap_or(0), body.to_string())
     }
 
+    /// Creates `object` (a POST to its `collection`, as the admin user); panics unless created.
+    pub fn create(&self, ns: &TestNetns, collection: &str, object: &Value) {
+        let (status, body) = self.request(ns, "POST", collection, Some(&object.to_string()));
+        assert_eq!(status, 201, "POST {collection}: {body}");
+    }
+
+    /// A JSON merge patch of the object at `path` (or of its status, with a path ending in `/status`; null
+    /// removes a field).
+    pub fn patch(&self, ns: &TestNetns, path: &str, patch: &Value) {
+        let patch = patch.to_string();
+        let (status, body) =
+            self.request_as(ns, ADMIN_TOKEN, "PATCH", path, Some(&patch), "application/merge-patch+json");
+        assert_eq!(status, 200, "PATCH {path}: {body}");
+    }
+
+    pub fn delete(&self, ns: &TestNetns, path: &str) {
+        let (status, body) = self.request(ns, "DELETE", path, None);
+        assert_eq!(status, 200, "DELETE {path}: {body}");
+    }
+
+    /// The object at `path`.
+    pub fn get(&self, ns: &TestNetns, path: &str) -> Value {
+        let (status, body) = self.request(ns, "GET", path, None);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// The items of the list at `path`.
+    pub fn list(&self, ns: &TestNetns, path: &str) -> Vec<Value> {
+        self.get(ns, path)["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Creates the Namespace `object` and its `default` ServiceAccount (kube-controller-manager's job; the
+    /// ServiceAccount admission plugin refuses pods in a namespace without it).
+    pub fn create_namespace(&self, ns: &TestNetns, object: &Value) {
+        self.create(ns, "/api/v1/namespaces", object);
+        self.default_service_account(ns, object["metadata"]["name"].as_str().expect("the Namespace's name"));
+    }
+
+    /// Makes the `default` ServiceAccount of `namespace` unless it is there.
+    fn default_service_account(&self, ns: &TestNetns, namespace: &str) {
+        let account =
+            serde_json::json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "default" } });
+        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts");
+        let (status, body) = self.request(ns, "POST", &path, Some(&account.to_string()));
+        assert!(status == 201 || status == 409, "ServiceAccount: {status} {body}");
+    }
+
     /// Creates a Node named `name` with `pod_cidrs` (the first also as `spec.podCIDR`), as a kubelet registers
     /// and kube-controller-manager allocates.
     pub fn create_node(&self, ns: &TestNetns, name: &str, pod_cidrs: &[&str]) {
@@ -206,25 +262,18 @@ impl KubeApi {
             "apiVersion": "v1", "kind": "Node", "metadata": { "name": name },
             "spec": { "podCIDR": pod_cidrs.first(), "podCIDRs": pod_cidrs },
         });
-        let (status, body) = self.request(ns, "POST", "/api/v1/nodes", Some(&node.to_string()));
-        assert_eq!(status, 201, "creating Node {name}: {body}");
+        self.create(ns, "/api/v1/nodes", &node);
     }
 
     /// Creates the pod `namespace/name` bound to Node `node_name` (as the scheduler would; nothing runs it),
-    /// with the namespace's `default` ServiceAccount made first (kube-controller-manager's job).
+    /// with the namespace's `default` ServiceAccount made first.
     pub fn create_pod(&self, ns: &TestNetns, namespace: &str, name: &str, node_name: &str) {
-        let account =
-            serde_json::json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "default" } });
-        let path = format!("/api/v1/namespaces/{namespace}/serviceaccounts");
-        let (status, body) = self.request(ns, "POST", &path, Some(&account.to_string()));
-        assert!(status == 201 || status == 409, "ServiceAccount: {status} {body}");
+        self.default_service_account(ns, namespace);
         let pod = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name },
             "spec": { "nodeName": node_name, "containers": [{ "name": "kube-flannel", "image": "localhost/cni-rs/fabricd:dev" }] },
         });
-        let path = format!("/api/v1/namespaces/{namespace}/pods");
-        let (status, body) = self.request(ns, "POST", &path, Some(&pod.to_string()));
-        assert_eq!(status, 201, "creating pod {namespace}/{name}: {body}");
+        self.create(ns, &format!("/api/v1/namespaces/{namespace}/pods"), &pod);
     }
 
     /// `kubectl <args>` as the admin user, from `ns`, with `stdin` (`create -f -` of a List: many objects from
@@ -241,33 +290,25 @@ impl KubeApi {
     }
 
     pub fn delete_node(&self, ns: &TestNetns, name: &str) {
-        let (status, body) = self.request(ns, "DELETE", &format!("/api/v1/nodes/{name}"), None);
-        assert_eq!(status, 200, "deleting Node {name}: {body}");
+        self.delete(ns, &format!("/api/v1/nodes/{name}"));
     }
 
     pub fn node(&self, ns: &TestNetns, name: &str) -> Value {
-        let (status, body) = self.request(ns, "GET", &format!("/api/v1/nodes/{name}"), None);
-        assert_eq!(status, 200, "reading Node {name}: {body}");
-        serde_json::from_str(&body).unwrap()
+        self.get(ns, &format!("/api/v1/nodes/{name}"))
     }
 
     /// Merges `annotations` into the Node's (a JSON merge patch; null removes one).
     pub fn annotate(&self, ns: &TestNetns, name: &str, annotations: &Value) {
-        let patch = serde_json::json!({ "metadata": { "annotations": annotations } }).to_string();
-        let (status, body) = self.request_as(
+        self.patch(
             ns,
-            ADMIN_TOKEN,
-            "PATCH",
             &format!("/api/v1/nodes/{name}"),
-            Some(&patch),
-            "application/merge-patch+json",
+            &serde_json::json!({ "metadata": { "annotations": annotations } }),
         );
-        assert_eq!(status, 200, "annotating Node {name}: {body}");
     }
 }
 
 impl Drop for KubeApi {
     fn drop(&mut self) {
-        self.apiserver.stop(nix::sys::signal::Signal::SIGKILL);
+        self.kill();
     }
 }

@@ -9,11 +9,10 @@
 //!
 //! - [`linkrig`]: the link plugins' lab (a node with an uplink to a "lan" namespace); [`kubenet`]: the
 //!   kubenet chain of `conf/` on a node; [`netpol`]: that node with the netpol suite's pods and the
-//!   NetworkPolicy agent; [`netpol_api`]: a bare kube-apiserver for its watch; [`fabric`]: a cluster of
-//!   nodes on an underlay for fabricd;
+//!   NetworkPolicy agent; [`fabric`]: a cluster of nodes on an underlay for fabricd;
 //!   [`fabric_faults`]: what every backend's fabric must ride out (the store lost, a join and a leave);
-//!   [`kubeapi`]: a bare control plane (etcd + kube-apiserver, flannel's RBAC) for fabricd's Kubernetes mode,
-//!   Nodes made through the API.
+//!   [`kubeapi`]: a bare control plane (etcd + kube-apiserver, flannel's RBAC) for fabricd's Kubernetes mode
+//!   and the NetworkPolicy agent's watch, objects made through the API.
 //! - [`snapshot`]: everything a plugin can change on a node, to prove a call changed nothing;
 //!   [`traffic`]: TCP servers and clients between namespaces; [`capture`]: frames seen on an interface (a raw
 //!   socket, no tcpdump), to show what crosses an underlay.
@@ -53,7 +52,6 @@ pub mod kubeapi;
 pub mod kubenet;
 pub mod linkrig;
 pub mod netpol;
-pub mod netpol_api;
 pub mod podman;
 pub mod podman_macvlan;
 pub mod recorder;

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use netns_tests::kubeapi::{self, KubeApi, ADMIN_TOKEN};
 use netns_tests::netpol::{policy, PolicyNode, Probe, Proto};
-use netns_tests::netpol_api::{self, ApiServer};
 use netns_tests::{json, veth_between, TestNetns, Value};
 use netpol::compile::{compile, NodeOptions};
 use netpol::model::Cluster;
@@ -22,7 +22,7 @@ const API_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 91, 2);
 struct Rig {
     node: PolicyNode,
     infra: TestNetns,
-    api: ApiServer,
+    api: KubeApi,
 }
 
 impl Rig {
@@ -37,10 +37,10 @@ impl Rig {
             &["192.168.91.1/24".parse().unwrap()],
             &[format!("{API_IP}/24").parse().unwrap()],
         );
-        let api = ApiServer::start(&infra, API_IP, node.kubenet.node.dir());
+        let api = KubeApi::start(&infra, API_IP, node.kubenet.node.dir());
         let rig = Rig { node, infra, api };
         for ns in netns_tests::netpol::NAMESPACES {
-            rig.api.create(&rig.infra, "/api/v1/namespaces", &json!({"metadata": {"name": ns, "labels": {"ns": ns}}}));
+            rig.api.create_namespace(&rig.infra, &json!({"metadata": {"name": ns, "labels": {"ns": ns}}}));
         }
         for pod in &rig.node.pods {
             let mut object = pod.json();
@@ -91,11 +91,11 @@ impl Rig {
 
 #[test]
 fn watches_the_api_server() {
-    if !netpol_api::available() {
+    if !kubeapi::require_apiserver() {
         return;
     }
     let mut rig = Rig::new();
-    let kubeconfig = rig.api.kubeconfig().display().to_string();
+    let kubeconfig = rig.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
     let _agent = rig.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
     let first = netns_tests::wait_for(Duration::from_secs(30), || rig.node.applied() > 0);
     assert!(first.is_some(), "the agent's first table:\n{}", rig.node.log());
