@@ -222,22 +222,12 @@ impl Cluster {
 
     /// A node's (or the wan's) HTTP GET with busybox's wget, as a client outside the pods: the body, or the error.
     pub fn node_get(&self, node: &str, url: &str) -> Result<String, String> {
-        let output = self.node_exec(node, &WGET.iter().copied().chain([url]).collect::<Vec<_>>());
-        if output.status.success() {
-            Ok(text(&output.stdout))
-        } else {
-            Err(text(&output.stderr))
-        }
+        body(self.node_exec(node, &wget(url)))
     }
 
     /// A pod's HTTP GET (busybox wget in agnhost's image): the body, or the error.
     pub fn pod_get(&self, pod: &str, url: &str) -> Result<String, String> {
-        let output = self.pod_exec(pod, &WGET.iter().copied().chain([url]).collect::<Vec<_>>());
-        if output.status.success() {
-            Ok(text(&output.stdout))
-        } else {
-            Err(text(&output.stderr))
-        }
+        body(self.pod_exec(pod, &wget(url)))
     }
 
     /// The logs of every node's daemons and the control plane's, tail of each, for a failure message.
@@ -327,6 +317,20 @@ impl Pod {
 pub fn kubectl() -> PathBuf {
     let cache = std::env::var("CNI_K8S_CACHE").unwrap_or_else(|_| "/var/tmp/cni-rs-k8s".into());
     Path::new(&cache).join("bin/kubectl")
+}
+
+/// The [`WGET`] command line for `url`.
+fn wget(url: &str) -> Vec<&str> {
+    WGET.iter().copied().chain([url]).collect()
+}
+
+/// A command's stdout if it succeeded, else its stderr.
+fn body(output: Output) -> Result<String, String> {
+    if output.status.success() {
+        Ok(text(&output.stdout))
+    } else {
+        Err(text(&output.stderr))
+    }
 }
 
 fn text(bytes: &[u8]) -> String {
