@@ -3,7 +3,8 @@
 //! `serve-hostname`, as the suite runs it), and for each policy every pod probing every other pod on the four
 //! port/protocol pairs (agnhost `connect`): 288 real probes a table, compared with what the API says they
 //! should be, written out here as the rules of each policy. cni-netpol runs on every node
-//! (`scripts/cluster.sh up --network-policy`) against the real API server.
+//! (`scripts/cluster.sh up --network-policy`) against the real API server, on kubenet nodes and on fabric nodes
+//! (flannel's manifest running fabricd).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -99,7 +100,19 @@ fn netpol_suite_truth_tables() {
     if !cluster::available() {
         return;
     }
-    let cluster = Cluster::up(ClusterConfig { network_policy: true, ..ClusterConfig::default() });
+    truth_tables(Cluster::up(ClusterConfig { network_policy: true, ..ClusterConfig::default() }));
+}
+
+/// The same tables on fabric nodes: flannel's manifest running fabricd (vxlan), pods on flannel's cni0.
+#[test]
+fn netpol_suite_truth_tables_on_flannel_nodes() {
+    if !cluster::available() {
+        return;
+    }
+    truth_tables(Cluster::up(ClusterConfig { network_policy: true, network: "flannel", ..ClusterConfig::default() }));
+}
+
+fn truth_tables(cluster: Cluster) {
     let mut ips = BTreeMap::new();
     for (i, ns) in NAMESPACES.iter().enumerate() {
         cluster.kubectl_ok(&["create", "namespace", ns]);
