@@ -8,31 +8,27 @@
 use std::net::IpAddr;
 
 use cnicore::firewall::nfnl::{self, BatchError};
-use cnicore::netlink::wire::{Nest, Request};
+// The nf_tables numbers cnicore's element batches speak too, from its one list (the kernel's uapi).
+use cnicore::firewall::nfnl::{
+    NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_FLAGS, NFTA_SET_NAME,
+    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NFT_JUMP, NFT_MSG_DELSETELEM,
+    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NLM_F_CREATE, NLM_F_REQUEST,
+};
+use cnicore::netlink::wire::{Nest, Request, NLA_F_NESTED};
 
 use crate::plan::{Chain, Family, Field, Key, Match, Rule, Set, SetKind, Verdict, PROTO_ICMPV6};
 
-/// The flag of an attribute whose payload is attributes.
-const NLA_F_NESTED: u16 = 0x8000;
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_DELTABLE: u16 = 2;
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_DELRULE: u16 = 8;
-const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_DELSET: u16 = 11;
-const NFT_MSG_NEWSETELEM: u16 = 12;
-const NFT_MSG_DELSETELEM: u16 = 14;
-const NFPROTO_INET: u8 = 1;
 const NFPROTO_IPV4: u8 = 2;
 const NFPROTO_IPV6: u8 = 10;
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
 
-const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_CHAIN_HOOK: u16 = 4;
@@ -44,26 +40,14 @@ const NF_INET_FORWARD: u32 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
 const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
 const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_ID: u16 = 10;
 const NFT_SET_INTERVAL: u32 = 0x4;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
 
 /// nft's data types, for `nft list` (the kernel only keeps them).
 const TYPE_IPV4_ADDR: u32 = 7;
@@ -91,7 +75,6 @@ const NFT_CMP_GTE: u32 = 5;
 const NFT_LOOKUP_F_INV: u32 = 1;
 const NF_DROP: i32 = 0;
 const NF_ACCEPT: i32 = 1;
-const NFT_JUMP: i32 = -3;
 const NFT_RETURN: i32 = -5;
 
 /// Elements per NEWSETELEM message: an attribute's length is 16 bits, so a message holds at most 64 KiB of

@@ -35,42 +35,42 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use super::element::{Datum, Element, MapValue};
 use crate::netlink::wire::{self, Received, Request, NLA_F_NESTED};
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
+pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
 const NFNL_MSG_BATCH_END: u16 = 0x11;
-const NFT_MSG_NEWTABLE: u16 = 0;
+pub const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_GETTABLE: u16 = 1;
-const NFT_MSG_NEWSET: u16 = 9;
+pub const NFT_MSG_NEWSET: u16 = 9;
 const NFT_MSG_GETSET: u16 = 10;
-const NFT_MSG_NEWSETELEM: u16 = 12;
+pub const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_GETSETELEM: u16 = 13;
-const NFT_MSG_DELSETELEM: u16 = 14;
-const NFPROTO_INET: u8 = 1;
+pub const NFT_MSG_DELSETELEM: u16 = 14;
+pub const NFPROTO_INET: u8 = 1;
 
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_CREATE: u16 = 0x400;
+pub const NLM_F_REQUEST: u16 = 0x1;
+pub const NLM_F_CREATE: u16 = 0x400;
 
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
+pub const NFTA_TABLE_NAME: u16 = 1;
+pub const NFTA_SET_TABLE: u16 = 1;
+pub const NFTA_SET_NAME: u16 = 2;
+pub const NFTA_SET_FLAGS: u16 = 3;
 const NFT_SET_ANONYMOUS: u32 = 0x1;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_SET_ELEM_KEY: u16 = 1;
+pub const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+pub const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+pub const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+pub const NFTA_LIST_ELEM: u16 = 1;
+pub const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
+pub const NFTA_DATA_VALUE: u16 = 1;
+pub const NFTA_DATA_VERDICT: u16 = 2;
+pub const NFTA_VERDICT_CODE: u16 = 1;
+pub const NFTA_VERDICT_CHAIN: u16 = 2;
 /// libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`.
 const UDATA_COMMENT: u8 = 0;
 
 const NFT_CONTINUE: i32 = -1;
-const NFT_JUMP: i32 = -3;
+pub const NFT_JUMP: i32 = -3;
 /// An nf_tables register is 4 bytes: each part of a concatenation starts on one.
 const REGISTER: usize = 4;
 /// `IFNAMSIZ`: an `ifname` is this many bytes, zero-padded.

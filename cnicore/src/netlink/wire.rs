@@ -16,7 +16,7 @@ pub(crate) const NLMSG_HDRLEN: usize = 16;
 /// Size of `struct nlattr`.
 const NLA_HDRLEN: usize = 4;
 /// Flag bit of an attribute type that says its payload is nested attributes.
-pub(crate) const NLA_F_NESTED: u16 = 0x8000;
+pub const NLA_F_NESTED: u16 = 0x8000;
 /// The bits of an attribute type that are flags rather than the type.
 const NLA_FLAGS: u16 = 0xC000;
 
