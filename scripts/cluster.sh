@@ -185,7 +185,7 @@ kc_flannel_apply() {
 kc_wait_nodes_registered() {
   local want
   want=$(kc_nodes | wc -l)
-  kc_wait 120 nodes bash -c "[[ \$('$KC_BIN/kubectl' --kubeconfig '$KC_DIR/admin.kubeconfig' get nodes -o name | wc -l) -ge $want ]]" ||
+  kc_wait 120 bash -c "[[ \$('$KC_BIN/kubectl' --kubeconfig '$KC_DIR/admin.kubeconfig' get nodes -o name | wc -l) -ge $want ]]" ||
     kc_die "not every node registered within 120 s: see $KC_DIR/nodes/*/kubelet.log"
 }
 
@@ -275,7 +275,7 @@ cmd_restart() {
   case $daemon in containerd | kubelet | kube-proxy | cni-netpol) ;; *) kc_die "restart: containerd, kubelet, kube-proxy or cni-netpol" ;; esac
   pid=$(cat "$(kc_node_dir "$node")/$daemon.pid")
   kill -TERM "$pid" 2>/dev/null || true
-  kc_wait 30 "$daemon to end" bash -c "! kill -0 $pid" || kill -KILL "$pid" 2>/dev/null || true
+  kc_wait 30 bash -c "! kill -0 $pid" || kill -KILL "$pid" 2>/dev/null || true
   "kc_node_${daemon//-/_}" "$node"
 }
 

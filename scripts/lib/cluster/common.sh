@@ -88,13 +88,6 @@ kc_spawn() {
   echo $!
 }
 
-# kc_node_cmd NODE CMD...: the command line that runs CMD in NODE's network and mount namespaces.
-kc_node_cmd() {
-  local node=$1
-  shift
-  printf '%s\0' nsenter "--net=/run/netns/$(kc_netns "$node")" "--mount=$(kc_mntns "$node")" -- "$@"
-}
-
 # kc_in NODE CMD...: runs CMD in a node (nodeN: network and mount namespaces) or in cp, net or wan (network
 # namespace only).
 kc_in() {
@@ -142,10 +135,10 @@ kc_cgroups_remove() {
   return 0
 }
 
-# kc_wait SECONDS WHAT CMD...: polls CMD every 0.5 s until it succeeds; dies naming WHAT after SECONDS.
+# kc_wait SECONDS CMD...: polls CMD every 0.5 s until it succeeds; fails after SECONDS (the caller says what).
 kc_wait() {
-  local deadline=$((SECONDS + $1)) what=$2
-  shift 2
+  local deadline=$((SECONDS + $1))
+  shift
   until "$@" >/dev/null 2>&1; do
     ((SECONDS < deadline)) || return 1
     sleep 0.5

@@ -59,7 +59,7 @@ kc_control_plane_up() {
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster cp=http://127.0.0.1:2380
-  kc_wait 30 etcd kc_in cp curl -fsS http://127.0.0.1:2379/health ||
+  kc_wait 30 kc_in cp curl -fsS http://127.0.0.1:2379/health ||
     kc_die "etcd did not start: $(tail -5 "$KC_DIR/logs/etcd.log")"
   kc_cp_spawn kube-apiserver "$KC_BIN/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 --advertise-address="$cp_ip" --bind-address=0.0.0.0 --secure-port=6443 \
@@ -74,7 +74,7 @@ kc_control_plane_up() {
   kc_forwarder_up "$(kc_setting asked-api-port)"
   # The admin's kubeconfig, for the machine: through the forwarder.
   kc_kubeconfig "$KC_DIR/admin.kubeconfig" "https://127.0.0.1:$(kc_setting api-port)" admin
-  kc_wait 120 kube-apiserver kc_kubectl get --raw /readyz ||
+  kc_wait 120 kc_kubectl get --raw /readyz ||
     kc_die "kube-apiserver is not ready: $(tail -5 "$KC_DIR/logs/kube-apiserver.log")"
   local cm=(--kubeconfig="$KC_DIR/controller-manager.kubeconfig" --bind-address=127.0.0.1 --leader-elect=false
     --authentication-kubeconfig="$KC_DIR/controller-manager.kubeconfig"
@@ -104,7 +104,7 @@ kc_forwarder_up() {
   for (( ; port <= last; port++)); do
     port_listening "$port" && continue
     pid=$(kc_spawn forwarder "$KC_DIR/logs/forwarder.log" socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" "EXEC:$connect")
-    if kc_wait 5 forwarder port_listening_by "$port" "$pid"; then
+    if kc_wait 5 port_listening_by "$port" "$pid"; then
       echo "$pid" >"$KC_DIR/run/forwarder.pid"
       echo "$port" >"$KC_DIR/settings/api-port"
       return 0

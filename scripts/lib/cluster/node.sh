@@ -188,7 +188,7 @@ kc_node_containerd() {
   local node=$1 dir
   dir=$(kc_node_dir "$node")
   kc_node_spawn "$node" containerd containerd --config "$dir/containerd.toml"
-  kc_wait 30 containerd kc_in "$node" test -S /run/containerd/containerd.sock ||
+  kc_wait 30 kc_in "$node" test -S /run/containerd/containerd.sock ||
     kc_die "$node: containerd did not start: $(tail -5 "$dir/containerd.log")"
 }
 
