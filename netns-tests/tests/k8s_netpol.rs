@@ -2,7 +2,10 @@
 //! watching the real API server, judged with real connections between pods on one node and across nodes, as
 //! Kubernetes' netpol suite probes them (agnhost `connect`), while policies and labels change: open without a
 //! policy, default deny of a namespace's ingress, a namespace selector opening one port, a pod selector
-//! following a label set later, and open again once the policies are deleted.
+//! following a label set later, and open again once the policies are deleted. Also judged: a client outside the
+//! cluster (the wan) through a NodePort on either node (kube-proxy's DNAT, and its SNAT when the pod is on the
+//! other node), and the kubelet's readiness probes, which reach pods under default deny (traffic between a pod
+//! and its own node is always allowed, as Kubernetes defines it).
 
 use std::time::Duration;
 
@@ -23,6 +26,7 @@ spec:
     image: {AGNHOST}
     args: ["porter"]
     env: [{{name: SERVE_PORT_80, value: foo}}, {{name: SERVE_PORT_81, value: foo}}]
+    readinessProbe: {{httpGet: {{path: /, port: 80}}, periodSeconds: 1, failureThreshold: 2}}
 "#
     )
 }
@@ -111,6 +115,16 @@ spec:
     expect(&cluster, ("x", "a"), &b, 81, true);
     expect(&cluster, ("y", "c"), &b, 81, false);
 
+    // The kubelet's probes come from the node itself: x's pods stay Ready under the deny.
+    std::thread::sleep(Duration::from_secs(3));
+    for name in ["a", "b"] {
+        let ready = cluster.kubectl_ok(&["get", "pod", "-n", "x", name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+        assert_eq!(ready.trim(), "True", "x/{name} stays Ready: its node's probes pass the deny");
+    }
+
+    // From outside through a NodePort: denied on both nodes, then admitted by an ipBlock of the underlay.
+    node_port_from_outside(&cluster);
+
     // The agent restarted on node2: b's rules hold while it is down and after.
     cluster.script_ok(&["restart", "node2", "cni-netpol"]);
     expect(&cluster, ("y", "c"), &b, 81, false);
@@ -120,4 +134,57 @@ spec:
     cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "--all"]);
     expect(&cluster, ("y", "c"), &b, 81, true);
     expect(&cluster, ("x", "a"), &b, 80, true);
+}
+
+/// A NodePort in front of x/a, asked from the wan on each node's address: an ipBlock of the underlay
+/// (172.31.0.0/24) admits it through both nodes (on node1 the wan's own address is judged, on node2 kube-proxy's
+/// SNAT makes it node2's), and once that policy is deleted x's default deny drops it on both.
+fn node_port_from_outside(cluster: &Cluster) {
+    cluster.apply(
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: a-np, namespace: "x"}
+spec:
+  type: NodePort
+  selector: {pod: a}
+  ports: [{port: 80, targetPort: 80, protocol: TCP}]
+"#,
+    );
+    let svc = cluster.get_json(&["service", "-n", "x", "a-np"]);
+    let port = svc["spec"]["ports"][0]["nodePort"].as_u64().expect("nodePort");
+    let urls: Vec<String> = ["node1", "node2"]
+        .iter()
+        .map(|node| {
+            let obj = cluster.get_json(&["node", node]);
+            let addresses = obj["status"]["addresses"].as_array().expect("addresses").clone();
+            let internal = addresses.iter().find(|a| a["type"] == "InternalIP").expect("InternalIP");
+            format!("http://{}:{port}/", internal["address"].as_str().expect("address"))
+        })
+        .collect();
+    let wan_reaches = |url: &str, reach: bool| {
+        let seen = eventually(Duration::from_secs(30), || match cluster.node_get("wan", url) {
+            Ok(body) if reach && body.trim() == "foo" => Ok(()),
+            Err(_) if !reach => Ok(()),
+            other => Err(other),
+        });
+        let verb = if reach { "should reach" } else { "should be denied" };
+        seen.unwrap_or_else(|last| panic!("wan -> NodePort {url} {verb} x/a: last {last:?}"));
+    };
+    cluster.apply(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-underlay, namespace: "x"}
+spec:
+  podSelector: {matchLabels: {pod: a}}
+  ingress: [{from: [{ipBlock: {cidr: 172.31.0.0/24}}], ports: [{port: 80, protocol: TCP}]}]
+"#,
+    );
+    for url in &urls {
+        wan_reaches(url, true);
+    }
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "from-underlay"]);
+    for url in &urls {
+        wan_reaches(url, false);
+    }
+    cluster.kubectl_ok(&["delete", "service", "-n", "x", "a-np"]);
 }

@@ -2,7 +2,9 @@
 //! in namespaces `x`, `y`, `z` spread over two nodes, each serving TCP and UDP on ports 80 and 81 (agnhost
 //! `serve-hostname`, as the suite runs it), and for each policy every pod probing every other pod on the four
 //! port/protocol pairs (agnhost `connect`): 288 real probes a table, compared with what the API says they
-//! should be, written out here as the rules of each policy. cni-netpol runs on every node
+//! should be, written out here as the rules of each policy: default deny, namespace and pod selectors with
+//! ports, egress, `ipBlock` with `except` (ingress and egress, across nodes), named ports (the suite's
+//! `serve-80-tcp` ... container ports) and `endPort` ranges. cni-netpol runs on every node
 //! (`scripts/cluster.sh up --network-policy`) against the real API server, on kubenet nodes and on fabric nodes
 //! (flannel's manifest running fabricd).
 
@@ -10,18 +12,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use netns_tests::cluster::{self, Cluster, ClusterConfig, AGNHOST};
+use netns_tests::workloads;
 
 const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 const PODS: [&str; 3] = ["a", "b", "c"];
 const PROBES: [(u16, &str); 4] = [(80, "tcp"), (80, "udp"), (81, "tcp"), (81, "udp")];
 
-/// One pod of the suite: four containers, one per port and protocol.
+/// One pod of the suite: four containers, one per port and protocol, each declaring its port by the name the
+/// suite gives it (`serve-80-tcp`), which named-port rules resolve.
 fn suite_pod(ns: &str, name: &str, node: &str) -> String {
     let containers: String = PROBES
         .iter()
         .map(|(port, proto)| {
+            let upper = proto.to_uppercase();
             format!(
-                "  - {{name: c-{port}-{proto}, image: {AGNHOST}, args: [serve-hostname, --{proto}, --http=false, --port, \"{port}\"]}}\n"
+                "  - {{name: c-{port}-{proto}, image: {AGNHOST}, args: [serve-hostname, --{proto}, --http=false, --port, \"{port}\"], ports: [{{containerPort: {port}, name: serve-{port}-{proto}, protocol: {upper}}}]}}\n"
             )
         })
         .collect();
@@ -179,4 +184,72 @@ spec:
     cluster.kubectl_ok(&["delete", "networkpolicy", "--all", "-n", "x"]);
     cluster.kubectl_ok(&["delete", "networkpolicy", "--all", "-n", "z"]);
     assert_table(&cluster, &ips, "policies deleted", |_| true);
+
+    ip_blocks(&cluster, &ips);
+    named_ports_and_ranges(&cluster, &ips);
+}
+
+/// `ipBlock` with `except`, judged on real source and destination addresses across nodes: x/a admits every
+/// address but node2's podCIDR (so the pods of node1 only), and z's pods may send anywhere but to x/b.
+fn ip_blocks(cluster: &Cluster, ips: &BTreeMap<String, String>) {
+    let node2_pods = workloads::pod_cidrs(cluster, "node2")[0];
+    let on_node2 = |pod: &str| node2_pods.contains(&ips[pod].parse::<std::net::IpAddr>().expect("pod IP"));
+    cluster.apply(&format!(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: a-from-node1, namespace: "x"}}
+spec:
+  podSelector: {{matchLabels: {{pod: a}}}}
+  ingress: [{{from: [{{ipBlock: {{cidr: 0.0.0.0/0, except: ["{node2_pods}"]}}}}]}}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: z-not-to-xb, namespace: "z"}}
+spec:
+  podSelector: {{}}
+  policyTypes: [Egress]
+  egress: [{{to: [{{ipBlock: {{cidr: 0.0.0.0/0, except: ["{}/32"]}}}}]}}]
+"#,
+        ips["x/b"]
+    ));
+    assert_table(cluster, ips, "x/a from all but node2's pods; z to all but x/b", |(from, to, _, _)| {
+        let ingress = to != "x/a" || !on_node2(from);
+        let egress = ns_of(from) != "z" || to != "x/b";
+        ingress && egress
+    });
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "a-from-node1"]);
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "z", "z-not-to-xb"]);
+}
+
+/// Named ports resolved per pod from its containers' ports, and `endPort` ranges judged at both ends: y's pods
+/// admit `serve-80-tcp` and `serve-81-udp` (a name given with the other protocol, `serve-81-tcp` over UDP,
+/// and a name no container declares match nothing); x/b admits TCP 79-80 and UDP 81-90.
+fn named_ports_and_ranges(cluster: &Cluster, ips: &BTreeMap<String, String>) {
+    cluster.apply(
+        r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: by-name, namespace: "y"}
+spec:
+  podSelector: {}
+  ingress:
+  - ports: [{port: serve-80-tcp}, {port: serve-81-udp, protocol: UDP}, {port: serve-81-tcp, protocol: UDP}, {port: nobody-serves, protocol: TCP}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: b-ranges, namespace: "x"}
+spec:
+  podSelector: {matchLabels: {pod: b}}
+  ingress:
+  - ports: [{port: 79, endPort: 80, protocol: TCP}, {port: 81, endPort: 90, protocol: UDP}]
+"#,
+    );
+    assert_table(cluster, ips, "y by port names; x/b by port ranges", |(_, to, port, proto)| {
+        match (ns_of(to), to.as_str()) {
+            ("y", _) | (_, "x/b") => matches!((*port, *proto), (80, "tcp") | (81, "udp")),
+            _ => true,
+        }
+    });
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "y", "by-name"]);
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "b-ranges"]);
+    assert_table(cluster, ips, "open again", |_| true);
 }
