@@ -7,6 +7,7 @@
 //! other node), and the kubelet's readiness probes, which reach pods under default deny (traffic between a pod
 //! and its own node is always allowed, as Kubernetes defines it).
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use netns_tests::cluster::{self, Cluster, ClusterConfig, Pod, AGNHOST};
@@ -32,37 +33,36 @@ spec:
 }
 
 /// Whether `from` (namespace/name) connects to `to` on TCP `port`, once (agnhost connect, 1 s).
-fn connects(cluster: &Cluster, from: (&str, &str), to: &Pod, port: u16) -> bool {
-    let target = format!("{}:{port}", to.ips[0]);
+fn connects(cluster: &Cluster, from: (&str, &str), to: SocketAddr) -> bool {
+    let target = to.to_string();
     let out = cluster.kubectl(&["exec", "-n", from.0, from.1, "--", "/agnhost", "connect", &target, "--timeout=1s"]);
     out.status.success()
 }
 
-/// Waits until `from` -> `to`:`port` is `allowed` (enforcement follows a change within a moment).
+/// Waits until `from` -> `to`:`port` is `allowed` on every address of `to` (each family of a dual-stack pod):
+/// enforcement follows a change within a moment.
 fn expect(cluster: &Cluster, from: (&str, &str), to: &Pod, port: u16, allowed: bool) {
-    let seen = eventually(Duration::from_secs(20), || {
-        if connects(cluster, from, to, port) == allowed {
-            Ok(())
-        } else {
-            Err(())
-        }
-    });
-    let verb = if allowed { "should reach but does not reach" } else { "should be denied but reaches" };
-    assert!(seen.is_ok(), "{}/{} {verb} {} ({}) on {port}", from.0, from.1, to.name, to.ips[0]);
+    for ip in &to.ips {
+        let target = SocketAddr::new(*ip, port);
+        let seen = eventually(Duration::from_secs(20), || match connects(cluster, from, target) == allowed {
+            true => Ok(()),
+            false => Err(()),
+        });
+        let verb = if allowed { "should reach but does not reach" } else { "should be denied but reaches" };
+        assert!(seen.is_ok(), "{}/{} {verb} {} at {target}", from.0, from.1, to.name);
+    }
 }
 
+/// The pod's addresses, one per family.
 fn pod(cluster: &Cluster, ns: &str, name: &str) -> Pod {
     let json = cluster.get_json(&["pod", "-n", ns, name]);
-    let ip = json["status"]["podIP"].as_str().expect("podIP").parse().expect("ip");
-    Pod { name: name.into(), node: String::new(), phase: String::new(), ips: vec![ip] }
+    let ips = json["status"]["podIPs"].as_array().expect("podIPs");
+    let ips = ips.iter().map(|ip| ip["ip"].as_str().expect("ip").parse().expect("ip")).collect();
+    Pod { name: name.into(), node: String::new(), phase: String::new(), ips }
 }
 
-#[test]
-fn network_policy_on_the_cluster() {
-    if !cluster::available() {
-        return;
-    }
-    let cluster = Cluster::up(ClusterConfig { network_policy: true, ..ClusterConfig::default() });
+/// Pods x/a (node1), x/b (node2) and y/c (node1), Ready.
+fn three_servers(cluster: &Cluster) -> (Pod, Pod, Pod) {
     cluster.kubectl_ok(&["create", "namespace", "x"]);
     cluster.kubectl_ok(&["create", "namespace", "y"]);
     cluster.apply(&server("x", "a", "node1"));
@@ -71,30 +71,74 @@ fn network_policy_on_the_cluster() {
     for (ns, name) in [("x", "a"), ("x", "b"), ("y", "c")] {
         cluster.kubectl_ok(&["wait", "-n", ns, "--for=condition=Ready", &format!("pod/{name}"), "--timeout=120s"]);
     }
-    let (a, b, c) = (pod(&cluster, "x", "a"), pod(&cluster, "x", "b"), pod(&cluster, "y", "c"));
+    (pod(cluster, "x", "a"), pod(cluster, "x", "b"), pod(cluster, "y", "c"))
+}
+
+/// A pod's Ready condition, as kubectl prints it.
+const READY: &str = "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}";
+
+const DENY_X: &str = "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: \"x\"}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n";
+
+const Y_TO_X_ON_80: &str = r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-y, namespace: "x"}
+spec:
+  podSelector: {}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}], ports: [{port: 80, protocol: TCP}]}]
+"#;
+
+/// The same policies on a dual-stack cluster: each pod's IPv4 and IPv6 address judged alike, on one node and
+/// across nodes, and an IPv6 ipBlock admitting one pod's IPv6 address only.
+#[test]
+fn network_policy_on_a_dual_stack_cluster() {
+    if !cluster::available() {
+        return;
+    }
+    let cluster = Cluster::up(ClusterConfig { network_policy: true, dual_stack: true, ..ClusterConfig::default() });
+    let (a, b, c) = three_servers(&cluster);
+    assert_eq!((a.ips.len(), b.ips.len(), c.ips.len()), (2, 2, 2), "dual-stack pods: {a:?} {b:?} {c:?}");
+    expect(&cluster, ("x", "a"), &b, 81, true);
+    cluster.apply(DENY_X);
+    cluster.apply(Y_TO_X_ON_80);
+    expect(&cluster, ("y", "c"), &a, 80, true);
+    expect(&cluster, ("y", "c"), &b, 80, true);
+    expect(&cluster, ("y", "c"), &b, 81, false);
+    expect(&cluster, ("x", "a"), &b, 80, false);
+
+    // x/a's IPv6 address admitted to b on 81, its IPv4 address not.
+    let a_v6 = a.ips.iter().find(|ip| ip.is_ipv6()).expect("IPv6");
+    cluster.apply(&format!(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {{name: a-v6, namespace: \"x\"}}\nspec:\n  podSelector: {{matchLabels: {{pod: b}}}}\n  ingress: [{{from: [{{ipBlock: {{cidr: \"{a_v6}/128\"}}}}]}}]\n"
+    ));
+    let b_at = |v6: bool| *b.ips.iter().find(|ip| ip.is_ipv6() == v6).expect("address");
+    let only = |v6: bool| Pod { ips: vec![b_at(v6)], ..b.clone() };
+    expect(&cluster, ("x", "a"), &only(true), 81, true);
+    expect(&cluster, ("x", "a"), &only(false), 81, false);
+
+    cluster.kubectl_ok(&["delete", "networkpolicy", "-n", "x", "--all"]);
+    expect(&cluster, ("x", "a"), &b, 81, true);
+}
+
+#[test]
+fn network_policy_on_the_cluster() {
+    if !cluster::available() {
+        return;
+    }
+    let cluster = Cluster::up(ClusterConfig { network_policy: true, ..ClusterConfig::default() });
+    let (a, b, c) = three_servers(&cluster);
 
     // No policy: open, on one node (a, c) and across nodes (a, b).
     expect(&cluster, ("x", "a"), &b, 80, true);
     expect(&cluster, ("y", "c"), &a, 80, true);
 
     // Default deny of x's ingress: nothing reaches x's pods, y's pods stay open.
-    cluster.apply(
-        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: deny, namespace: \"x\"}\nspec: {podSelector: {}, policyTypes: [Ingress]}\n",
-    );
+    cluster.apply(DENY_X);
     expect(&cluster, ("x", "a"), &b, 80, false);
     expect(&cluster, ("y", "c"), &a, 80, false);
     expect(&cluster, ("x", "a"), &c, 80, true);
 
     // Namespace y may reach x's pods on 80, not on 81.
-    cluster.apply(
-        r#"apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: from-y, namespace: "x"}
-spec:
-  podSelector: {}
-  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: "y"}}}], ports: [{port: 80, protocol: TCP}]}]
-"#,
-    );
+    cluster.apply(Y_TO_X_ON_80);
     expect(&cluster, ("y", "c"), &a, 80, true);
     expect(&cluster, ("y", "c"), &b, 80, true);
     expect(&cluster, ("y", "c"), &b, 81, false);
@@ -118,7 +162,7 @@ spec:
     // The kubelet's probes come from the node itself: x's pods stay Ready under the deny.
     std::thread::sleep(Duration::from_secs(3));
     for name in ["a", "b"] {
-        let ready = cluster.kubectl_ok(&["get", "pod", "-n", "x", name, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]);
+        let ready = cluster.kubectl_ok(&["get", "pod", "-n", "x", name, "-o", READY]);
         assert_eq!(ready.trim(), "True", "x/{name} stays Ready: its node's probes pass the deny");
     }
 
