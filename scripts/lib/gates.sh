@@ -9,13 +9,16 @@
 #   5. product code speaks netlink and runs no shell: no `ip`, `tc`, `nft`, `iptables` or `sh` processes
 #      (cnicore::firewall::exec runs the iptables binaries the config names, by path, with no shell);
 #   6. a plugin's stdout is the runtime's: only cnicore's entry point writes to it (the result or the error
-#      object), so no print!/println!/stdout() in plugins/ and ipam/.
+#      object), so no print!/println!/stdout() in plugins/ and ipam/;
+#   7. no product function over 70 lines (scripts/lib/fn-lengths.awk says how they are counted): the long ones
+#      of fabricd, made named steps in issue 36, had grown back while nothing checked them.
 # Product code is every crate's src/ except the test rig (netns-tests/, with its cri-client) and fuzz/, minus
 # #[cfg(test)] items: tests may build strings, shell out and inspect with `ip`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 lib=scripts/lib
 MAX_LINES=1000
+MAX_FN_LINES=70
 failed=0
 fail() {
   echo "gates: $1" >&2
@@ -78,6 +81,12 @@ processes=$(grep -E 'Command::new\("(ip|tc|nft|iptables|ip6tables|bridge|ethtool
 printing=$(grep -E '^(plugins|ipam)/' "$product" | grep -E '(^|[^a-z_])(print!|println!|std::io::stdout\(\)|io::stdout\(\))')
 [[ -z $printing ]] || fail "a plugin writes to stdout, which is the runtime's (the result or the error object): use
   cnicore::warn! or eprintln! for messages" <<<"$printing"
+
+# 7. Long functions (test modules kept in their own files, `*tests.rs`, are tests).
+long_fns=$(grep -v -E '^[^:]*tests\.rs:' "$product" | awk -f $lib/fn-lengths.awk |
+  awk -v max=$MAX_FN_LINES '{ n = $(NF - 1) } n > max')
+[[ -z $long_fns ]] || fail "functions over $MAX_FN_LINES lines: make them named steps (a function per step, named for
+  what it does, as fabricd's acquire and cleanup are)" <<<"$long_fns"
 
 if [[ $failed == 0 ]]; then echo "gates: ok"; fi
 exit $failed

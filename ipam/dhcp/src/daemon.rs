@@ -293,6 +293,32 @@ fn fail(msg: &str) -> ! {
     std::process::exit(1)
 }
 
+/// `-pidfile`: the daemon's pid, as the reference writes it (an absolute path or nothing).
+fn write_pidfile(pidfile: &str) {
+    if pidfile.is_empty() {
+        return;
+    }
+    if !pidfile.starts_with('/') {
+        fail(&format!("Error writing pidfile {pidfile:?}: path not absolute"));
+    }
+    if let Err(e) = std::fs::write(pidfile, std::process::id().to_string()) {
+        fail(&format!("Error writing pidfile {pidfile:?}: {e}"));
+    }
+}
+
+/// A thread that waits for SIGINT or SIGTERM, then removes the socket and the pidfile and exits. The leases stay
+/// saved: a new daemon resumes them.
+fn exit_on_signal(signals: nix::sys::signal::SigSet, socket_path: PathBuf, pidfile: String) {
+    std::thread::spawn(move || {
+        let _ = signals.wait();
+        let _ = std::fs::remove_file(&socket_path);
+        if !pidfile.is_empty() {
+            let _ = std::fs::remove_file(&pidfile);
+        }
+        std::process::exit(0)
+    });
+}
+
 pub fn main(args: &[String]) -> ! {
     let flags = match parse_flags(args) {
         Ok(f) => f,
@@ -314,32 +340,14 @@ pub fn main(args: &[String]) -> ! {
         set.thread_block().unwrap_or_else(|e| fail(&format!("blocking signals: {e}")));
         set
     };
-    if !flags.pidfile.is_empty() {
-        if !flags.pidfile.starts_with('/') {
-            fail(&format!("Error writing pidfile {:?}: path not absolute", flags.pidfile));
-        }
-        if let Err(e) = std::fs::write(&flags.pidfile, std::process::id().to_string()) {
-            fail(&format!("Error writing pidfile {:?}: {e}", flags.pidfile));
-        }
-    }
+    write_pidfile(&flags.pidfile);
     let socket_path = PathBuf::from(format!("{}{}", flags.host_prefix, flags.socket_path));
     let listener = listener(&socket_path).unwrap_or_else(|e| fail(&format!("Error getting listener: {e}")));
     let state_dir = PathBuf::from(&flags.state_dir);
     if let Err(e) = cnicore::state::ensure_dir(&state_dir, 0o700) {
         fail(&format!("state directory {}: {e}", state_dir.display()));
     }
-    {
-        let (socket_path, pidfile) = (socket_path.clone(), flags.pidfile.clone());
-        std::thread::spawn(move || {
-            let _ = signals.wait();
-            let _ = std::fs::remove_file(&socket_path);
-            if !pidfile.is_empty() {
-                let _ = std::fs::remove_file(&pidfile);
-            }
-            // The leases stay saved: a new daemon resumes them.
-            std::process::exit(0)
-        });
-    }
+    exit_on_signal(signals, socket_path.clone(), flags.pidfile.clone());
     let settings = Arc::new(Settings {
         broadcast: flags.broadcast,
         timeout: flags.timeout,

@@ -459,35 +459,7 @@ fn wire_type(c: &mut Cursor) -> io::Result<Wire> {
                 })?;
                 Wire::Slice(elem)
             }
-            2 => {
-                let mut fields = Vec::new();
-                c.fields(|f, c| {
-                    match f {
-                        0 => drop(c.common()?),
-                        1 => {
-                            let n = c.uint()?;
-                            if n > c.0.len() as u64 {
-                                return Err(bad("more fields than bytes"));
-                            }
-                            for _ in 0..n {
-                                let (mut name, mut id) = (String::new(), 0);
-                                c.fields(|f, c| {
-                                    match f {
-                                        0 => name = c.string()?,
-                                        1 => id = c.int()?,
-                                        _ => return Err(bad("fieldType field")),
-                                    }
-                                    Ok(())
-                                })?;
-                                fields.push((name, id));
-                            }
-                        }
-                        _ => return Err(bad("structType field")),
-                    }
-                    Ok(())
-                })?;
-                Wire::Struct(fields)
-            }
+            2 => struct_type(c)?,
             3 => {
                 let (mut key, mut elem) = (0, 0);
                 c.fields(|f, c| {
@@ -513,6 +485,37 @@ fn wire_type(c: &mut Cursor) -> io::Result<Wire> {
         Ok(())
     })?;
     wire.ok_or_else(|| bad("empty type definition"))
+}
+
+/// A wireType's structType: its fields' names and type ids.
+fn struct_type(c: &mut Cursor) -> io::Result<Wire> {
+    let mut fields = Vec::new();
+    c.fields(|f, c| {
+        match f {
+            0 => drop(c.common()?),
+            1 => {
+                let n = c.uint()?;
+                if n > c.0.len() as u64 {
+                    return Err(bad("more fields than bytes"));
+                }
+                for _ in 0..n {
+                    let (mut name, mut id) = (String::new(), 0);
+                    c.fields(|f, c| {
+                        match f {
+                            0 => name = c.string()?,
+                            1 => id = c.int()?,
+                            _ => return Err(bad("fieldType field")),
+                        }
+                        Ok(())
+                    })?;
+                    fields.push((name, id));
+                }
+            }
+            _ => return Err(bad("structType field")),
+        }
+        Ok(())
+    })?;
+    Ok(Wire::Struct(fields))
 }
 
 #[cfg(test)]

@@ -70,36 +70,8 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     let mut allocate = || -> Result<()> {
         for (idx, set) in cfg.range_sets.iter().enumerate() {
             let ip = match wanted[idx] {
-                Some(ip) => {
-                    if !reserver.try_reserve(ip)? {
-                        let holder = match reserver.store().read_lease(ip)? {
-                            Some(Content::Owner(o)) => format!(": leased to container {}", o.id()),
-                            _ => String::new(),
-                        };
-                        return Err(Error::internal(format!(
-                            "requested IP address {ip} is not available in range set {set}{holder}"
-                        )));
-                    }
-                    ip
-                }
-                None => {
-                    let last = reserver.store().last_reserved(idx);
-                    let mut found = None;
-                    for (_, ip) in set.candidates(last) {
-                        if reserver.try_reserve(ip)? {
-                            found = Some(ip);
-                            break;
-                        }
-                    }
-                    if found.is_none() {
-                        found = reclaim_earlier_boot(&mut reserver, set, last)?;
-                    }
-                    found.ok_or_else(|| {
-                        Error::internal(format!(
-                            "failed to allocate for range {idx}: no IP addresses available in range set: {set}"
-                        ))
-                    })?
-                }
+                Some(ip) => reserve_requested(&mut reserver, set, ip)?,
+                None => reserve_next(&mut reserver, set, idx)?,
             };
             taken.push(ip);
             reserver.store().set_last_reserved(idx, ip)?;
@@ -121,6 +93,32 @@ pub fn add(ctx: &Context) -> Result<CniResult> {
     failpoint::hit("host-local/after-index");
     outcome?;
     Ok(CniResult { interfaces: Vec::new(), ips, routes: cfg.routes, dns })
+}
+
+/// The address the runtime asked for (`ips` or the `IP` arg), when it is free.
+fn reserve_requested(reserver: &mut Reserver, set: &RangeSet, ip: IpAddr) -> Result<IpAddr> {
+    if reserver.try_reserve(ip)? {
+        return Ok(ip);
+    }
+    let holder = match reserver.store().read_lease(ip)? {
+        Some(Content::Owner(o)) => format!(": leased to container {}", o.id()),
+        _ => String::new(),
+    };
+    Err(Error::internal(format!("requested IP address {ip} is not available in range set {set}{holder}")))
+}
+
+/// The next free address of range set `idx` after the last one reserved, as the reference walks it; when the
+/// set is full, one freed from an earlier boot.
+fn reserve_next(reserver: &mut Reserver, set: &RangeSet, idx: usize) -> Result<IpAddr> {
+    let last = reserver.store().last_reserved(idx);
+    for (_, ip) in set.candidates(last) {
+        if reserver.try_reserve(ip)? {
+            return Ok(ip);
+        }
+    }
+    reclaim_earlier_boot(reserver, set, last)?.ok_or_else(|| {
+        Error::internal(format!("failed to allocate for range {idx}: no IP addresses available in range set: {set}"))
+    })
 }
 
 /// A full range set may still hold leases of pods that died with an earlier boot (upstream #252: containerd

@@ -73,43 +73,8 @@ pub fn load(ctx: &Context) -> Result<Config> {
     let conf: NetConfIn = ctx.parse_conf()?;
     let ipam = conf.ipam.ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))?;
 
-    let mut addresses = Vec::new();
-    for (i, a) in ipam.addresses.unwrap_or_default().iter().enumerate() {
-        let address = parse_cidr(&a.address).ok_or_else(|| {
-            Error::config(format!(
-                "the 'address' field is expected to be in CIDR notation, got: '{}'",
-                truncate(&a.address)
-            ))
-        })?;
-        let gateway = match a.gateway.as_deref() {
-            None | Some("") => None,
-            Some(g) => Some(
-                g.parse::<IpAddr>()
-                    .map_err(|_| Error::config(format!("address {i}: invalid gateway address: '{}'", truncate(g))))?,
-            ),
-        };
-        addresses.push(Address { address, gateway });
-    }
-
-    ctx.env.args.check_known(&["IP", "GATEWAY"])?;
-    if let Some(ips) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
-        for item in ips.split(',').map(str::trim) {
-            let address = parse_cidr(item).ok_or_else(|| {
-                Error::env(format!("the 'ip' field is expected to be in CIDR notation, got: '{}'", truncate(item)))
-            })?;
-            addresses.push(Address { address, gateway: None });
-        }
-    }
-    if let Some(gateways) = ctx.env.args.get("GATEWAY").filter(|v| !v.is_empty()) {
-        for item in gateways.split(',') {
-            let gw: IpAddr =
-                item.trim().parse().map_err(|_| Error::env(format!("invalid gateway address: {}", truncate(item))))?;
-            for a in addresses.iter_mut().filter(|a| a.address.contains(&gw)) {
-                a.gateway = Some(gw);
-            }
-        }
-    }
-
+    let mut addresses = configured(ipam.addresses.unwrap_or_default())?;
+    add_cni_args(ctx, &mut addresses)?;
     let from_list = |what: &str, list: &[String]| -> Result<Vec<Address>> {
         list.iter()
             .map(|s| {
@@ -129,7 +94,57 @@ pub fn load(ctx: &Context) -> Result<Config> {
     if let Some(ips) = conf.runtime_config.and_then(|r| r.ips).filter(|l| !l.is_empty()) {
         addresses = from_list("runtimeConfig.ips", &ips)?;
     }
+    check(ctx, &addresses)?;
+    Ok(Config { addresses, routes: ipam.routes.unwrap_or_default(), dns: ipam.dns.unwrap_or_default() })
+}
 
+/// `ipam.addresses`, each with its gateway.
+fn configured(list: Vec<AddressIn>) -> Result<Vec<Address>> {
+    let mut addresses = Vec::new();
+    for (i, a) in list.iter().enumerate() {
+        let address = parse_cidr(&a.address).ok_or_else(|| {
+            Error::config(format!(
+                "the 'address' field is expected to be in CIDR notation, got: '{}'",
+                truncate(&a.address)
+            ))
+        })?;
+        let gateway = match a.gateway.as_deref() {
+            None | Some("") => None,
+            Some(g) => Some(
+                g.parse::<IpAddr>()
+                    .map_err(|_| Error::config(format!("address {i}: invalid gateway address: '{}'", truncate(g))))?,
+            ),
+        };
+        addresses.push(Address { address, gateway });
+    }
+    Ok(addresses)
+}
+
+/// `CNI_ARGS`: `IP=` adds addresses, then `GATEWAY=` gives each address that contains it its gateway.
+fn add_cni_args(ctx: &Context, addresses: &mut Vec<Address>) -> Result<()> {
+    ctx.env.args.check_known(&["IP", "GATEWAY"])?;
+    if let Some(ips) = ctx.env.args.get("IP").filter(|v| !v.is_empty()) {
+        for item in ips.split(',').map(str::trim) {
+            let address = parse_cidr(item).ok_or_else(|| {
+                Error::env(format!("the 'ip' field is expected to be in CIDR notation, got: '{}'", truncate(item)))
+            })?;
+            addresses.push(Address { address, gateway: None });
+        }
+    }
+    if let Some(gateways) = ctx.env.args.get("GATEWAY").filter(|v| !v.is_empty()) {
+        for item in gateways.split(',') {
+            let gw: IpAddr =
+                item.trim().parse().map_err(|_| Error::env(format!("invalid gateway address: {}", truncate(item))))?;
+            for a in addresses.iter_mut().filter(|a| a.address.contains(&gw)) {
+                a.gateway = Some(gw);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the addresses must be once all sources are read.
+fn check(ctx: &Context, addresses: &[Address]) -> Result<()> {
     // The reference does not check a configured gateway's family; one of the other family makes every
     // interface plugin fail later, so it is refused here.
     if let Some(a) = addresses.iter().find(|a| a.gateway.is_some_and(|g| g.is_ipv4() != a.address.addr().is_ipv4())) {
@@ -146,7 +161,7 @@ pub fn load(ctx: &Context) -> Result<Config> {
             format!("CNI version {} does not support more than 1 address per family", ctx.version),
         ));
     }
-    Ok(Config { addresses, routes: ipam.routes.unwrap_or_default(), dns: ipam.dns.unwrap_or_default() })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -103,23 +103,48 @@ pub struct Config {
     pub dns: Option<Dns>,
 }
 
+/// `mtu`: 0 or absent leaves the kernel's.
+fn parse_mtu(mtu: Option<i64>) -> Result<Option<u32>> {
+    match mtu {
+        None | Some(0) => Ok(None),
+        Some(m) if MTU_RANGE.contains(&m) => Ok(Some(m as u32)),
+        Some(m) => Err(Error::config(format!("invalid MTU {m}: must be between 68 and 65535"))),
+    }
+}
+
+/// `vlan`: 0 or absent is none.
+fn parse_vlan(vlan: Option<i64>) -> Result<Option<u16>> {
+    match vlan {
+        None | Some(0) => Ok(None),
+        Some(v) if (1..=VLAN_MAX).contains(&v) => Ok(Some(v as u16)),
+        Some(v) => Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
+    }
+}
+
+/// The options that need an IPAM section have one, and the one that excludes it has none.
+fn check_layer3(raw: &RawConf, layer3: bool, is_gateway: bool) -> Result<()> {
+    if !layer3 {
+        let needs_ipam =
+            [(is_gateway, "isGateway/isDefaultGateway"), (raw.ip_masq, "ipMasq"), (raw.force_address, "forceAddress")];
+        if let Some((_, what)) = needs_ipam.iter().find(|(set, _)| *set) {
+            return Err(Error::config(format!("{what} needs an ipam section with a type")));
+        }
+    }
+    if layer3 && raw.disable_container_interface {
+        return Err(Error::config("cannot use IPAM when disableContainerInterface is set"));
+    }
+    Ok(())
+}
+
 impl Config {
     pub fn load(ctx: &Context) -> Result<Config> {
         let raw: RawConf = ctx.parse_conf()?;
         ctx.env.args.check_known(&["MAC"])?;
-        let bridge = raw.bridge.filter(|b| !b.is_empty()).unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
+        let bridge = raw.bridge.clone().filter(|b| !b.is_empty()).unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
         validate_ifname(&bridge).map_err(|e| Error::config(format!("invalid bridge name: {}", e.msg)))?;
 
-        let mtu = match raw.mtu {
-            None | Some(0) => None,
-            Some(m) if MTU_RANGE.contains(&m) => Some(m as u32),
-            Some(m) => return Err(Error::config(format!("invalid MTU {m}: must be between 68 and 65535"))),
-        };
-        let vlan = match raw.vlan {
-            None | Some(0) => None,
-            Some(v) if (1..=VLAN_MAX).contains(&v) => Some(v as u16),
-            Some(v) => return Err(Error::config(format!("invalid VLAN ID {v} (must be between 0 and 4094)"))),
-        };
+        let mtu = parse_mtu(raw.mtu)?;
+        let vlan = parse_vlan(raw.vlan)?;
         // Since reference v1.8 (containernetworking/plugins#1180) `vlan` with `vlanTrunk` is a trunk whose
         // native VLAN is `vlan` (before: "cannot set vlan and vlanTrunk at the same time").
         let trunk = collect_trunk(raw.vlan_trunk.as_deref().unwrap_or_default())?;
@@ -136,19 +161,7 @@ impl Config {
 
         let layer3 = cnicore::podlink::ipam_configured(ctx)?;
         let is_gateway = raw.is_gateway || raw.is_default_gateway;
-        if !layer3 {
-            let needs_ipam = [
-                (is_gateway, "isGateway/isDefaultGateway"),
-                (raw.ip_masq, "ipMasq"),
-                (raw.force_address, "forceAddress"),
-            ];
-            if let Some((_, what)) = needs_ipam.iter().find(|(set, _)| *set) {
-                return Err(Error::config(format!("{what} needs an ipam section with a type")));
-            }
-        }
-        if layer3 && raw.disable_container_interface {
-            return Err(Error::config("cannot use IPAM when disableContainerInterface is set"));
-        }
+        check_layer3(&raw, layer3, is_gateway)?;
         if vlan.is_some() && is_gateway && bridge.len() + 1 + digits(vlan.unwrap_or(0)) > 15 {
             return Err(Error::config(format!(
                 "bridge name {bridge:?} is too long to name its VLAN gateway interface \"{bridge}.<vlan>\" (15 bytes at most)"
