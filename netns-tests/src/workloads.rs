@@ -236,3 +236,98 @@ pub fn delete_everything(cluster: &Cluster) {
     cluster.kubectl_ok(&["wait", "--for=delete", "pod", "-l", "app=web", "--timeout=90s"]);
     assert_nothing_left(cluster);
 }
+
+/// The wan's address of `family` (IPv6 when `v6`), outside the cluster.
+fn wan_address(v6: bool) -> IpAddr {
+    let text = if v6 { "fd00:172:31::1" } else { "172.31.0.1" };
+    text.parse().expect("wan address")
+}
+
+/// A node's InternalIP addresses, from its Node object.
+pub fn node_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
+    let obj = cluster.get_json(&["node", node]);
+    let addresses = obj["status"]["addresses"].as_array().cloned().unwrap_or_default();
+    addresses.iter().filter(|a| a["type"] == "InternalIP").filter_map(|a| a["address"].as_str()?.parse().ok()).collect()
+}
+
+/// Only traffic leaving the cluster is masqueraded (the Kubernetes network model; pod to pod keeps its address,
+/// [`assert_pod_to_pod`]): `pod` asks a one-connection server on the wan, in each of its families, and the
+/// server sees the address of the pod's node of that family.
+pub fn assert_outside_sees_the_node(cluster: &Cluster, pod: &Pod) {
+    let node = node_addresses(cluster, &pod.node);
+    for (port, ip) in (9100u16..).zip(&pod.ips) {
+        let server = WanServer::start(cluster, port);
+        let url = http(wan_address(ip.is_ipv6()), port, "/");
+        let asked = eventually(REACH_TIMEOUT, || cluster.pod_get(&pod.name, &url));
+        let log = server.finish();
+        asked.unwrap_or_else(|e| panic!("{} ({ip}) -> the wan at {url}: {e}\nthe wan's server:\n{log}", pod.name));
+        let peer = peer_of(&log).unwrap_or_else(|| panic!("socat on the wan logged no peer:\n{log}"));
+        let expected = node.iter().find(|a| a.is_ipv6() == ip.is_ipv6());
+        assert_eq!(Some(&peer), expected, "{} ({ip}) -> the wan: seen from its node {}'s address", pod.name, pod.node);
+    }
+}
+
+/// socat on the wan answering one HTTP request on `port` of both families, its log (`-d -d`: the peer of the
+/// connection) kept; in a process group of its own, ended with it.
+struct WanServer {
+    child: Option<std::process::Child>,
+}
+
+impl WanServer {
+    fn start(cluster: &Cluster, port: u16) -> WanServer {
+        use std::os::unix::process::CommandExt;
+        let listen = format!("TCP6-LISTEN:{port},ipv6only=0,reuseaddr");
+        let reply = "SYSTEM:echo HTTP/1.0 200 OK; echo; echo ok";
+        let mut command =
+            crate::cluster::script_command(&cluster.name, &["exec", "wan", "socat", "-d", "-d", &listen, reply]);
+        let child = command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("socat on the wan");
+        WanServer { child: Some(child) }
+    }
+
+    /// Ends the whole group: cluster.sh, nsenter and socat.
+    fn kill(child: &std::process::Child) {
+        let group = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    }
+
+    /// Its log, once it has served its one connection or, failing that, after it is ended.
+    fn finish(mut self) -> String {
+        let mut child = self.child.take().expect("a running server");
+        let served = eventually(Duration::from_secs(5), || match child.try_wait() {
+            Ok(Some(_)) => Ok(()),
+            _ => Err(()),
+        });
+        if served.is_err() {
+            WanServer::kill(&child);
+        }
+        let output = child.wait_with_output().expect("socat's log");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+impl Drop for WanServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            WanServer::kill(&child);
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The client address in socat's `-d -d` log ("accepting connection from AF=10 [::ffff:172.31.0.11]:40312"),
+/// an IPv4-mapped one as IPv4.
+fn peer_of(log: &str) -> Option<IpAddr> {
+    let line = log.lines().find(|l| l.contains("accepting connection from"))?;
+    let field = line.split_whitespace().skip_while(|w| !w.starts_with("AF=")).nth(1)?;
+    let host = field.rsplit_once(':')?.0.trim_start_matches('[').trim_end_matches(']');
+    let ip: IpAddr = host.parse().ok()?;
+    Some(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
+}

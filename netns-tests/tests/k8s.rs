@@ -2,7 +2,7 @@
 //! allocating podCIDRs, kube-scheduler, and per node containerd 1.6 rendering the kubenet conflist from the
 //! kubelet's podCIDR, the kubelet and kube-proxy in iptables mode. What a user of a cluster sees: nodes Ready,
 //! pods Running with addresses of their node's podCIDR, pods reaching pods on their node and across nodes with
-//! their source address kept, Services (ClusterIP from pods, a pod through its own Service, NodePort from the
+//! their source address kept, traffic to outside the cluster masqueraded to the node's address, Services (ClusterIP from pods, a pod through its own Service, NodePort from the
 //! wan), hostPort from another node and the wan, the bandwidth annotations on the pod's veth; and after
 //! deletion, restarts of the kubelet and containerd, and a swap of the plugins with pods running: nothing left.
 
@@ -106,6 +106,7 @@ fn kubenet_cluster_on_our_plugins() {
     let cluster = Cluster::up(ClusterConfig::default());
     let pods = deployment_spreads_and_connects(&cluster);
     logs_and_port_forward(&cluster, &pods);
+    assert_outside_sees_the_node(&cluster, &pods[0]);
     services_from_pods(&cluster, &pods, "");
     node_port_from_wan(&cluster, "");
     host_port_and_bandwidth(&cluster);

@@ -1,7 +1,8 @@
 //! A dual-stack local cluster (`scripts/cluster.sh up --dual-stack`): podCIDRs of both families from
 //! kube-controller-manager, one address of each per pod from the kubenet conflist containerd renders, pod to pod
 //! across nodes in both families with the source kept, dual-stack Services (a ClusterIP of each family from
-//! pods, a pod through its own Service, NodePort from the wan on both node addresses), nothing left after.
+//! pods, a pod through its own Service, NodePort from the wan on both node addresses), traffic to outside the
+//! cluster masqueraded to the node's address of each family, nothing left after.
 
 use netns_tests::cluster::{self, Cluster, ClusterConfig};
 use netns_tests::workloads::*;
@@ -22,6 +23,7 @@ fn dual_stack_cluster_on_our_plugins() {
     for pod in &pods {
         assert_eq!(pod.ips.len(), 2, "{} has an address of each family: {:?}", pod.name, pod.ips);
     }
+    assert_outside_sees_the_node(&cluster, &pods[0]);
     services_from_pods(&cluster, &pods, DUAL);
     node_port_from_wan(&cluster, DUAL);
     delete_everything(&cluster);

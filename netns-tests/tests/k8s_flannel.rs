@@ -4,7 +4,8 @@
 //! NET_ADMIN, NET_RAW) and flags (`--ip-masq --kube-subnet-mgr --healthz-port=8081`). Shown: the DaemonSet ready
 //! on every node, the nodes' NetworkUnavailable false, the probes' /healthz and /readyz answering on 8081, pods
 //! on different nodes reaching each other with their addresses kept, `kubectl delete node` removing that node's
-//! route on the other; then dual stack with `"Type": "host-gw"` in net-conf.json.
+//! route on the other, traffic to outside the cluster masqueraded to the node's address (pod to pod keeps it);
+//! then dual stack on vxlan (flannel.1 and flannel-v6.1) and with `"Type": "host-gw"` in net-conf.json.
 
 use std::time::Duration;
 
@@ -38,6 +39,14 @@ fn flannel_ready(cluster: &Cluster) {
     }
 }
 
+/// fabricd logged no error on any node (a masquerade that never went in shows only there and on the way out).
+fn no_errors_logged(cluster: &Cluster) {
+    let logs =
+        cluster.kubectl_ok(&["logs", "-n", "kube-flannel", "-l", "app=flannel", "-c", "kube-flannel", "--tail=-1"]);
+    let errors: Vec<&str> = logs.lines().filter(|l| l.contains("error")).collect();
+    assert!(errors.is_empty(), "fabricd logged errors:\n{}", errors.join("\n"));
+}
+
 #[test]
 fn flannel_manifest_runs_fabricd() {
     if !cluster::available() {
@@ -45,7 +54,9 @@ fn flannel_manifest_runs_fabricd() {
     }
     let cluster = Cluster::up(ClusterConfig { network: "flannel", ..ClusterConfig::default() });
     flannel_ready(&cluster);
-    deployment_spreads_and_connects(&cluster);
+    let pods = deployment_spreads_and_connects(&cluster);
+    assert_outside_sees_the_node(&cluster, &pods[0]);
+    no_errors_logged(&cluster);
     let node2_cidr = pod_cidrs(&cluster, "node2")[0].to_string();
     let route = |c: &Cluster| {
         String::from_utf8_lossy(&c.node_exec("node1", &["ip", "route", "show", &node2_cidr]).stdout).into_owned()
@@ -54,6 +65,27 @@ fn flannel_manifest_runs_fabricd() {
     cluster.kubectl_ok(&["delete", "node", "node2"]);
     eventually(Duration::from_secs(30), || if route(&cluster).is_empty() { Ok(()) } else { Err(route(&cluster)) })
         .unwrap_or_else(|r| panic!("node2 deleted, node1 still routes its {node2_cidr}: {r}"));
+}
+
+#[test]
+fn flannel_manifest_dual_stack_vxlan() {
+    if !cluster::available() {
+        return;
+    }
+    let cluster = Cluster::up(ClusterConfig { network: "flannel", dual_stack: true, ..ClusterConfig::default() });
+    flannel_ready(&cluster);
+    let pods = deployment_spreads_and_connects(&cluster);
+    for pod in &pods {
+        assert_eq!(pod.ips.len(), 2, "{} has an address of each family: {:?}", pod.name, pod.ips);
+    }
+    let links = String::from_utf8_lossy(&cluster.node_exec("node1", &["ip", "-d", "link"]).stdout).into_owned();
+    for device in ["flannel.1:", "flannel-v6.1:"] {
+        assert!(links.contains(device), "vxlan: node1 has {device}\n{links}");
+    }
+    for pod in by_node(&pods, "node2") {
+        assert_outside_sees_the_node(&cluster, pod);
+    }
+    no_errors_logged(&cluster);
 }
 
 #[test]

@@ -90,7 +90,15 @@ kc_flannel_images() {
   for a in iptables iptables-save iptables-restore ip6tables ip6tables-save ip6tables-restore; do
     ln -s xtables-nft-multi "$root/usr/sbin/$a"
   done
-  kc_image_add_libs "$root" "$root/opt/bin/flanneld" "$root/usr/sbin/nft" "$root/usr/sbin/xtables-nft-multi"
+  # iptables loads its matches and targets (comment, mark, MASQUERADE, ...) from its extension directory at run
+  # time: without them it cannot read back the rules kube-proxy writes, and fabricd's masquerade never goes in.
+  local xtables
+  xtables=$(dirname "$(find /usr/lib /usr/lib64 -name libxt_standard.so -path '*/xtables/*' 2>/dev/null | head -1)")
+  [[ -f $xtables/libxt_comment.so ]] || kc_die "no iptables extension directory (libxt_comment.so) on this machine"
+  mkdir -p "$root$xtables"
+  cp -a "$xtables"/. "$root$xtables/"
+  kc_image_add_libs "$root" "$root/opt/bin/flanneld" "$root/usr/sbin/nft" "$root/usr/sbin/xtables-nft-multi" \
+    "$xtables"/*.so
   mkdir -p "$root/tmp" "$root/run" "$root/etc"
   chmod 1777 "$root/tmp"
   kc_image_archive "$dir/fabricd.tar" "$KC_FABRICD_IMAGE" "$root" '["/opt/bin/flanneld"]'
