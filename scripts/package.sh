@@ -2,10 +2,11 @@
 # Builds what operators install, into target/dist/ (or --out DIR):
 #   cni-rs-plugins_<version>_<arch>.deb  the plugins in /usr/lib/cni; Provides, Conflicts and Replaces Debian's
 #                                        containernetworking-plugins, so it swaps with it either way
-#   cni-rs-fabric_<version>_<arch>.deb   fabricd (/usr/sbin), its systemd unit (not enabled), cnitool (/usr/bin)
+#   cni-rs-fabric_<version>_<arch>.deb   the node agents: fabricd and cni-netpol (/usr/sbin), their systemd units
+#                                        (not enabled), cnitool (/usr/bin)
 #   cni-rs-installer_<version>.tar       the installer image (podman load / ctr images import): from scratch,
-#                                        cni-installer as entrypoint, the plugins, fabricd and nft with exactly the
-#                                        shared libraries ldd lists
+#                                        cni-installer as entrypoint, the plugins, fabricd, cni-netpol and nft with
+#                                        exactly the shared libraries ldd lists
 #   scripts/package.sh [--out DIR] [--prebuilt DIR] [--no-image]
 # --prebuilt DIR packages the binaries already in DIR (e.g. target/debug: the tests) instead of building release
 # binaries. The list of plugins comes from the workspace (scripts/lib/binaries.sh). Debian's own tools build the
@@ -131,25 +132,33 @@ build_deb "$tree" cni-rs-plugins \
   " from the reference plugins to these and back with pods running." \
   "$(echo "Installed in /usr/lib/cni: ${plugins[*]}." | fold -s -w 76 | sed 's/^/ /')"
 
-# The node agent and the runner.
+# The node agents and the runner. cni-netpol (the NetworkPolicy agent) is here rather than in a package of its
+# own: like fabricd it is a node daemon whose unit is installed but not enabled, both need the plugins (the
+# dependency below), and a kubenet node enables cni-netpol alone (fabricd stays an inert binary there).
 tree=$work/debian/cni-rs-fabric
 stage_binary "$prebuilt/fabricd" "$tree/usr/sbin/fabricd"
+stage_binary "$prebuilt/cni-netpol" "$tree/usr/sbin/cni-netpol"
 stage_binary "$prebuilt/cnitool" "$tree/usr/bin/cnitool"
-install -D -m 0644 packaging/fabricd.service "$tree/lib/systemd/system/fabricd.service"
-install -D -m 0644 packaging/fabricd.default "$tree/etc/default/fabricd"
+for agent in fabricd cni-netpol; do
+  install -D -m 0644 "packaging/$agent.service" "$tree/lib/systemd/system/$agent.service"
+  install -D -m 0644 "packaging/$agent.default" "$tree/etc/default/$agent"
+done
 stage_docs "$tree" cni-rs-fabric
 install -m 0644 fabricd/README.md "$tree/usr/share/doc/cni-rs-fabric/README.md"
+install -m 0644 netpol/README.md "$tree/usr/share/doc/cni-rs-fabric/cni-netpol.md"
 lintian_static_overrides "$tree" cni-rs-fabric
 build_deb "$tree" cni-rs-fabric \
   "$(depends "$tree" "cni-rs-plugins (= $debversion) | containernetworking-plugins")" \
   "Recommends: nftables | iptables" \
   "Section: net" "Priority: optional" \
   "Homepage: https://github.com/flannel-io/flannel" \
-  "Description: flannel-compatible node agent (fabricd) and cnitool" \
+  "Description: node agents: flannel-compatible fabricd, NetworkPolicy agent, cnitool" \
   " fabricd gives the nodes of a cluster one flat pod network on etcd v3, in" \
   " flannel's layout and with flanneld's flags: host-gw, vxlan, masquerade, the" \
-  " node's conflist and subnet.env. Its systemd unit is installed but neither" \
-  " enabled nor started (flags in /etc/default/fabricd). cnitool runs CNI" \
+  " node's conflist and subnet.env. cni-netpol enforces Kubernetes" \
+  " NetworkPolicy in nftables on kubenet and fabric nodes alike. Their systemd" \
+  " units are installed but neither enabled nor started (flags in" \
+  " /etc/default/fabricd and /etc/default/cni-netpol). cnitool runs CNI" \
   " conflists as libcni does."
 
 if command -v lintian >/dev/null; then
@@ -162,6 +171,7 @@ fi
 root=$work/image
 install -D -m 0755 "$prebuilt/cni-installer" "$root/usr/bin/cni-installer"
 stage_binary "$prebuilt/fabricd" "$root/usr/sbin/fabricd"
+stage_binary "$prebuilt/cni-netpol" "$root/usr/sbin/cni-netpol"
 for b in "${plugins[@]}"; do stage_binary "$prebuilt/$b" "$root/opt/cni-rs/bin/$b"; done
 strip --strip-unneeded "$root/usr/bin/cni-installer"
 install -D -m 0644 conf/10-flannel.conflist "$root/etc/cni-rs/10-flannel.conflist"
@@ -170,7 +180,7 @@ install -D -m 0755 "$(command -v nft)" "$root/usr/sbin/nft"
 # Exactly the shared libraries the image's own executables load (the plugins run on the node, with its libc).
 while read -r lib; do
   install -D -m 0644 "$lib" "$root$lib"
-done < <(ldd "$root/usr/bin/cni-installer" "$root/usr/sbin/fabricd" "$root/usr/sbin/nft" |
+done < <(ldd "$root/usr/bin/cni-installer" "$root/usr/sbin/fabricd" "$root/usr/sbin/cni-netpol" "$root/usr/sbin/nft" |
   awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
 chmod 0755 "$root"/lib64/ld-linux-* 2>/dev/null || true
 install -d -m 1777 "$root/tmp"

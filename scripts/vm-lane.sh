@@ -31,9 +31,9 @@ source scripts/lib/vm.sh
 # timeout, and what it exercises is firewalld's D-Bus API, not the kernel.
 declare -A MATRIX=(
   [6.1]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
-    fabric:host_gw_on_one_l2,vxlan_across_routed_segments fabric_dual:!turning_ipv6_on fabric_ipip fabric_wireguard'
+    fabric:host_gw_on_one_l2,vxlan_across_routed_segments fabric_dual:!turning_ipv6_on fabric_ipip fabric_wireguard netpol_sctp'
   [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
-    fabric_ipip fabric_wireguard'
+    fabric_ipip fabric_wireguard netpol_sctp'
 )
 ORDER=(6.1 6.12)
 

@@ -374,3 +374,53 @@ fn across_nodes() {
         "both cleaned"
     );
 }
+
+/// Kubernetes: traffic between a pod and its own node is always allowed (the kubelet's probes). The agent
+/// judges the forward hook only; the node's own connections to its pods leave through output (and their
+/// replies come in through input), and a pod's connections to its node end in input: neither is judged.
+#[test]
+fn the_node_reaches_its_pods_under_default_deny() {
+    let mut node = PolicyNode::empty(false);
+    for (namespace, name) in [("x", "a"), ("y", "a")] {
+        let pod = node.add_pod(namespace, name);
+        node.pods.push(pod);
+    }
+    // A host-network server of the node (the kubelet's port, say), on cbr0's gateway addresses.
+    let kubelet = netns_tests::traffic::TcpServer::start(&node.kubenet.node, 10250, |_| "ok".to_string());
+    let deny_all = policy("x", "deny-all", json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}));
+    node.write_cluster(&node.cluster(&[], std::slice::from_ref(&deny_all)));
+    let _agent = node.start_agent();
+    netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+
+    let (x_a, y_a) = (node.pod("x/a"), node.pod("y/a"));
+    let wait = Duration::from_millis(700);
+    for v6 in [false, true] {
+        for proto in Proto::ALL {
+            let to = SocketAddr::new(x_a.ip(v6), 80);
+            assert!(
+                reaches(&node.kubenet.node, to, proto, Duration::from_secs(2)),
+                "the node -> x/a {proto:?} (v6 {v6})"
+            );
+            assert!(!reaches(&y_a.netns, to, proto, wait), "y/a -> x/a {proto:?} is denied (v6 {v6})");
+            let back = SocketAddr::new(y_a.ip(v6), 80);
+            assert!(!reaches(&x_a.netns, back, proto, wait), "x/a -> y/a {proto:?}: egress denied (v6 {v6})");
+        }
+        // x/a, isolated for egress, still reaches its node's own server (the gateway address on cbr0).
+        let gateway = node.kubenet.node.ip_json(&["addr", "show", "cbr0"]);
+        let family = if v6 { "inet6" } else { "inet" };
+        let local = gateway[0]["addr_info"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["family"] == family && a["scope"] == "global")
+            .and_then(|a| a["local"].as_str())
+            .expect("cbr0's gateway address")
+            .parse()
+            .unwrap();
+        assert!(
+            reaches(&x_a.netns, SocketAddr::new(local, 10250), Proto::Tcp, Duration::from_secs(2)),
+            "x/a -> its node (v6 {v6})"
+        );
+    }
+    drop(kubelet);
+}

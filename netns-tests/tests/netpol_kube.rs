@@ -5,9 +5,16 @@
 //! Policies created, changed and deleted through the API are enforced (the whole truth table checked against
 //! the plan of what the API lists); a Pod's labels patched move it between sets; kube-apiserver killed: the
 //! rules stay in force and the agent says so; restarted: later changes are enforced again.
+//!
+//! `relists_after_410_gone`: kube-apiserver restarted while etcd moves on (a policy deleted in etcd itself while
+//! the server is down, then etcd compacted, as fabric_kube.rs forces fabricd's 410 with the compaction added:
+//! without it the server replays the deletion from etcd): the agent's watches are answered 410 Gone, it
+//! lists again, and the rules follow the deletion made in the gap; the table is there at every moment (listed
+//! every 20 ms throughout) and the change is a rule change, not a replaced table.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use netns_tests::kubeapi::{self, KubeApi, ADMIN_TOKEN};
@@ -138,4 +145,68 @@ fn watches_the_api_server() {
     rig.api.restart(&rig.infra);
     rig.applied_after(|| rig.api.delete(&rig.infra, &format!("{policies}/deny")));
     rig.assert_enforced("the default deny deleted after the API server came back");
+}
+
+#[test]
+fn relists_after_410_gone() {
+    if !kubeapi::require_apiserver() {
+        return;
+    }
+    let mut rig = Rig::new();
+    let kubeconfig = rig.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
+    let _agent = rig.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
+    let first = netns_tests::wait_for(Duration::from_secs(30), || rig.node.applied() > 0);
+    assert!(first.is_some(), "the agent's first table:\n{}", rig.node.log());
+    for ns in ["x", "z"] {
+        let path = format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies");
+        rig.applied_after(|| rig.api.create(&rig.infra, &path, &policy(ns, "deny", json!({"podSelector": {}}))));
+    }
+    let table = rig.assert_enforced("default deny in x and z");
+    assert!(table.iter().all(|(p, &r)| r != (p.dst.starts_with("x/") || p.dst.starts_with("z/"))));
+
+    // The table, listed every 20 ms from now until the relisted view is applied.
+    let (stop, listed, missing) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let out = rig.node.kubenet.node.exec("nft", &["list", "table", "inet", "cni-netpol"], &[], b"");
+                let counter = if out.status.success() { &listed } else { &missing };
+                counter.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let before = rig.node.applied();
+        let log_before = rig.node.log().len();
+        // While kube-apiserver is down, x's policy is deleted in etcd itself: the revision moves past every
+        // watch's resourceVersion, and the object is gone when the server lists again.
+        let infra = &rig.infra;
+        rig.api.restart_with(infra, |etcd| {
+            let keys = etcd.ctl_in(infra, &["get", "--prefix", "--keys-only", "/registry/"]);
+            let keys = String::from_utf8_lossy(&keys.stdout).into_owned();
+            let key = keys.lines().find(|k| k.ends_with("networkpolicies/x/deny")).expect("x/deny in etcd");
+            let deleted = etcd.ctl_in(infra, &["del", key]);
+            assert_eq!(String::from_utf8_lossy(&deleted.stdout).trim(), "1", "deleted {key} in etcd");
+            // Compacted up to now: a watch from an older revision cannot be served from etcd either.
+            let put = etcd.ctl_in(infra, &["put", "-w", "json", "/unrelated/netpol", "x"]);
+            let header: Value = serde_json::from_slice(&put.stdout).expect("etcdctl put -w json");
+            let revision = header["header"]["revision"].as_u64().expect("the revision").to_string();
+            assert!(etcd.ctl_in(infra, &["compact", &revision]).status.success(), "compact {revision}");
+        });
+        let relisted = netns_tests::wait_for(Duration::from_secs(90), || rig.node.applied() > before);
+        stop.store(true, Ordering::Relaxed);
+        let log = rig.node.log();
+        assert!(relisted.is_some(), "the agent applied nothing after the restart:\n{log}");
+        let after = &log[log_before..];
+        assert!(
+            after.contains("watching networkpolicies: resourceVersion expired (410 Gone): listing again"),
+            "the policies' watch answered 410 Gone, and relisted:\n{after}"
+        );
+        assert!(after.contains("Rules(") && !after.contains("Replaced("), "a rule change, no new table:\n{after}");
+        eprintln!("the agent's log after the restart:\n{after}");
+    });
+    let (listed, missing) = (listed.into_inner(), missing.into_inner());
+    eprintln!("the table listed {listed} times across the restart and the relist, missing {missing} times");
+    assert!(listed > 10 && missing == 0, "the table was missing {missing} of {} times", listed + missing);
+    let table = rig.assert_enforced("x's policy deleted in the gap: x open again, z still denied");
+    assert!(table.iter().all(|(p, &r)| r != p.dst.starts_with("z/")));
 }

@@ -101,6 +101,16 @@ where
                     }
                     changed.notify_one();
                 }
+                // The watch's resourceVersion is older than the server keeps (after a restart, a compaction):
+                // the watcher lists everything again. Said every time: a relist is no failure to wait out.
+                Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    eprintln!(
+                        "cni-netpol: watching {}: resourceVersion expired (410 Gone): listing again, the rules in \
+                         force until the list is complete",
+                        K::plural(&())
+                    );
+                    failing = true;
+                }
                 Err(e) if !failing => {
                     let cause = std::error::Error::source(&e).map(|s| format!(" ({s})")).unwrap_or_default();
                     eprintln!("cni-netpol: watching {}: {e}{cause}: keeping the rules in force", K::plural(&()));

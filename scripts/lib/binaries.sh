@@ -22,14 +22,15 @@ cni_plugin_packages() {
   cni_plugin_crates | jq -r '.name' | sort
 }
 
-# The tools beside the plugins: the runner, the node agent and the installer image's entrypoint.
-CNI_TOOL_BINARIES=(cnitool fabricd cni-installer)
+# The tools beside the plugins: the runner, the node agents (fabricd, the NetworkPolicy agent cni-netpol) and
+# the installer image's entrypoint.
+CNI_TOOL_BINARIES=(cnitool fabricd cni-netpol cni-installer)
 
 # Release builds. A CNI plugin is a fresh process on every call, so its start-up is part of every ADD and DEL:
 # the plugins, cnitool and the installer are static musl executables, which start in well under half the time
 # of the same code linked dynamically against glibc (no loader, no shared libraries to map and relocate;
-# docs/benchmarks.md, "Start-up"). fabricd, the long-running agent, is built for the host (glibc's allocator,
-# a start-up it pays once).
+# docs/benchmarks.md, "Start-up"). fabricd and cni-netpol, the long-running agents, are built for the host
+# (glibc's allocator, a start-up they pay once).
 CNI_STATIC_TARGET=$(uname -m)-unknown-linux-musl
 # Where cni_build_release puts everything it built, side by side (relative to the workspace root).
 CNI_STAGE_DIR=target/stage
@@ -41,8 +42,9 @@ cni_static_target_installed() {
 }
 
 # Builds the shipped binaries in release mode and links them into $CNI_STAGE_DIR: the plugins and cnitool, and
-# with `all` also the installer and fabricd. Without the static target (a machine that skipped setup.sh) the
-# plugins are built for the host, with a warning; under CI=true that is an error.
+# with `all` also the installer and the node agents (fabricd, cni-netpol). Without the static target (a
+# machine that skipped setup.sh) the plugins are built for the host, with a warning; under CI=true that is an
+# error.
 #   cni_build_release plugins|all
 cni_build_release() {
   local what=${1:?cni_build_release plugins|all} root packages=() static=() p b
@@ -61,13 +63,15 @@ cni_build_release() {
     static_dir=$root/target/release
   fi
   (cd "$root" && cargo build --release --quiet "${static[@]}" "${packages[@]}")
-  [[ $what == all ]] && (cd "$root" && cargo build --release --quiet -p fabricd)
+  [[ $what == all ]] && (cd "$root" && cargo build --release --quiet -p fabricd -p netpol)
   mkdir -p "$root/$CNI_STAGE_DIR"
   local bins
   mapfile -t bins < <(cni_plugin_binaries)
   bins+=(cnitool)
   [[ $what == all ]] && bins+=(cni-installer)
   for b in "${bins[@]}"; do ln -f "$static_dir/$b" "$root/$CNI_STAGE_DIR/$b"; done
-  [[ $what == all ]] && ln -f "$root/target/release/fabricd" "$root/$CNI_STAGE_DIR/fabricd"
+  if [[ $what == all ]]; then
+    for b in fabricd cni-netpol; do ln -f "$root/target/release/$b" "$root/$CNI_STAGE_DIR/$b"; done
+  fi
   return 0
 }

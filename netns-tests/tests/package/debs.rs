@@ -16,8 +16,8 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
     assert_eq!(bins, dist.plugins, "/usr/lib/cni holds every plugin of the workspace, and nothing else");
     for (path, (mode, owner)) in plugin_files.iter().chain(deb_files(&dist.fabric_deb).iter()) {
         assert_eq!(owner, "root/root", "{path} owned by root");
-        let executable =
-            path.starts_with("/usr/lib/cni/") || path.ends_with("bin/fabricd") || path == "/usr/bin/cnitool";
+        let executable = path.starts_with("/usr/lib/cni/")
+            || ["/usr/sbin/fabricd", "/usr/sbin/cni-netpol", "/usr/bin/cnitool"].contains(&path.as_str());
         let expected = match () {
             _ if mode.starts_with('d') => "drwxr-xr-x",
             _ if executable => "-rwxr-xr-x",
@@ -28,10 +28,14 @@ fn packages_have_the_files_modes_and_relations_operators_expect() {
     let fabric_files = deb_files(&dist.fabric_deb);
     for path in [
         "/usr/sbin/fabricd",
+        "/usr/sbin/cni-netpol",
         "/usr/bin/cnitool",
         "/lib/systemd/system/fabricd.service",
+        "/lib/systemd/system/cni-netpol.service",
         "/etc/default/fabricd",
+        "/etc/default/cni-netpol",
         "/usr/share/doc/cni-rs-fabric/copyright",
+        "/usr/share/doc/cni-rs-fabric/cni-netpol.md",
     ] {
         assert!(fabric_files.contains_key(path), "{FABRIC_PACKAGE} has {path}: {:?}", fabric_files.keys());
     }
@@ -92,11 +96,21 @@ fn package_swaps_with_the_reference_both_ways() {
     for plugin in &dist.plugins {
         assert!(is_ours(&root.cni_dir().join(plugin)), "{plugin} in /usr/lib/cni is ours");
     }
-    for path in ["usr/sbin/fabricd", "usr/bin/cnitool", "lib/systemd/system/fabricd.service", "etc/default/fabricd"] {
+    for path in [
+        "usr/sbin/fabricd",
+        "usr/sbin/cni-netpol",
+        "usr/bin/cnitool",
+        "lib/systemd/system/fabricd.service",
+        "lib/systemd/system/cni-netpol.service",
+        "etc/default/fabricd",
+        "etc/default/cni-netpol",
+    ] {
         assert!(root.dir.join(path).is_file(), "{path} installed");
     }
     let help = ok(Command::new(root.dir.join("usr/sbin/fabricd")).arg("--help"));
     assert!(help.contains("--etcd-endpoints"), "{help}");
+    let help = ok(Command::new(root.dir.join("usr/sbin/cni-netpol")).args(["watch", "--help"]));
+    assert!(help.contains("--node-name"), "{help}");
 
     // The reference cannot come back while ours is installed: dpkg refuses, nothing changes.
     let refused = root.dpkg(&["-i", dist.reference_deb.to_str().unwrap()]);
@@ -109,7 +123,7 @@ fn package_swaps_with_the_reference_both_ways() {
     // Ours removed: the reference installs again, as it was.
     root.dpkg_ok(&["-r", FABRIC_PACKAGE, PLUGINS_PACKAGE]);
     assert_eq!(root.cni_files(), BTreeSet::new(), "nothing of ours left in /usr/lib/cni");
-    assert!(!root.dir.join("usr/sbin/fabricd").exists());
+    assert!(!root.dir.join("usr/sbin/fabricd").exists() && !root.dir.join("usr/sbin/cni-netpol").exists());
     root.dpkg_ok(&["-i", dist.reference_deb.to_str().unwrap()]);
     assert!(root.installed(REFERENCE_PACKAGE));
     assert_eq!(root.cni_files(), reference_files);

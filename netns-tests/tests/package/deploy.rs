@@ -197,3 +197,130 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     assert!(ruleset.contains("table inet fabricd"), "the masquerade, through the image's nft: {ruleset}\n{logs}");
     podman.ok(&["rm", "-f", "fabricd"]);
 }
+
+/// The `--flag` names of `cni-netpol SUBCOMMAND --help`.
+fn netpol_flags(subcommand: &str) -> BTreeSet<String> {
+    let help = ok(Command::new(netns_tests::bin("cni-netpol")).args([subcommand, "--help"]));
+    help.split(|c: char| c.is_whitespace() || c == ',' || c == '=' || c == '<' || c == '[')
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(String::from)
+        .collect()
+}
+
+/// `deploy/cni-netpol.yaml`: the NetworkPolicy agent's DaemonSet runs the image's cni-netpol with flags its
+/// `watch` accepts, on the node's network with NET_ADMIN only, under a service account whose role reads what
+/// the agent reads and nothing more.
+#[test]
+fn netpol_daemonset_matches_the_image_and_the_binary() {
+    let docs = yaml_documents(&workspace().join("deploy/cni-netpol.yaml"));
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["hostNetwork"], true, "the node's forward hook is where pod traffic is judged");
+    let account = spec["serviceAccountName"].as_str().expect("a service account");
+    let namespace = ds["metadata"]["namespace"].as_str().expect("a namespace");
+    assert!(docs.iter().any(|d| d["kind"] == "ServiceAccount"
+        && d["metadata"]["name"] == account
+        && d["metadata"]["namespace"] == namespace));
+    let binding = docs.iter().find(|d| d["kind"] == "ClusterRoleBinding").expect("a ClusterRoleBinding");
+    assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": account, "namespace": namespace}]));
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == binding["roleRef"]["name"])
+        .expect("the bound ClusterRole");
+    let mut granted = BTreeMap::new();
+    for rule in role["rules"].as_array().expect("rules") {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                let verbs: BTreeSet<&str> =
+                    rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+                granted.insert(format!("{}/{}", group.as_str().unwrap(), resource.as_str().unwrap()), verbs);
+            }
+        }
+    }
+    let read = BTreeSet::from(["get", "list", "watch"]);
+    let want = BTreeMap::from([
+        ("/pods".to_string(), read.clone()),
+        ("/namespaces".to_string(), read.clone()),
+        ("networking.k8s.io/networkpolicies".to_string(), read),
+        ("/nodes".to_string(), BTreeSet::from(["get"])),
+    ]);
+    assert_eq!(granted, want, "the agent reads Pods, Namespaces, NetworkPolicies and its Node; it writes nothing");
+
+    let main = &spec["containers"].as_array().expect("containers")[0];
+    assert_eq!(main["image"], IMAGE, "the image package.sh builds");
+    assert_eq!(main["command"], json!(["/usr/sbin/cni-netpol", "watch"]), "cni-netpol, where the image has it");
+    let flags = netpol_flags("watch");
+    let mut args = BTreeMap::new();
+    for arg in main["args"].as_array().expect("args") {
+        let (flag, value) = arg.as_str().unwrap().split_once('=').unwrap_or((arg.as_str().unwrap(), ""));
+        assert!(flags.contains(flag), "cni-netpol watch accepts {flag} (its --help: {flags:?})");
+        args.insert(flag.to_string(), value.to_string());
+    }
+    assert_eq!(args["--node-name"], "$(NODE_NAME)");
+    assert!(!args.contains_key("--kubeconfig"), "in-cluster configuration: the service account's token");
+    let env = main["env"].as_array().expect("env");
+    assert!(env.iter().any(|e| e["name"] == "NODE_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"));
+    let security = &main["securityContext"];
+    assert_eq!(security["privileged"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(security["capabilities"]["add"], json!(["NET_ADMIN"]));
+}
+
+/// cni-netpol from the image as the DaemonSet runs it: the node's network, `--cap-drop=all` plus the
+/// manifest's `add`, a read-only root, `/proc/sys` read-only as in a pod. With a cluster view from a file
+/// (`run --static`: no API server here) it writes its table into the node; removed, the container leaves the
+/// table in force; `cleanup` from the image removes it.
+#[test]
+fn netpol_runs_from_the_image_with_the_daemonsets_capabilities() {
+    if !podman::available() {
+        return;
+    }
+    let Some(dist) = dist() else { return };
+    let docs = yaml_documents(&workspace().join("deploy/cni-netpol.yaml"));
+    let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
+    let main = &ds["spec"]["template"]["spec"]["containers"][0];
+    let caps: Vec<&str> = main["securityContext"]["capabilities"]["add"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let (node, _wan) = node_with_wan();
+    let podman = Podman::new(&node, &bin_dir());
+    podman.ok(&["load", "--quiet", "--input", dist.image.to_str().unwrap()]);
+    let cluster = node.dir().join("cluster.json");
+    let deny = json!({"metadata": {"namespace": "x", "name": "deny"}, "spec": {"podSelector": {}}});
+    let view = json!({"namespaces": [{"metadata": {"name": "x"}}], "pods": [], "policies": [deny]});
+    fs::write(&cluster, view.to_string()).unwrap();
+    let in_image = |name: &str, extra: &[&str], command: &[&str]| {
+        let mut args: Vec<String> =
+            ["run", "--network", "host", "--cap-drop=all", "--read-only"].iter().map(|s| s.to_string()).collect();
+        args.push(format!("--cap-add={}", caps.join(",")));
+        args.extend(["--name".to_string(), name.to_string()]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(RUN_LIMITS.iter().map(|s| s.to_string()));
+        args.extend(["--entrypoint".to_string(), main["command"][0].as_str().unwrap().to_string(), IMAGE.to_string()]);
+        args.extend(command.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        podman.ok(&args)
+    };
+    let mount = format!("{}:/etc/cni-netpol/cluster.json:ro", cluster.display());
+    in_image(
+        "cni-netpol",
+        &["-d", "-v", &mount],
+        &["run", "--static", "/etc/cni-netpol/cluster.json", "--pod-cidr", "10.244.1.0/24"],
+    );
+    let table = || {
+        let out = node.exec("nft", &["list", "table", "inet", "cni-netpol"], &[], b"");
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let written = eventually(Duration::from_secs(20), || table().ok_or(()));
+    let logs = podman.run(&["logs", "cni-netpol"]);
+    let logs = format!("{}{}", String::from_utf8_lossy(&logs.stdout), String::from_utf8_lossy(&logs.stderr));
+    let ruleset = written.unwrap_or_else(|()| panic!("cni-netpol in the image wrote no table; its log:\n{logs}"));
+    assert!(ruleset.contains("chain forward") && ruleset.contains("10.244.1.0/24"), "{ruleset}\n{logs}");
+    podman.ok(&["rm", "-f", "cni-netpol"]);
+    assert!(table().is_some(), "the agent stopped: its table stays in force");
+    in_image("cni-netpol-cleanup", &["--rm"], &["cleanup"]);
+    assert!(table().is_none(), "cleanup from the image removed the table");
+}

@@ -30,7 +30,7 @@ fn image_installs_the_plugins_under_podman() {
     for plugin in &dist.plugins {
         assert!(paths.contains(&format!("/opt/cni-rs/bin/{plugin}")), "{plugin} in the image: {paths:?}");
     }
-    for path in ["/usr/sbin/fabricd", "/usr/sbin/nft", "/etc/cni-rs/10-flannel.conflist"] {
+    for path in ["/usr/sbin/fabricd", "/usr/sbin/cni-netpol", "/usr/sbin/nft", "/etc/cni-rs/10-flannel.conflist"] {
         assert!(paths.contains(path), "{path} in the image");
     }
     assert!(!paths.iter().any(|p| p == "/bin/sh" || p == "/usr/bin/sh"), "no shell in the image");
@@ -103,9 +103,11 @@ fn image_installs_the_plugins_under_podman() {
     assert_eq!(fs::metadata(&conflist).unwrap().mode() & 0o7777, 0o644);
 
     // The image's other executables start with the libraries the image has (no shell: each is the entrypoint).
-    for (entrypoint, arg, expect) in
-        [("/usr/sbin/fabricd", "--help", "--etcd-endpoints"), ("/usr/sbin/nft", "--version", "nftables")]
-    {
+    for (entrypoint, arg, expect) in [
+        ("/usr/sbin/fabricd", "--help", "--etcd-endpoints"),
+        ("/usr/sbin/cni-netpol", "--help", "watch"),
+        ("/usr/sbin/nft", "--version", "nftables"),
+    ] {
         let mut args = vec!["run", "--rm", "--network", "none", "--entrypoint", entrypoint];
         args.extend_from_slice(RUN_LIMITS);
         args.extend([IMAGE, arg]);
