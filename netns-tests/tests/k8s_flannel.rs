@@ -4,7 +4,8 @@
 //! NET_ADMIN, NET_RAW) and flags (`--ip-masq --kube-subnet-mgr --healthz-port=8081`). Shown: the DaemonSet ready
 //! on every node, the nodes' NetworkUnavailable false, the probes' /healthz and /readyz answering on 8081, pods
 //! on different nodes reaching each other with their addresses kept, `kubectl delete node` removing that node's
-//! route on the other, traffic to outside the cluster masqueraded to the node's address (pod to pod keeps it);
+//! route on the other, traffic to outside the cluster masqueraded to the node's address (pod to pod keeps it),
+//! Services (ClusterIP from pods on both nodes, a pod through its own Service, NodePort from the wan);
 //! then dual stack on vxlan (flannel.1 and flannel-v6.1) and with `"Type": "host-gw"` in net-conf.json.
 
 use std::time::Duration;
@@ -12,6 +13,8 @@ use std::time::Duration;
 use netns_tests::cluster::{self, Cluster, ClusterConfig};
 use netns_tests::eventually;
 use netns_tests::workloads::*;
+
+const DUAL: &str = "ipFamilyPolicy: RequireDualStack\n  ipFamilies: [IPv4, IPv6]";
 
 fn flannel_ready(cluster: &Cluster) {
     let ready = eventually(Duration::from_secs(120), || {
@@ -56,6 +59,8 @@ fn flannel_manifest_runs_fabricd() {
     flannel_ready(&cluster);
     let pods = deployment_spreads_and_connects(&cluster);
     assert_outside_sees_the_node(&cluster, &pods[0]);
+    services_from_pods(&cluster, &pods, "");
+    node_port_from_wan(&cluster, "");
     no_errors_logged(&cluster);
     let node2_cidr = pod_cidrs(&cluster, "node2")[0].to_string();
     let route = |c: &Cluster| {
@@ -85,6 +90,8 @@ fn flannel_manifest_dual_stack_vxlan() {
     for pod in by_node(&pods, "node2") {
         assert_outside_sees_the_node(&cluster, pod);
     }
+    services_from_pods(&cluster, &pods, DUAL);
+    node_port_from_wan(&cluster, DUAL);
     no_errors_logged(&cluster);
 }
 
