@@ -77,7 +77,9 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
     cli.public_ip = stored_v4.or(cli.public_ip);
     cli.public_ipv6 = stored_v6.or(cli.public_ipv6);
     let (mut dataplane, identity) = cli.open_dataplane()?;
-    announce(&mut dataplane, &identity)?;
+    cli.underlay_mtu = Some(announce(&mut dataplane, &identity)?);
+    // Again, now that the underlay is known: the config's backend MTU is checked against it.
+    let source = cli.source();
     let firewall = masquerade_backend(&cli)?;
     let (tx, clusters) = watch::channel::<Option<Cluster>>(None);
     let (ready_tx, ready) = watch::channel(false);
@@ -108,13 +110,13 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
     outcome
 }
 
-/// Logs the node's addresses and underlay.
-fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -> Result<()> {
+/// Logs the node's addresses and underlay; the underlay's MTU.
+fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -> Result<u32> {
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let addresses: Vec<String> =
         Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
     log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
-    Ok(())
+    Ok(underlay.mtu)
 }
 
 /// With --ip-masq: the firewall backend, and the nat tables that do not exist yet remembered for cleanup.

@@ -22,6 +22,10 @@ use crate::source::{LeaseToken, NodeIdentity, Previous, Source, StaticSource};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The underlay interface's MTU once the agent found it (not a flag): backends' `MTU` options are checked
+    /// against it.
+    #[arg(skip)]
+    pub underlay_mtu: Option<u32>,
     /// etcd endpoints, comma-separated.
     #[arg(long, global = true, default_value = "http://127.0.0.1:4001,http://127.0.0.1:2379", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
@@ -328,7 +332,7 @@ impl Cli {
 
     /// What every backend is built with: one value from the command line.
     pub fn backend_context(&self) -> BackendContext {
-        BackendContext { wireguard_key_file: self.wireguard_key_file() }
+        BackendContext { wireguard_key_file: self.wireguard_key_file(), underlay_mtu: self.underlay_mtu }
     }
 
     /// Where the wireguard key is kept (see --wireguard-key-file).

@@ -541,7 +541,7 @@ mod tests {
     fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
         let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
         let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
-        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey") };
+        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey"), underlay_mtu: None };
         cluster.config = crate::flannel::NetworkConfig::parse_with(
             br#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#,
             &context,
