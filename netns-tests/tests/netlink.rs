@@ -446,7 +446,7 @@ fn vxlan_device_with_fabricds_options_reads_back_as_created() {
     let (_, drifted) = nl.vxlan_by_name("vx8").expect("read").expect("exists");
     let expected = Vxlan { vni: 8, port: 8472, learning: true, ..wanted.clone() };
     assert_eq!(drifted, Some(expected));
-    assert_ne!(drifted, Some(wanted));
+    assert_ne!(drifted, Some(wanted.clone()));
     // Not a vxlan device, and no device at all.
     let (_, none) = nl.vxlan_by_name("under0").expect("read").expect("exists");
     assert_eq!(none, None);

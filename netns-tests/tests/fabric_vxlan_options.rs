@@ -1,0 +1,83 @@
+//! fabricd's vxlan backend with flannel v0.28's other options, on a real etcd and kernel: `MTU` (the packets'
+//! size on the underlay: the device's MTU and subnet.env's FLANNEL_MTU are it less the 50 bytes of vxlan over
+//! IPv4), `GBP` and `Learning` as `ip -d link` shows them, pods on two routed segments reaching each other with
+//! a full-size don't-fragment ping, and a config whose MTU does not fit the underlay refused at start with
+//! nothing made on the node.
+
+use std::time::Duration;
+
+use netns_tests::fabric::*;
+use netns_tests::{json, wait_for, Value};
+
+/// The options under test: 1400-byte packets on the underlay (1500), GBP and learning on.
+fn backend() -> Value {
+    json!({ "Type": "vxlan", "MTU": 1400, "GBP": true, "Learning": true })
+}
+
+fn subnet_env(node: &FabricNode) -> String {
+    std::fs::read_to_string(node.subnet_file()).unwrap_or_default()
+}
+
+#[test]
+fn vxlan_mtu_gbp_and_learning_reach_the_device_subnet_env_and_pods() {
+    let mut cluster = Cluster::new(2);
+    cluster.start_etcd(&config(backend()), None);
+    cluster.add_node(0, &[]);
+    cluster.add_node(1, &[]);
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    for node in &cluster.nodes {
+        let shown = node.node.ip_json(&["-d", "link", "show", "flannel.1"]);
+        let data = &shown[0]["linkinfo"]["info_data"];
+        assert_eq!(shown[0]["mtu"], 1350, "MTU 1400 less vxlan's 50: {shown}");
+        assert!(data.get("gbp").is_some(), "GBP on the device: {data}");
+        assert_eq!(data["learning"], true, "{data}");
+        let env = subnet_env(node);
+        assert!(env.contains("FLANNEL_MTU=1350\n"), "{env}");
+        // The flannel CNI plugin reads FLANNEL_MTU; fabricd's own conflist carries the same MTU.
+        let conflist = std::fs::read_to_string(node.conf_dir().join("10-fabric.conflist")).unwrap();
+        assert!(conflist.contains("\"mtu\": 1350") || conflist.contains("\"mtu\":1350"), "{conflist}");
+        // With learning on, as flanneld, every peer's neighbour and FDB entry is still programmed.
+        let neighbours = node.node.ip(&["neigh", "show", "dev", "flannel.1"]);
+        assert!(neighbours.contains("PERMANENT"), "{neighbours}");
+    }
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+    // Pods' MTU is 1350: a 1350-byte don't-fragment ping crosses (1322 + 28), one byte more does not leave.
+    let (from, to) = (&pods[0].1, pods[1].2);
+    let full = ping(from, to, &["-M", "do", "-s", "1322"]);
+    assert!(full.status.success(), "1350-byte DF ping: {}", String::from_utf8_lossy(&full.stdout));
+    let over = ping(from, to, &["-M", "do", "-s", "1323"]);
+    assert!(!over.status.success(), "1351 bytes do not fit the pod's MTU");
+}
+
+#[test]
+fn a_backend_mtu_larger_than_the_underlay_is_refused_with_nothing_made() {
+    let mut cluster = Cluster::new(1);
+    cluster.start_etcd(&config(json!({ "Type": "vxlan", "MTU": 9000 })), None);
+    let index = cluster.add_node(0, &[]);
+    let node = &mut cluster.nodes[index];
+    node.start();
+    let exited = wait_for(Duration::from_secs(10), || node.agent.as_ref().is_some_and(|a| a.has_exited()));
+    assert!(exited.is_some(), "fabricd runs with MTU 9000 over a 1500 underlay: {}", node.log());
+    let log = node.log();
+    assert!(
+        log.contains("vxlan backend: MTU: 9000 is more than the underlay interface's MTU 1500"),
+        "the error names the key: {log}"
+    );
+    let links = node.node.ip(&["-o", "link", "show"]);
+    assert!(!links.contains("flannel."), "no device made: {links}");
+    assert!(!node.subnet_file().exists(), "no subnet.env written");
+    // A GBP that is not a bool: the same, naming GBP.
+    cluster.etcdctl(&[
+        "put",
+        "/coreos.com/network/config",
+        &config(json!({ "Type": "vxlan", "GBP": "on" })).to_string(),
+    ]);
+    let node = &mut cluster.nodes[index];
+    node.start();
+    let exited = wait_for(Duration::from_secs(10), || node.agent.as_ref().is_some_and(|a| a.has_exited()));
+    assert!(exited.is_some(), "fabricd runs with GBP \"on\": {}", node.log());
+    assert!(node.log().contains("vxlan backend: GBP: invalid type"), "{}", node.log());
+    assert!(!node.node.ip(&["-o", "link", "show"]).contains("flannel."), "no device made");
+}
