@@ -159,8 +159,8 @@ pub struct NetworkConfig {
     pub v6: Option<FamilyNetwork>,
     /// The `Backend` object and the backend it configures.
     pub backend: BackendConfig,
-    /// flannel's `EnableNFTables`: the masquerade in nftables (fabricd's table `inet fabricd`, not flanneld's
-    /// tables) unless --firewall-backend says otherwise.
+    /// flannel's `EnableNFTables`: the masquerade in nftables (flanneld's tables `ip flannel-ipv4` and
+    /// `ip6 flannel-ipv6`, chain `postrtg`) unless --firewall-backend says otherwise.
     pub enable_nftables: bool,
 }
 

@@ -118,7 +118,7 @@ fn kube_vxlan_annotations_routes_pods_and_a_deleted_node() {
 #[test]
 fn kube_dual_stack_host_gw() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24", "fd00:10:244::/64"], &["10.244.1.0/24", "fd00:10:244:1::/64"]];
-    // flannel's EnableNFTables: the masquerade in nftables (fabricd's table), with --ip-masq.
+    // flannel's EnableNFTables: the masquerade in nftables (flannel's tables), with --ip-masq.
     let mut config = dual_config(json!({ "Type": "host-gw" }));
     config["EnableNFTables"] = json!(true);
     let Some((mut cluster, api)) = kube_cluster(Cluster::dual(1), &config, cidrs, &["--ip-masq"]) else {
@@ -139,8 +139,13 @@ fn kube_dual_stack_host_gw() {
     assert_eq!(annotation(&object, "backend-v6-data"), "null");
     assert_eq!(annotation(&object, "public-ipv6"), peer6.to_string());
     assert_eq!(cluster.nodes[1].subnet6(), Some("fd00:10:244:1::/64".parse().unwrap()));
-    let table = cluster.nodes[0].node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
-    assert!(table.status.success(), "EnableNFTables: no nftables masquerade\n{}", cluster.nodes[0].log());
+    let ruleset = cluster.nodes[0].node.exec("nft", &["list", "ruleset"], &[], b"");
+    let ruleset = String::from_utf8_lossy(&ruleset.stdout);
+    assert!(
+        ruleset.contains("table ip flannel-ipv4 {") && ruleset.contains("table ip6 flannel-ipv6 {"),
+        "EnableNFTables: flannel's tables\n{ruleset}\n{}",
+        cluster.nodes[0].log()
+    );
     let pods = pods_all(&mut cluster);
     mesh_all(&cluster, &pods, 2);
 }
