@@ -225,7 +225,7 @@ pub fn refuse_route_conflicts(
     let foreign: Vec<&Route> =
         routes.iter().filter(|r| r.protocol != Some(ROUTE_PROTOCOL) && Family::of(&r.dst.addr()) == family).collect();
     for (dst, path) in paths.iter_mut().filter(|(dst, _)| Family::of(&dst.addr()) == family) {
-        if matches!(path, PeerPath::Refused(_)) {
+        if matches!(path, PeerPath::Refused(_) | PeerPath::Unrouted) {
             continue;
         }
         let conflict = foreign.iter().find(|route| {
@@ -237,7 +237,7 @@ pub fn refuse_route_conflicts(
                 && match path {
                     PeerPath::Direct { gateway } => route.gateway == Some(*gateway),
                     PeerPath::Overlay { .. } => device.is_some() && route.oif == device,
-                    PeerPath::Refused(_) => false,
+                    PeerPath::Refused(_) | PeerPath::Unrouted => false,
                 };
             !equivalent
         });

@@ -254,7 +254,7 @@ pub fn wanted(
                     name: backend.device_name(family).unwrap_or_default(),
                 })),
             },
-            PeerPath::Refused(_) => {}
+            PeerPath::Refused(_) | PeerPath::Unrouted => {}
         }
     }
     wanted
