@@ -89,7 +89,8 @@ fn masquerade_with_the_nftables_backend() {
         cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables"]);
     }
     // What an earlier release and flanneld left on node 0.
-    let leftovers = "add table inet fabricd\nadd chain inet fabricd postrouting { type nat hook postrouting priority srcnat; }\n\
+    let leftovers =
+        "add table inet fabricd\nadd chain inet fabricd postrouting { type nat hook postrouting priority srcnat; }\n\
         add rule inet fabricd postrouting ip saddr 10.244.0.0/16 masquerade\n\
         add table ip flannel-ipv4\nadd chain ip flannel-ipv4 postrtg { type nat hook postrouting priority srcnat; }\n\
         add rule ip flannel-ipv4 postrtg ip saddr 10.99.0.0/16 masquerade\nadd table ip6 flannel-ipv6\n";
