@@ -26,27 +26,21 @@
 //! ip saddr != <cluster> ip daddr <cluster> masquerade fully-random       (flannel's last rule, kept as is)
 //! ```
 //!
-//! (`ip6` and `ff00::/8` for IPv6.) One transaction replaces every table of the layout whole: flannel's two
-//! (a family not in use loses its table) and `inet fabricd`, where fabricd's previous release kept its
-//! masquerade. Applying it again leaves one copy; [`teardown`] removes them from both backends.
+//! (`ip6` and `ff00::/8` for IPv6.) One nf_tables netlink transaction ([`super::flannel_nft`]) replaces every table of the layout
+//! whole: flannel's two (a family not in use loses its table) and `inet fabricd`, where fabricd's previous
+//! release kept its masquerade. Applying it again leaves one copy; [`teardown`] removes them from both backends.
 
 use ipnet::IpNet;
 
 use super::iptables::{self, Rule, Script};
-use super::{masq, nfnl, nftables};
+use super::{flannel_nft, masq, nfnl};
 use super::{Backend, Family};
 use crate::spec::{ErrorContext, Errors, Result};
 
 /// The iptables chain (flannel's name, in `iptables` and `ip6tables`).
 pub const CHAIN: &str = "FLANNEL-POSTRTG";
 const JUMP_COMMENT: &str = "flanneld masq";
-/// flannel's nftables tables, by family (`ip flannel-ipv4`, `ip6 flannel-ipv6`), and its nat chain.
-pub const NFT_TABLES: [(Family, &str); 2] = [(Family::V4, "flannel-ipv4"), (Family::V6, "flannel-ipv6")];
-pub const NFT_CHAIN: &str = "postrtg";
-/// The table of fabricd's previous releases (`inet fabricd`): removed wherever the masquerade is set up.
-pub const OLD_NFT_TABLE: &str = "fabricd";
-/// kube-proxy's masquerade mark: flannel leaves those packets to kube-proxy's own rule.
-const KUBE_PROXY_MARK: &str = "0x00004000";
+pub use super::flannel_nft::{CHAIN as NFT_CHAIN, OLD_TABLE as OLD_NFT_TABLE, TABLES as NFT_TABLES};
 
 /// The chain's rules for one family, in order.
 fn rules(cluster: IpNet, node_subnet: IpNet) -> Result<Vec<Rule>> {
@@ -78,56 +72,8 @@ fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Ru
     }
 }
 
-/// The nft family keyword of `family`'s table.
-fn table_family(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "ip",
-        Family::V6 => "ip6",
-    }
-}
-
-/// flannel's `postrtg` rules for one family, in its order.
-fn nft_rules(cluster: IpNet, node_subnet: IpNet) -> Vec<String> {
-    let kw = Family::of_net(&cluster).nft_keyword();
-    let multicast = masq::plan(&[cluster], &[]).remove(0).multicast();
-    vec![
-        format!("meta mark {KUBE_PROXY_MARK} return"),
-        format!("{kw} saddr {node_subnet} {kw} daddr {cluster} return"),
-        format!("{kw} saddr {cluster} {kw} daddr {node_subnet} return"),
-        format!("{kw} saddr != {node_subnet} {kw} daddr {cluster} return"),
-        format!("{kw} saddr {cluster} {kw} daddr != {multicast} masquerade fully-random"),
-        format!("{kw} saddr != {cluster} {kw} daddr {cluster} masquerade fully-random"),
-    ]
-}
-
-/// The nftables transaction for every family: each table of the layout (flannel's two, fabricd's old one)
-/// removed, then flannel's table and chain made for each family in `pairs` (atomic: the masquerade is never
-/// missing, never doubled).
-fn nft_script(pairs: &[(IpNet, IpNet)]) -> nftables::Script {
-    let mut script = nftables::Script::new();
-    let old = format!("inet {OLD_NFT_TABLE}");
-    script.push(format!("add table {old}")).push(format!("delete table {old}"));
-    for (family, name) in NFT_TABLES {
-        let t = format!("{} {name}", table_family(family));
-        script.push(format!("add table {t}")).push(format!("delete table {t}"));
-    }
-    for (cluster, node_subnet) in pairs {
-        let family = Family::of_net(cluster);
-        let Some((_, name)) = NFT_TABLES.iter().find(|(f, _)| *f == family) else { continue };
-        let t = format!("{} {name}", table_family(family));
-        script.push(format!("add table {t} {{ comment \"rules for {name}\"; }}")).push(format!(
-            "add chain {t} {NFT_CHAIN} {{ type nat hook postrouting priority srcnat; comment \"chain to manage \
-                 traffic masquerading by flannel\"; }}"
-        ));
-        for rule in nft_rules(*cluster, *node_subnet) {
-            script.push(format!("add rule {t} {NFT_CHAIN} {rule}"));
-        }
-    }
-    script
-}
-
-/// True when the nftables layout is as [`nft_script`] makes it: each family of `pairs` has its table with
-/// [`nft_rules`]' count of rules, no other table of the layout exists.
+/// True when the nftables layout is as [`flannel_nft::transaction`] makes it: each family of `pairs` has its
+/// table with flanneld's rules (counted), no other table of the layout exists (netlink dumps).
 fn nft_is_set_up(pairs: &[(IpNet, IpNet)]) -> Result<bool> {
     let tables = nfnl::tables().context("listing the nf_tables tables")?;
     let exists = |family: &str, name: &str| tables.iter().any(|(f, n)| f == family && n == name);
@@ -135,17 +81,13 @@ fn nft_is_set_up(pairs: &[(IpNet, IpNet)]) -> Result<bool> {
         return Ok(false);
     }
     for (family, name) in NFT_TABLES {
-        let pair = pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family);
-        let kw = table_family(family);
-        match pair {
-            None if exists(kw, name) => return Ok(false),
+        let keyword = if family == Family::V4 { "ip" } else { "ip6" };
+        match pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family) {
+            None if exists(keyword, name) => return Ok(false),
             None => {}
             Some((cluster, node_subnet)) => {
-                let listing = nftables::list(&["table", kw, name]).map_err(|f| f.to_error("listing nftables"))?;
-                let wanted = nft_rules(*cluster, *node_subnet).len();
-                let present =
-                    listing.as_ref().map_or(0, |listing| nftables::objects(listing, "rule", kw, name).count());
-                if present != wanted {
+                let wanted = flannel_nft::rules(*cluster, *node_subnet).len();
+                if !exists(keyword, name) || flannel_nft::rule_count(family).context("listing the rules")? != wanted {
                     return Ok(false);
                 }
             }
@@ -168,9 +110,8 @@ pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<()> {
             }
             Ok(())
         }
-        Backend::Nftables => {
-            nft_script(pairs).apply().map_err(|failure| failure.to_error("installing the node masquerade rules"))
-        }
+        Backend::Nftables => flannel_nft::apply(pairs)
+            .map_err(|e| crate::spec::Error::io(format!("installing the node masquerade rules: {e}"))),
     }
 }
 
@@ -210,9 +151,12 @@ pub fn teardown() -> Result<()> {
             ));
         }
     }
-    if Backend::Nftables.available() {
-        let script = nft_script(&[]);
-        errors.record(script.apply().map_err(|failure| failure.to_error("removing the node masquerade table")));
+    // Over netlink: no `nft` binary needed; a kernel without nf_tables has none of the tables.
+    if nfnl::tables().is_ok() {
+        errors.record(
+            flannel_nft::apply(&[])
+                .map_err(|e| crate::spec::Error::io(format!("removing the node masquerade tables: {e}"))),
+        );
     }
     errors.into_result().map_err(|e| e.within("failed to remove the node masquerade rules"))
 }
@@ -248,45 +192,6 @@ mod tests {
         let text = script.render();
         assert!(text.contains("-N FLANNEL-POSTRTG\n"), "{text}");
         assert!(text.contains("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG"), "{text}");
-    }
-
-    #[test]
-    fn nft_is_flannels_layout_in_one_replacing_transaction() {
-        let (cluster, subnet) = nets();
-        let text = nft_script(&[(cluster, subnet), nets_v6()]).render();
-        assert!(
-            text.starts_with(
-                "add table inet fabricd\ndelete table inet fabricd\nadd table ip flannel-ipv4\n\
-                 delete table ip flannel-ipv4\nadd table ip6 flannel-ipv6\ndelete table ip6 flannel-ipv6\n"
-            ),
-            "every table of the layout replaced, the old release's too: {text}"
-        );
-        assert!(text.contains("add chain ip flannel-ipv4 postrtg { type nat hook postrouting priority srcnat;"));
-        let v4: Vec<&str> = text.lines().filter(|l| l.starts_with("add rule ip flannel-ipv4 postrtg ")).collect();
-        assert_eq!(
-            v4,
-            [
-                "add rule ip flannel-ipv4 postrtg meta mark 0x00004000 return",
-                "add rule ip flannel-ipv4 postrtg ip saddr 10.244.3.0/24 ip daddr 10.244.0.0/16 return",
-                "add rule ip flannel-ipv4 postrtg ip saddr 10.244.0.0/16 ip daddr 10.244.3.0/24 return",
-                "add rule ip flannel-ipv4 postrtg ip saddr != 10.244.3.0/24 ip daddr 10.244.0.0/16 return",
-                "add rule ip flannel-ipv4 postrtg ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random",
-                "add rule ip flannel-ipv4 postrtg ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random",
-            ]
-        );
-        assert!(
-            text.contains(
-                "add rule ip6 flannel-ipv6 postrtg ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random\n"
-            ),
-            "{text}"
-        );
-        // IPv4 only: the IPv6 table goes and is not made again; teardown's script only removes.
-        let v4_only = nft_script(&[(cluster, subnet)]).render();
-        assert!(!v4_only.contains("add chain ip6") && v4_only.contains("delete table ip6 flannel-ipv6"));
-        let removal = nft_script(&[]).render();
-        assert!(removal
-            .lines()
-            .all(|l| l.starts_with("add table") && !l.contains('{') || l.starts_with("delete table")));
     }
 
     #[test]
