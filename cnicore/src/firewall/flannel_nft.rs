@@ -333,13 +333,16 @@ mod tests {
         assert_eq!(v6[4].render(), "ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random");
     }
 
+    /// Attributes as (kind without flags, value).
+    type Attrs = Vec<(u16, Vec<u8>)>;
+
     /// The attributes of a message after its 4-byte nfgenmsg, as (kind without flags, value).
-    fn attrs(payload: &[u8]) -> Vec<(u16, Vec<u8>)> {
+    fn attrs(payload: &[u8]) -> Attrs {
         wire::attributes(payload).map(|(kind, value)| (kind & !NLA_F_NESTED, value.to_vec())).collect()
     }
 
     /// The expressions of a NEWRULE message: (name, data attributes).
-    fn expressions(payload: &[u8]) -> Vec<(String, Vec<(u16, Vec<u8>)>)> {
+    fn expressions(payload: &[u8]) -> Vec<(String, Attrs)> {
         let rule = attrs(&payload[4..]);
         let list = &rule.iter().find(|(k, _)| *k == NFTA_RULE_EXPRESSIONS).unwrap().1;
         attrs(list)
