@@ -26,9 +26,10 @@
 //! ip saddr != <cluster> ip daddr <cluster> masquerade fully-random       (flannel's last rule, kept as is)
 //! ```
 //!
-//! (`ip6` and `ff00::/8` for IPv6.) One nf_tables netlink transaction ([`super::flannel_nft`]) replaces every table of the layout
-//! whole: flannel's two (a family not in use loses its table) and `inet fabricd`, where fabricd's previous
-//! release kept its masquerade. Applying it again leaves one copy; [`teardown`] removes them from both backends.
+//! (`ip6` and `ff00::/8` for IPv6.) One nf_tables netlink transaction ([`super::flannel_nft`]; no `nft`
+//! process) replaces every table of the layout whole: flannel's two (a family not in use loses its table) and
+//! `inet fabricd`, where fabricd's previous release kept its masquerade. Applying it again leaves one copy;
+//! [`teardown`] removes them from both backends.
 
 use ipnet::IpNet;
 
