@@ -248,10 +248,10 @@ pub fn subnet_env(config: &NetworkConfig, subnet: SubnetKey, mtu: u32, ip_masq: 
 pub fn masquerade(backend: Backend, config: &NetworkConfig, subnet: SubnetKey) -> cnicore::spec::Result<()> {
     let pairs: Vec<(IpNet, IpNet)> =
         Family::ALL.into_iter().filter_map(|f| Some((config.family(f)?.network, subnet.get(f)?))).collect();
-    if node_masq::is_set_up(backend, &pairs)? {
+    if node_masq::is_set_up(backend, &pairs, &[])? {
         return Ok(());
     }
-    node_masq::setup(backend, &pairs)
+    node_masq::setup(backend, &pairs, &[])
 }
 
 #[cfg(test)]

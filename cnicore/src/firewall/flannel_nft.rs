@@ -20,6 +20,11 @@ use crate::netlink::wire::{self, Request, NLA_F_NESTED};
 /// flanneld's tables by family, its nat chain, and fabricd's previous release's table (`inet fabricd`).
 pub const TABLES: [(Family, &str); 2] = [(Family::V4, "flannel-ipv4"), (Family::V6, "flannel-ipv6")];
 pub const CHAIN: &str = "postrtg";
+/// flanneld's forward chain (`--iptables-forward-rules`).
+pub const FORWARD_CHAIN: &str = "forward";
+const FORWARD_COMMENT: &str = "chain to accept flannel traffic";
+const NF_INET_FORWARD: u32 = 2;
+const NF_ACCEPT: i32 = 1;
 pub const OLD_TABLE: &str = "fabricd";
 const CHAIN_COMMENT: &str = "chain to manage traffic masquerading by flannel";
 /// kube-proxy's masquerade mark: flanneld leaves those packets to kube-proxy's own rule.
@@ -80,6 +85,7 @@ pub enum Cond {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Return,
+    Accept,
     MasqueradeFullyRandom,
 }
 
@@ -109,9 +115,18 @@ pub fn rules(cluster: IpNet, pods: IpNet) -> Vec<MasqRule> {
     ]
 }
 
+/// flanneld's `forward` rules for one family's Network: accepted from it and to it.
+pub fn forward_rules(cluster: IpNet) -> Vec<MasqRule> {
+    let addr = |field| Cond::Addr { field, net: cluster, negated: false };
+    vec![
+        MasqRule { conds: vec![addr(Field::Saddr)], action: Action::Accept },
+        MasqRule { conds: vec![addr(Field::Daddr)], action: Action::Accept },
+    ]
+}
+
 #[cfg(test)]
 impl MasqRule {
-    /// The rule as `nft` writes it.
+    /// The rule as `nft` writes it (`accept` for the forward chain's).
     pub fn render(&self) -> String {
         let mut words: Vec<String> = self
             .conds
@@ -127,6 +142,7 @@ impl MasqRule {
             .collect();
         words.push(match self.action {
             Action::Return => "return".into(),
+            Action::Accept => "accept".into(),
             Action::MasqueradeFullyRandom => "masquerade fully-random".into(),
         });
         words.join(" ")
@@ -153,9 +169,10 @@ fn comment(text: &str) -> Vec<u8> {
 }
 
 /// The messages of one transaction: each table of the layout (flanneld's two, the old `inet fabricd`) made if
-/// missing and deleted, then flanneld's table, chain and rules for each (cluster, node subnet) of `pairs`.
-/// Empty `pairs`: only the removal (cleanup).
-pub fn transaction(pairs: &[(IpNet, IpNet)]) -> Vec<(Request, u16)> {
+/// missing and deleted, then per family flanneld's table with its `postrtg` chain and rules for the
+/// (cluster, node subnet) of `pairs` of that family, and its `forward` chain and rules for the Network of
+/// `forward` of that family (`--iptables-forward-rules`). Nothing asked: only the removal (cleanup).
+pub fn transaction(pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Vec<(Request, u16)> {
     let mut messages = Vec::new();
     let mut table_message = |command, family, name: &str, flags| {
         let mut m = message(command, family);
@@ -166,37 +183,69 @@ pub fn transaction(pairs: &[(IpNet, IpNet)]) -> Vec<(Request, u16)> {
         table_message(NFT_MSG_NEWTABLE, family, name, NLM_F_REQUEST | NLM_F_CREATE);
         table_message(NFT_MSG_DELTABLE, family, name, NLM_F_REQUEST);
     }
-    for (cluster, pods) in pairs {
-        let family = Family::of_net(cluster);
-        let Some((_, table)) = TABLES.iter().find(|(f, _)| *f == family) else { continue };
+    for (family, table) in TABLES {
+        let masq = pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family);
+        let accept = forward.iter().find(|cluster| Family::of_net(cluster) == family);
+        if masq.is_none() && accept.is_none() {
+            continue;
+        }
         let proto = nfproto(family);
         let mut m = message(NFT_MSG_NEWTABLE, proto);
         m.attr_str(NFTA_TABLE_NAME, table).attr(NFTA_TABLE_USERDATA, &comment(&format!("rules for {table}")));
         messages.push((m, NLM_F_REQUEST | NLM_F_CREATE));
-        messages.push((chain_message(proto, table), NLM_F_REQUEST | NLM_F_CREATE));
-        for rule in rules(*cluster, *pods) {
-            messages.push((rule_message(proto, table, &rule), NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND));
+        let chains = [
+            masq.map(|(cluster, pods)| (BaseChain::Postrouting, rules(*cluster, *pods))),
+            accept.map(|cluster| (BaseChain::Forward, forward_rules(*cluster))),
+        ];
+        for (chain, rules) in chains.into_iter().flatten() {
+            messages.push((chain_message(proto, table, chain), NLM_F_REQUEST | NLM_F_CREATE));
+            for rule in rules {
+                let m = rule_message(proto, table, chain.name(), &rule);
+                messages.push((m, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND));
+            }
         }
     }
     messages
 }
 
-/// `add chain <table> postrtg { type nat hook postrouting priority srcnat; comment "…"; }`.
-fn chain_message(family: u8, table: &str) -> Request {
+/// flanneld's two base chains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BaseChain {
+    /// `postrtg`: nat, postrouting, priority srcnat.
+    Postrouting,
+    /// `forward`: filter, forward, priority filter.
+    Forward,
+}
+
+impl BaseChain {
+    fn name(self) -> &'static str {
+        match self {
+            BaseChain::Postrouting => CHAIN,
+            BaseChain::Forward => FORWARD_CHAIN,
+        }
+    }
+}
+
+/// `add chain <table> postrtg { type nat hook postrouting priority srcnat; comment "…"; }`, or `forward { type
+/// filter hook forward priority filter; comment "…"; }`.
+fn chain_message(family: u8, table: &str, chain: BaseChain) -> Request {
+    let (hooknum, priority, kind, text) = match chain {
+        BaseChain::Postrouting => (NF_INET_POST_ROUTING, PRIORITY_SRCNAT, "nat", CHAIN_COMMENT),
+        BaseChain::Forward => (NF_INET_FORWARD, 0, "filter", FORWARD_COMMENT),
+    };
     let mut m = message(NFT_MSG_NEWCHAIN, family);
-    m.attr_str(NFTA_CHAIN_TABLE, table).attr_str(NFTA_CHAIN_NAME, CHAIN);
+    m.attr_str(NFTA_CHAIN_TABLE, table).attr_str(NFTA_CHAIN_NAME, chain.name());
     let hook = m.begin_nested(NFTA_CHAIN_HOOK | NLA_F_NESTED);
-    m.attr(NFTA_HOOK_HOOKNUM, &NF_INET_POST_ROUTING.to_be_bytes())
-        .attr(NFTA_HOOK_PRIORITY, &PRIORITY_SRCNAT.to_be_bytes());
+    m.attr(NFTA_HOOK_HOOKNUM, &hooknum.to_be_bytes()).attr(NFTA_HOOK_PRIORITY, &priority.to_be_bytes());
     m.end_nested(hook);
-    m.attr_str(NFTA_CHAIN_TYPE, "nat").attr(NFTA_CHAIN_USERDATA, &comment(CHAIN_COMMENT));
+    m.attr_str(NFTA_CHAIN_TYPE, kind).attr(NFTA_CHAIN_USERDATA, &comment(text));
     m
 }
 
-/// `add rule <table> postrtg <rule>`.
-fn rule_message(family: u8, table: &str, rule: &MasqRule) -> Request {
+/// `add rule <table> <chain> <rule>`.
+fn rule_message(family: u8, table: &str, chain: &str, rule: &MasqRule) -> Request {
     let mut m = message(NFT_MSG_NEWRULE, family);
-    m.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, CHAIN);
+    m.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, chain);
     let list = m.begin_nested(NFTA_RULE_EXPRESSIONS | NLA_F_NESTED);
     for cond in &rule.conds {
         match *cond {
@@ -210,15 +259,19 @@ fn rule_message(family: u8, table: &str, rule: &MasqRule) -> Request {
             Cond::Addr { field, net, negated } => prefix_match(&mut m, field, net, negated),
         }
     }
-    match rule.action {
-        Action::Return => expr(&mut m, "immediate", |m| {
+    let verdict = |m: &mut Request, code: i32| {
+        expr(m, "immediate", |m| {
             m.attr(1, &NFT_REG_VERDICT.to_be_bytes());
             let data = m.begin_nested(2 | NLA_F_NESTED);
             let verdict = m.begin_nested(NFTA_DATA_VERDICT | NLA_F_NESTED);
-            m.attr(NFTA_VERDICT_CODE, &NFT_RETURN.to_be_bytes());
+            m.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
             m.end_nested(verdict);
             m.end_nested(data);
-        }),
+        })
+    };
+    match rule.action {
+        Action::Return => verdict(&mut m, NFT_RETURN),
+        Action::Accept => verdict(&mut m, NF_ACCEPT),
         Action::MasqueradeFullyRandom => expr(&mut m, "masq", |m| {
             m.attr(1, &NF_NAT_RANGE_PROTO_RANDOM_FULLY.to_be_bytes());
         }),
@@ -283,17 +336,17 @@ fn prefix_match(m: &mut Request, field: Field, net: IpNet, negated: bool) {
 }
 
 /// Applies [`transaction`] as one batch.
-pub fn apply(pairs: &[(IpNet, IpNet)]) -> Result<(), BatchError> {
-    nfnl::commit_messages(&mut transaction(pairs))
+pub fn apply(pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<(), BatchError> {
+    nfnl::commit_messages(&mut transaction(pairs, forward))
 }
 
-/// The number of rules in `family`'s flanneld table's chain (an `NFT_MSG_GETRULE` dump of that table and
+/// The number of rules in `chain` of `family`'s flanneld table (an `NFT_MSG_GETRULE` dump of that table and
 /// chain; 0 when it does not exist).
-pub fn rule_count(family: Family) -> io::Result<usize> {
+pub fn rule_count(family: Family, chain: &str) -> io::Result<usize> {
     let table = TABLES.iter().find(|(f, _)| *f == family).expect("both families").1;
     let socket = nfnl::open_socket()?;
     let mut request = message(NFT_MSG_GETRULE, nfproto(family));
-    request.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, CHAIN);
+    request.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, chain);
     let rule_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
     let mut count = 0;
     let answer = wire::exchange(&socket, &mut request, netlink_packet_core::NLM_F_DUMP, 1, |kind, _| {
@@ -361,7 +414,7 @@ mod tests {
 
     #[test]
     fn rules_are_encoded_as_nft_encodes_them() {
-        let mut messages = transaction(&[(net("10.244.0.0/16"), net("10.244.3.0/24"))]);
+        let mut messages = transaction(&[(net("10.244.0.0/16"), net("10.244.3.0/24"))], &[]);
         // 3 tables made and deleted, then the table, the chain and six rules.
         assert_eq!(messages.len(), 6 + 2 + 6);
         let payloads: Vec<Vec<u8>> = messages.iter_mut().map(|(m, flags)| m.finish(*flags, 1)[16..].to_vec()).collect();
@@ -390,6 +443,22 @@ mod tests {
         assert_eq!(exprs[0].1, [(1, 1u32.to_be_bytes().to_vec()), (2, 3u32.to_be_bytes().to_vec())]);
         assert_eq!(nested_value(&exprs[1].1[2].1), 0x4000u32.to_ne_bytes());
         assert_eq!(comment("ab"), [0, 3, b'a', b'b', 0]);
-        assert_eq!(transaction(&[]).len(), 6, "cleanup: the removals only");
+        assert_eq!(transaction(&[], &[]).len(), 6, "cleanup: the removals only");
+        // --iptables-forward-rules: the forward chain (filter, hook forward 2, priority 0) and two accepts.
+        let mut messages = transaction(&[], &[net("fd00:10:244::/56")]);
+        assert_eq!(messages.len(), 6 + 2 + 2, "only the IPv6 table, with only its forward chain");
+        let payloads: Vec<Vec<u8>> = messages.iter_mut().map(|(m, flags)| m.finish(*flags, 1)[16..].to_vec()).collect();
+        assert_eq!(payloads[6][0], NFPROTO_IPV6);
+        let chain = attrs(&payloads[7][4..]);
+        assert_eq!(chain.iter().find(|(k, _)| *k == NFTA_CHAIN_NAME).unwrap().1, b"forward\0");
+        let hook = attrs(&chain.iter().find(|(k, _)| *k == NFTA_CHAIN_HOOK).unwrap().1);
+        assert_eq!(hook, [(1, 2u32.to_be_bytes().to_vec()), (2, 0u32.to_be_bytes().to_vec())]);
+        let exprs = expressions(&payloads[8]);
+        assert_eq!(exprs.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["payload", "cmp", "immediate"]);
+        assert_eq!(exprs[0].1[2..], [(3, 8u32.to_be_bytes().to_vec()), (4, 7u32.to_be_bytes().to_vec())]);
+        let verdict = attrs(&attrs(&exprs[2].1[1].1)[0].1);
+        assert_eq!(verdict, [(NFTA_VERDICT_CODE, 1i32.to_be_bytes().to_vec())], "accept");
+        let rendered: Vec<String> = forward_rules(net("10.244.0.0/16")).iter().map(|r| r.render()).collect();
+        assert_eq!(rendered, ["ip saddr 10.244.0.0/16 accept", "ip daddr 10.244.0.0/16 accept"]);
     }
 }

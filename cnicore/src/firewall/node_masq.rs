@@ -41,6 +41,9 @@ use crate::spec::{ErrorContext, Errors, Result};
 /// The iptables chain (flannel's name, in `iptables` and `ip6tables`).
 pub const CHAIN: &str = "FLANNEL-POSTRTG";
 const JUMP_COMMENT: &str = "flanneld masq";
+/// flanneld's iptables chain of `--iptables-forward-rules` (table `filter`, jumped to from `FORWARD`).
+pub const FORWARD_CHAIN: &str = "FLANNEL-FWD";
+const FORWARD_COMMENT: &str = "flanneld forward";
 pub use super::flannel_nft::{CHAIN as NFT_CHAIN, OLD_TABLE as OLD_NFT_TABLE, TABLES as NFT_TABLES};
 
 /// The chain's rules for one family, in order.
@@ -54,28 +57,74 @@ fn rules(cluster: IpNet, node_subnet: IpNet) -> Result<Vec<Rule>> {
     ])
 }
 
-fn jump() -> Rule {
-    Rule::new().comment(JUMP_COMMENT).jump(CHAIN)
+/// flanneld's `--iptables-forward-rules` for one family's Network (its `forwardRules`).
+fn forward_rules(cluster: IpNet) -> Result<Vec<Rule>> {
+    Ok(vec![
+        Rule::new().source(cluster, false)?.comment(FORWARD_COMMENT).jump("ACCEPT"),
+        Rule::new().destination(cluster, false)?.comment(FORWARD_COMMENT).jump("ACCEPT"),
+    ])
 }
 
-/// The iptables transaction making the chain exactly [`rules`] given what the nat table holds.
-fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Rule]) {
-    if snapshot.has_chain(CHAIN) {
-        script.declare_chain(CHAIN).flush_chain(CHAIN);
-    } else {
-        script.new_chain(CHAIN);
+/// One of flanneld's iptables chains: its table, its name, the built-in chain jumping to it and that jump's
+/// comment.
+struct IptablesChain {
+    table: &'static str,
+    name: &'static str,
+    from: &'static str,
+    comment: &'static str,
+}
+
+const MASQ_CHAIN: IptablesChain =
+    IptablesChain { table: "nat", name: CHAIN, from: "POSTROUTING", comment: JUMP_COMMENT };
+const FWD_CHAIN: IptablesChain =
+    IptablesChain { table: "filter", name: FORWARD_CHAIN, from: "FORWARD", comment: FORWARD_COMMENT };
+
+impl IptablesChain {
+    fn jump(&self) -> Rule {
+        Rule::new().comment(self.comment).jump(self.name)
     }
-    for rule in rules {
-        script.append(CHAIN, rule);
+
+    /// The transaction making the chain exactly `rules`, jumped to, given what the table holds.
+    fn plan(&self, snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Rule]) {
+        if snapshot.has_chain(self.name) {
+            script.declare_chain(self.name).flush_chain(self.name);
+        } else {
+            script.new_chain(self.name);
+        }
+        for rule in rules {
+            script.append(self.name, rule);
+        }
+        if !snapshot.has_rule(self.from, &self.jump()) {
+            script.append(self.from, &self.jump());
+        }
     }
-    if !snapshot.has_rule("POSTROUTING", &jump()) {
-        script.append("POSTROUTING", &jump());
+
+    fn install(&self, family: Family, rules: &[Rule], what: &str) -> Result<()> {
+        iptables::update(family, self.table, what, |snapshot, script| self.plan(snapshot, script, rules))
+    }
+
+    /// True when the chain holds exactly `rules` and is jumped to.
+    fn holds(&self, family: Family, rules: &[Rule]) -> Result<bool> {
+        let snapshot =
+            iptables::save(family, self.table).map_err(|f| f.to_error(&format!("reading the {} table", self.table)))?;
+        let wanted: Vec<String> = rules.iter().map(Rule::render).collect();
+        let present: Vec<&str> = snapshot.rules(self.name).collect();
+        Ok(snapshot.has_rule(self.from, &self.jump())
+            && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    fn remove(&self, family: Family, errors: &mut Errors) {
+        let what = format!("removing the {} chain", self.name);
+        errors.record(iptables::cleanup(family, self.table, &what, |snapshot, script| {
+            iptables::remove_chain(script, snapshot, self.name)
+        }));
     }
 }
 
-/// True when the nftables layout is as [`flannel_nft::transaction`] makes it: each family of `pairs` has its
-/// table with flanneld's rules (counted), no other table of the layout exists (netlink dumps).
-fn nft_is_set_up(pairs: &[(IpNet, IpNet)]) -> Result<bool> {
+/// True when the nftables layout is as [`flannel_nft::transaction`] makes it: each family of `pairs` or
+/// `forward` has its table with flanneld's rules in each chain (counted), no other table of the layout exists
+/// (netlink dumps).
+fn nft_is_set_up(pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<bool> {
     let tables = nfnl::tables().context("listing the nf_tables tables")?;
     let exists = |family: &str, name: &str| tables.iter().any(|(f, n)| f == family && n == name);
     if exists("inet", OLD_NFT_TABLE) {
@@ -83,58 +132,69 @@ fn nft_is_set_up(pairs: &[(IpNet, IpNet)]) -> Result<bool> {
     }
     for (family, name) in NFT_TABLES {
         let keyword = if family == Family::V4 { "ip" } else { "ip6" };
-        match pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family) {
-            None if exists(keyword, name) => return Ok(false),
-            None => {}
-            Some((cluster, node_subnet)) => {
-                let wanted = flannel_nft::rules(*cluster, *node_subnet).len();
-                if !exists(keyword, name) || flannel_nft::rule_count(family).context("listing the rules")? != wanted {
-                    return Ok(false);
-                }
+        let masq = pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family);
+        let accept = forward.iter().find(|cluster| Family::of_net(cluster) == family);
+        if masq.is_none() && accept.is_none() {
+            if exists(keyword, name) {
+                return Ok(false);
+            }
+            continue;
+        }
+        let wanted = [
+            (flannel_nft::CHAIN, masq.map_or(0, |(cluster, pods)| flannel_nft::rules(*cluster, *pods).len())),
+            (flannel_nft::FORWARD_CHAIN, accept.map_or(0, |cluster| flannel_nft::forward_rules(*cluster).len())),
+        ];
+        if !exists(keyword, name) {
+            return Ok(false);
+        }
+        for (chain, count) in wanted {
+            if flannel_nft::rule_count(family, chain).context("listing the rules")? != count {
+                return Ok(false);
             }
         }
     }
     Ok(true)
 }
 
-/// Installs (or corrects) the masquerade rules for each (cluster network, this node's subnet) pair, one per
-/// family (iptables: one transaction per family; nftables: one for all).
-pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<()> {
+/// Installs (or corrects) the masquerade rules for each (cluster network, this node's subnet) pair of `pairs`,
+/// and flanneld's forward accept rules (`--iptables-forward-rules`) for each cluster network of `forward`, one
+/// family each (iptables: one transaction per family and table; nftables: one for all).
+pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<()> {
     match backend {
         Backend::Iptables => {
             for (cluster, node_subnet) in pairs {
                 let rules = rules(*cluster, *node_subnet)?;
-                let family = Family::of_net(cluster);
-                iptables::update(family, "nat", "installing the node masquerade rules", |snapshot, script| {
-                    iptables_plan(snapshot, script, &rules)
-                })?;
+                MASQ_CHAIN.install(Family::of_net(cluster), &rules, "installing the node masquerade rules")?;
+            }
+            for cluster in forward {
+                let rules = forward_rules(*cluster)?;
+                FWD_CHAIN.install(Family::of_net(cluster), &rules, "installing the forward accept rules")?;
             }
             Ok(())
         }
-        Backend::Nftables => flannel_nft::apply(pairs)
+        Backend::Nftables => flannel_nft::apply(pairs, forward)
             .map_err(|e| crate::spec::Error::io(format!("installing the node masquerade rules: {e}"))),
     }
 }
 
-/// True when the rules of [`setup`] are in place (iptables: each family's chain holds exactly them and is
+/// True when the rules of [`setup`] are in place (iptables: each family's chains hold exactly them and are
 /// jumped to).
-pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<bool> {
+pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<bool> {
     match backend {
         Backend::Iptables => {
             for (cluster, node_subnet) in pairs {
-                let family = Family::of_net(cluster);
-                let snapshot = iptables::save(family, "nat").map_err(|f| f.to_error("reading the nat table"))?;
-                let wanted: Vec<String> = rules(*cluster, *node_subnet)?.iter().map(Rule::render).collect();
-                let present: Vec<&str> = snapshot.rules(CHAIN).collect();
-                if !snapshot.has_rule("POSTROUTING", &jump())
-                    || present != wanted.iter().map(String::as_str).collect::<Vec<_>>()
-                {
+                if !MASQ_CHAIN.holds(Family::of_net(cluster), &rules(*cluster, *node_subnet)?)? {
+                    return Ok(false);
+                }
+            }
+            for cluster in forward {
+                if !FWD_CHAIN.holds(Family::of_net(cluster), &forward_rules(*cluster)?)? {
                     return Ok(false);
                 }
             }
             Ok(true)
         }
-        Backend::Nftables => nft_is_set_up(pairs),
+        Backend::Nftables => nft_is_set_up(pairs, forward),
     }
 }
 
@@ -144,18 +204,14 @@ pub fn teardown() -> Result<()> {
     let mut errors = Errors::new();
     for family in Family::ALL {
         if iptables::available(family) {
-            errors.record(iptables::cleanup(
-                family,
-                "nat",
-                "removing the node masquerade rules",
-                |snapshot, script| iptables::remove_chain(script, snapshot, CHAIN),
-            ));
+            MASQ_CHAIN.remove(family, &mut errors);
+            FWD_CHAIN.remove(family, &mut errors);
         }
     }
     // Over netlink: no `nft` binary needed; a kernel without nf_tables has none of the tables.
     if nfnl::tables().is_ok() {
         errors.record(
-            flannel_nft::apply(&[])
+            flannel_nft::apply(&[], &[])
                 .map_err(|e| crate::spec::Error::io(format!("removing the node masquerade tables: {e}"))),
         );
     }
@@ -189,10 +245,24 @@ mod tests {
         );
         let fresh = iptables::Snapshot::parse("*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", "nat");
         let mut script = Script::new("nat");
-        iptables_plan(&fresh, &mut script, &rules(cluster, subnet).unwrap());
+        MASQ_CHAIN.plan(&fresh, &mut script, &rules(cluster, subnet).unwrap());
         let text = script.render();
         assert!(text.contains("-N FLANNEL-POSTRTG\n"), "{text}");
         assert!(text.contains("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG"), "{text}");
+        // --iptables-forward-rules: flanneld's FLANNEL-FWD in filter, jumped to from FORWARD.
+        let rendered: Vec<String> = forward_rules(cluster).unwrap().iter().map(Rule::render).collect();
+        assert_eq!(
+            rendered,
+            [
+                "-s 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+                "-d 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+            ]
+        );
+        let fresh = iptables::Snapshot::parse("*filter\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
+        let mut script = Script::new("filter");
+        FWD_CHAIN.plan(&fresh, &mut script, &forward_rules(cluster).unwrap());
+        let text = script.render();
+        assert!(text.contains("-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD"), "{text}");
     }
 
     #[test]
