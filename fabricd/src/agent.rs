@@ -42,6 +42,8 @@ struct Agent {
     /// --firewall-backend was given: it wins over the config's EnableNFTables.
     firewall_given: bool,
     ip_masq: bool,
+    /// --iptables-forward-rules: flanneld's forward accept rules beside the masquerade.
+    forward_rules: bool,
     /// The masquerade rules are checked this often (`--iptables-resync`), and when the cluster changes.
     masq_check: Duration,
     files: Files,
@@ -96,6 +98,7 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
         firewall,
         firewall_given: cli.firewall_backend.is_some(),
         ip_masq: cli.ip_masq,
+        forward_rules: cli.iptables_forward_rules,
         masq_check: Duration::from_secs(cli.iptables_resync.max(1)),
         files: cli.files(),
         last_masq: None,
@@ -119,12 +122,13 @@ fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -
     Ok(underlay.mtu)
 }
 
-/// With --ip-masq: the firewall backend, and the nat tables that do not exist yet remembered for cleanup.
+/// With --ip-masq or --iptables-forward-rules: the firewall backend, and the nat tables that do not exist yet
+/// remembered for cleanup.
 fn masquerade_backend(cli: &Cli) -> Result<Option<Backend>> {
-    if !cli.ip_masq {
+    if !cli.ip_masq && !cli.iptables_forward_rules {
         return Ok(None);
     }
-    if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
+    if let Err(e) = node::remember_absent_tables(&cli.files().node_record(), cli.iptables_forward_rules) {
         log!(warn, "{}", Error::io("listing the nf_tables tables", e));
     }
     Backend::resolve(cli.firewall_backend.as_deref()).map(Some).map_err(|e| Error::cni("--firewall-backend", e))
@@ -287,7 +291,7 @@ impl Agent {
         if !due {
             return;
         }
-        match node::masquerade(backend, &cluster.config, cluster.subnet) {
+        match node::masquerade(backend, &cluster.config, cluster.subnet, self.ip_masq, self.forward_rules) {
             Ok(()) => self.last_masq = Some((Instant::now(), cluster.clone())),
             Err(e) => log!(error, "{}", Error::cni("masquerade", e)),
         }
