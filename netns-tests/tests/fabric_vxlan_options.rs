@@ -1,8 +1,9 @@
 //! fabricd's vxlan backend with flannel v0.28's other options, on a real etcd and kernel: `MTU` (the packets'
 //! size on the underlay: the device's MTU and subnet.env's FLANNEL_MTU are it less the 50 bytes of vxlan over
 //! IPv4), `GBP` and `Learning` as `ip -d link` shows them, pods on two routed segments reaching each other with
-//! a full-size don't-fragment ping, and configs whose MTU does not fit the underlay or whose GBP is not a bool
-//! refused with nothing made on the node until they are fixed.
+//! a full-size don't-fragment ping, GBP turned off while running (the device recreated, pods still reaching),
+//! and configs whose MTU does not fit the underlay or whose GBP is not a bool refused with nothing made on the
+//! node until they are fixed.
 
 use std::time::Duration;
 
@@ -49,6 +50,22 @@ fn vxlan_mtu_gbp_and_learning_reach_the_device_subnet_env_and_pods() {
     assert!(full.status.success(), "1350-byte DF ping: {}", String::from_utf8_lossy(&full.stdout));
     let over = ping(from, to, &["-M", "do", "-s", "1323"]);
     assert!(!over.status.success(), "1351 bytes do not fit the pod's MTU");
+
+    // GBP turned off in the running cluster: the kernel cannot change it on a live device, so each agent
+    // recreates it, with its peers' entries; pods keep reaching each other.
+    let off = config(json!({ "Type": "vxlan", "MTU": 1400, "Learning": true }));
+    cluster.etcdctl(&["put", "/coreos.com/network/config", &off.to_string()]);
+    for node in &cluster.nodes {
+        let recreated = wait_for(CONVERGE, || {
+            // The device is briefly missing while it is recreated: read it without failing.
+            let out = node.node.exec("ip", &["-j", "-d", "link", "show", "flannel.1"], &[], b"");
+            let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+            let data = &shown[0]["linkinfo"]["info_data"];
+            data.is_object() && data.get("gbp").is_none() && node.fabric_routes().len() == 1
+        });
+        assert!(recreated.is_some(), "{}: GBP still on or routes missing\n{}", node.node.name, node.log());
+    }
+    mesh(&cluster, &pods);
 }
 
 /// In etcd mode a config the agent cannot use is reported and retried (the operator fixes it in etcd), as for
