@@ -42,6 +42,8 @@ struct Agent {
     /// --firewall-backend was given: it wins over the config's EnableNFTables.
     firewall_given: bool,
     ip_masq: bool,
+    /// --iptables-forward-rules: flanneld's forward accept rules beside the masquerade.
+    forward_rules: bool,
     /// The masquerade rules are checked this often (`--iptables-resync`), and when the cluster changes.
     masq_check: Duration,
     files: Files,
@@ -77,7 +79,9 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
     cli.public_ip = stored_v4.or(cli.public_ip);
     cli.public_ipv6 = stored_v6.or(cli.public_ipv6);
     let (mut dataplane, identity) = cli.open_dataplane()?;
-    announce(&mut dataplane, &identity)?;
+    cli.underlay_mtu = Some(announce(&mut dataplane, &identity)?);
+    // Again, now that the underlay is known: the config's backend MTU is checked against it.
+    let source = cli.source();
     let firewall = masquerade_backend(&cli)?;
     let (tx, clusters) = watch::channel::<Option<Cluster>>(None);
     let (ready_tx, ready) = watch::channel(false);
@@ -94,6 +98,7 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
         firewall,
         firewall_given: cli.firewall_backend.is_some(),
         ip_masq: cli.ip_masq,
+        forward_rules: cli.iptables_forward_rules,
         masq_check: Duration::from_secs(cli.iptables_resync.max(1)),
         files: cli.files(),
         last_masq: None,
@@ -108,21 +113,22 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
     outcome
 }
 
-/// Logs the node's addresses and underlay.
-fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -> Result<()> {
+/// Logs the node's addresses and underlay; the underlay's MTU.
+fn announce(dataplane: &mut Dataplane, identity: &crate::source::NodeIdentity) -> Result<u32> {
     let underlay = dataplane.underlay().map_err(|e| Error::netlink("finding the underlay", e))?;
     let addresses: Vec<String> =
         Family::ALL.iter().filter_map(|f| identity.public(*f)).map(|a| a.to_string()).collect();
     log!(info, "node {} on {} (MTU {})", addresses.join(" "), underlay.name, underlay.mtu);
-    Ok(())
+    Ok(underlay.mtu)
 }
 
-/// With --ip-masq: the firewall backend, and the nat tables that do not exist yet remembered for cleanup.
+/// With --ip-masq or --iptables-forward-rules: the firewall backend, and the nat tables that do not exist yet
+/// remembered for cleanup.
 fn masquerade_backend(cli: &Cli) -> Result<Option<Backend>> {
-    if !cli.ip_masq {
+    if !cli.ip_masq && !cli.iptables_forward_rules {
         return Ok(None);
     }
-    if let Err(e) = node::remember_absent_nat_tables(&cli.files().node_record()) {
+    if let Err(e) = node::remember_absent_tables(&cli.files().node_record(), cli.iptables_forward_rules) {
         log!(warn, "{}", Error::io("listing the nf_tables tables", e));
     }
     Backend::resolve(cli.firewall_backend.as_deref()).map(Some).map_err(|e| Error::cni("--firewall-backend", e))
@@ -285,7 +291,7 @@ impl Agent {
         if !due {
             return;
         }
-        match node::masquerade(backend, &cluster.config, cluster.subnet) {
+        match node::masquerade(backend, &cluster.config, cluster.subnet, self.ip_masq, self.forward_rules) {
             Ok(()) => self.last_masq = Some((Instant::now(), cluster.clone())),
             Err(e) => log!(error, "{}", Error::cni("masquerade", e)),
         }

@@ -22,6 +22,10 @@ use crate::source::{LeaseToken, NodeIdentity, Previous, Source, StaticSource};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The underlay interface's MTU once the agent found it (not a flag): backends' `MTU` options are checked
+    /// against it.
+    #[arg(skip)]
+    pub underlay_mtu: Option<u32>,
     /// etcd endpoints, comma-separated.
     #[arg(long, global = true, default_value = "http://127.0.0.1:4001,http://127.0.0.1:2379", value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
@@ -118,6 +122,11 @@ pub struct Cli {
     /// How often the masquerade rules are checked, in seconds.
     #[arg(long, global = true, default_value_t = 30)]
     pub iptables_resync: u64,
+    /// flanneld's accept rules for traffic from and to the cluster's networks on the forward hook (iptables
+    /// FLANNEL-FWD, or the forward chain of flanneld's nftables tables), in the masquerade's firewall backend.
+    /// flanneld's default is true; fabricd's is false: the bridge plugin's firewall lets pod traffic through.
+    #[arg(long, global = true, action = ArgAction::Set, require_equals = true, default_value = "false")]
+    pub iptables_forward_rules: bool,
     /// flanneld's flags that fabricd does not honour: refused when set to anything but their default.
     #[command(flatten)]
     pub refused: RefusedFlags,
@@ -129,8 +138,6 @@ pub struct Cli {
 pub struct RefusedFlags {
     #[arg(long, global = true, action = ArgAction::Set, require_equals = true)]
     pub ip_masq_fully_random_disable: Option<bool>,
-    #[arg(long, global = true, action = ArgAction::Set, require_equals = true)]
-    pub iptables_forward_rules: Option<bool>,
     #[arg(long, global = true, action = ArgAction::Set, require_equals = true)]
     pub ip_blackhole_route: Option<bool>,
     #[arg(long, global = true)]
@@ -145,12 +152,6 @@ impl RefusedFlags {
         let refuse = |flag: &str, why: &str| Err(Error::Config(format!("--{flag} is not supported: {why}")));
         if self.ip_masq_fully_random_disable == Some(true) {
             return refuse("ip-masq-fully-random-disable", "fabricd's masquerade rules are always fully random");
-        }
-        if self.iptables_forward_rules == Some(true) {
-            return refuse(
-                "iptables-forward-rules",
-                "fabricd adds no FORWARD accept rules (the bridge plugin's firewall handles pod traffic); leave it unset or false",
-            );
         }
         if self.ip_blackhole_route == Some(true) {
             return refuse("ip-blackhole-route", "fabricd adds no blackhole route for the node's subnet");
@@ -328,7 +329,7 @@ impl Cli {
 
     /// What every backend is built with: one value from the command line.
     pub fn backend_context(&self) -> BackendContext {
-        BackendContext { wireguard_key_file: self.wireguard_key_file() }
+        BackendContext { wireguard_key_file: self.wireguard_key_file(), underlay_mtu: self.underlay_mtu }
     }
 
     /// Where the wireguard key is kept (see --wireguard-key-file).
@@ -393,7 +394,6 @@ mod tests {
     fn flags_fabricd_cannot_honour_are_refused_by_name() {
         for (flag, name) in [
             ("--ip-blackhole-route", "--ip-blackhole-route"),
-            ("--iptables-forward-rules", "--iptables-forward-rules"),
             ("--ip-masq-fully-random-disable", "--ip-masq-fully-random-disable"),
             ("--etcd-password=x", "--etcd-username/--etcd-password"),
         ] {
@@ -401,8 +401,11 @@ mod tests {
             let error = cli.refused.check().unwrap_err().to_string();
             assert!(error.starts_with(&format!("{name} is not supported: ")), "{error}");
         }
-        let cli = Cli::parse_from(args(&["flanneld", "--iptables-forward-rules=false", "--ip-blackhole-route=false"]));
+        let cli = Cli::parse_from(args(&["flanneld", "--ip-blackhole-route=false"]));
         assert!(cli.refused.check().is_ok(), "defaults spelled out are fine");
+        let forward = Cli::parse_from(args(&["flanneld", "--iptables-forward-rules"]));
+        assert!(forward.iptables_forward_rules && forward.refused.check().is_ok(), "honoured, as flanneld's");
+        assert!(!Cli::parse_from(args(&["flanneld"])).iptables_forward_rules, "off unless asked");
     }
 
     #[test]

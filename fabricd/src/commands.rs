@@ -42,6 +42,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
                     format!("{} to {endpoint}{port}{id}", cluster.config.backend.type_name())
                 }
                 Some(PeerPath::Refused(reason)) => format!("REFUSED: {reason}"),
+                Some(PeerPath::Unrouted) => "not routed by fabricd (backend alloc)".to_string(),
                 None => format!("not used ({family} is not enabled)"),
             };
             let node = peer.attrs.public(family).or(peer.attrs.node_address());

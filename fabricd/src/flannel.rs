@@ -159,8 +159,8 @@ pub struct NetworkConfig {
     pub v6: Option<FamilyNetwork>,
     /// The `Backend` object and the backend it configures.
     pub backend: BackendConfig,
-    /// flannel's `EnableNFTables`: the masquerade in nftables (fabricd's table `inet fabricd`, not flanneld's
-    /// tables) unless --firewall-backend says otherwise.
+    /// flannel's `EnableNFTables`: the masquerade in nftables (flanneld's tables `ip flannel-ipv4` and
+    /// `ip6 flannel-ipv6`, chain `postrtg`) unless --firewall-backend says otherwise.
     pub enable_nftables: bool,
 }
 
@@ -179,6 +179,27 @@ struct RawConfig {
     ipv6subnetmax: Option<Ipv6Addr>,
     enablenftables: Option<bool>,
     backend: Option<Value>,
+}
+
+/// IPv6's minimum link MTU (RFC 8200): below it the kernel turns IPv6 off on the device.
+const IPV6_MIN_MTU: u32 = 1280;
+
+/// With IPv6 enabled, a backend `MTU` option must leave pods at least IPv6's minimum MTU.
+fn check_ipv6_mtu(backend: &BackendConfig, v4: bool, v6: bool) -> Result<(), FormatError> {
+    let Some(mtu) = backend.configured_mtu().filter(|_| v6) else { return Ok(()) };
+    let families = [(v4, Family::V4), (v6, Family::V6)];
+    let overhead = families.iter().filter(|(on, _)| *on).map(|(_, f)| backend.overhead(*f)).max().unwrap_or(0);
+    if mtu.saturating_sub(overhead) >= IPV6_MIN_MTU {
+        return Ok(());
+    }
+    Err(FormatError::Backend(OptionsError::BadOption {
+        backend: backend.type_name(),
+        key: "MTU",
+        why: format!(
+            "{mtu} leaves pods {} bytes after the tunnel's {overhead}; IPv6 (EnableIPv6) needs at least {IPV6_MIN_MTU}",
+            mtu.saturating_sub(overhead)
+        ),
+    }))
 }
 
 /// flannel writes and reads these with Go's encoding/json: keys match case-insensitively and null is absent,
@@ -238,6 +259,7 @@ impl NetworkConfig {
         if v4.is_none() && v6.is_none() {
             return Err(FormatError::NoFamily);
         }
+        check_ipv6_mtu(&backend, v4.is_some(), v6.is_some())?;
         Ok(NetworkConfig { v4, v6, backend, enable_nftables: raw.enablenftables.unwrap_or(false) })
     }
 
@@ -436,7 +458,10 @@ mod tests {
         assert_eq!(v4.network, net("10.244.0.0/16"));
         assert_eq!((v4.subnet_min, v4.subnet_max), ("10.244.1.0".parse().unwrap(), "10.244.255.0".parse().unwrap()));
         assert_eq!(config.v6, None);
-        assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 1, port: 8472, direct_routing: false }");
+        assert_eq!(
+            format!("{:?}", config.backend),
+            "VxlanBackend { vni: 1, port: 8472, direct_routing: false, mtu: None, gbp: false, learning: false }"
+        );
         assert_eq!(config.backend.device_name(Family::V4).unwrap(), "flannel.1");
         assert_eq!(config.backend.device_name(Family::V6).unwrap(), "flannel-v6.1");
         // Go's key matching, nulls as absent, the defaults.
@@ -446,7 +471,10 @@ mod tests {
             NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","EnableNFTables":true,"Backend":{"Type":"vxlan"}}"#);
         assert!(nft.unwrap().enable_nftables);
         assert_eq!(config.v4.unwrap().subnet_len, 24);
-        assert_eq!(format!("{:?}", config.backend), "VxlanBackend { vni: 4, port: 4789, direct_routing: true }");
+        assert_eq!(
+            format!("{:?}", config.backend),
+            "VxlanBackend { vni: 4, port: 4789, direct_routing: true, mtu: None, gbp: false, learning: false }"
+        );
         assert!(NetworkConfig::parse(br#"{"Network":"10.1.0.0/16","Backend":{"Type":"udp"}}"#)
             .unwrap_err()
             .to_string()
@@ -455,6 +483,20 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("SubnetLen 8"));
+    }
+
+    #[test]
+    fn a_backend_mtu_leaves_ipv6_pods_their_minimum() {
+        let config = |families: &str, mtu: u32| {
+            let text = format!(
+                r#"{{{families},"Network":"10.244.0.0/16","IPv6Network":"fd00::/56","Backend":{{"Type":"vxlan","MTU":{mtu}}}}}"#
+            );
+            NetworkConfig::parse(text.as_bytes())
+        };
+        assert!(config(r#""EnableIPv6":false"#, 1000).is_ok(), "IPv4 only: 68 is the floor");
+        assert!(config(r#""EnableIPv6":true"#, 1350).is_ok(), "1280 left after 70");
+        let error = config(r#""EnableIPv6":true"#, 1349).unwrap_err().to_string();
+        assert!(error.contains("vxlan backend: MTU: 1349 leaves pods 1279 bytes") && error.contains("1280"), "{error}");
     }
 
     #[test]

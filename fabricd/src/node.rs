@@ -76,7 +76,7 @@ pub fn family_sysctls(record: &Path, config: &NetworkConfig) -> std::io::Result<
 /// One thing fabricd changed on the node, as remembered in its record (one line each), for `cleanup` to put
 /// back: a sysctl and its value before (`sysctl net/ipv4/ip_forward=0`), or an nf_tables table that did not
 /// exist before the masquerade (`table ip nat`: iptables-nft makes it for the masquerade chain, and leaves it
-/// empty when the chain goes).
+/// empty when the chain goes; `table ip filter` likewise for the forward accept rules).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Changed {
     Sysctl { name: String, before: String },
@@ -137,12 +137,16 @@ fn set_remembered(record: &Path, name: &str, value: &str) -> std::io::Result<()>
     cnicore::sysctl::write(name, value)
 }
 
-/// The nat tables the masquerade may make (iptables-nft's), remembered in `record` when they do not exist yet.
-pub fn remember_absent_nat_tables(record: &Path) -> std::io::Result<()> {
+/// The tables iptables-nft may make for the node's rules, remembered in `record` when they do not exist yet:
+/// `nat` for the masquerade, and `filter` with `forward` (--iptables-forward-rules' FLANNEL-FWD).
+pub fn remember_absent_tables(record: &Path, forward: bool) -> std::io::Result<()> {
     let tables = cnicore::firewall::nfnl::tables()?;
+    let names: &[&str] = if forward { &["nat", "filter"] } else { &["nat"] };
     for family in ["ip", "ip6"] {
-        if !tables.iter().any(|(f, n)| f == family && n == "nat") {
-            remember(record, Changed::Table { family: family.into(), name: "nat".into() })?;
+        for name in names {
+            if !tables.iter().any(|(f, n)| f == family && n == name) {
+                remember(record, Changed::Table { family: family.into(), name: name.to_string() })?;
+            }
         }
     }
     Ok(())
@@ -244,14 +248,25 @@ pub fn subnet_env(config: &NetworkConfig, subnet: SubnetKey, mtu: u32, ip_masq: 
     env.render()
 }
 
-/// Node-level masquerade through the core library's firewall layer (one transaction per family).
-pub fn masquerade(backend: Backend, config: &NetworkConfig, subnet: SubnetKey) -> cnicore::spec::Result<()> {
-    let pairs: Vec<(IpNet, IpNet)> =
-        Family::ALL.into_iter().filter_map(|f| Some((config.family(f)?.network, subnet.get(f)?))).collect();
-    if node_masq::is_set_up(backend, &pairs)? {
+/// Node-level masquerade (with `masq`) and flanneld's forward accept rules (with `forward`) through the core
+/// library's firewall layer, for each enabled family.
+pub fn masquerade(
+    backend: Backend,
+    config: &NetworkConfig,
+    subnet: SubnetKey,
+    masq: bool,
+    forward: bool,
+) -> cnicore::spec::Result<()> {
+    let pairs: Vec<(IpNet, IpNet)> = Family::ALL
+        .into_iter()
+        .filter(|_| masq)
+        .filter_map(|f| Some((config.family(f)?.network, subnet.get(f)?)))
+        .collect();
+    let networks: Vec<IpNet> = config.families().filter(|_| forward).map(|f| f.network).collect();
+    if node_masq::is_set_up(backend, &pairs, &networks)? {
         return Ok(());
     }
-    node_masq::setup(backend, &pairs)
+    node_masq::setup(backend, &pairs, &networks)
 }
 
 #[cfg(test)]

@@ -38,6 +38,8 @@ pub enum PeerPath {
     Overlay { endpoint: IpAddr, port: Option<u16>, id: Option<TunnelId> },
     /// Not used: the lease is not valid, or the backend cannot reach it.
     Refused(Refusal),
+    /// Valid, and not routed by fabricd: the backend routes nothing (alloc: someone else does).
+    Unrouted,
 }
 
 /// Why a lease (of one family) is not used.

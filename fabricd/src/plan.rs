@@ -225,7 +225,7 @@ pub fn refuse_route_conflicts(
     let foreign: Vec<&Route> =
         routes.iter().filter(|r| r.protocol != Some(ROUTE_PROTOCOL) && Family::of(&r.dst.addr()) == family).collect();
     for (dst, path) in paths.iter_mut().filter(|(dst, _)| Family::of(&dst.addr()) == family) {
-        if matches!(path, PeerPath::Refused(_)) {
+        if matches!(path, PeerPath::Refused(_) | PeerPath::Unrouted) {
             continue;
         }
         let conflict = foreign.iter().find(|route| {
@@ -237,7 +237,7 @@ pub fn refuse_route_conflicts(
                 && match path {
                     PeerPath::Direct { gateway } => route.gateway == Some(*gateway),
                     PeerPath::Overlay { .. } => device.is_some() && route.oif == device,
-                    PeerPath::Refused(_) => false,
+                    PeerPath::Refused(_) | PeerPath::Unrouted => false,
                 };
             !equivalent
         });
@@ -541,7 +541,7 @@ mod tests {
     fn wireguard_leases_with_a_bad_a_taken_or_this_nodes_key_are_refused_and_the_others_used() {
         let dir = std::env::temp_dir().join(format!("fabricd-plan-wg-{}", std::process::id()));
         let mut cluster = cluster(r#"{"Type":"wireguard"}"#, vec![]);
-        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey") };
+        let context = crate::backend::BackendContext { wireguard_key_file: dir.join("wgkey"), underlay_mtu: None };
         cluster.config = crate::flannel::NetworkConfig::parse_with(
             br#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#,
             &context,

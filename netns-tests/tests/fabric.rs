@@ -19,7 +19,7 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
     let mut cluster = Cluster::new(1);
     cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
     for _ in 0..3 {
-        cluster.add_node(0, &["--ip-masq"]);
+        cluster.add_node(0, &["--ip-masq", "--iptables-forward-rules"]);
     }
     let subnets = start_all(&mut cluster);
     wait_routes(&cluster, 2);
@@ -74,18 +74,36 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
             "{rules}"
         );
         assert_eq!(rules.matches("-A FLANNEL-POSTRTG").count(), 4, "{rules}");
+        // --iptables-forward-rules: flanneld's FLANNEL-FWD, jumped to once from FORWARD.
+        let filter = cluster.nodes[*index].node.exec("iptables-save", &["-t", "filter"], &[], b"");
+        let filter = String::from_utf8_lossy(&filter.stdout);
+        assert_eq!(filter.matches("-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD").count(), 1);
+        for rule in ["-s 10.244.0.0/16", "-d 10.244.0.0/16"] {
+            let rule = format!("-A FLANNEL-FWD {rule} -m comment --comment \"flanneld forward\" -j ACCEPT");
+            assert_eq!(filter.matches(&rule).count(), 1, "{filter}");
+        }
     }
     let status = cluster.nodes[0].run(&["status"]);
     assert!(status.success() && status.stdout_text.contains("in sync"), "{} {}", status.stdout_text, status.stderr);
 }
 
+/// nftables: flannel's own table and chain (`ip flannel-ipv4`, `postrtg`); a node that ran fabricd's previous
+/// release (`inet fabricd`) or flanneld (a stale `flannel-ipv4` and `flannel-ipv6`) is left with one copy.
 #[test]
 fn masquerade_with_the_nftables_backend() {
     let mut cluster = Cluster::new(1);
     cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
-    for _ in 0..2 {
-        cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables"]);
-    }
+    // Node 0 also with flanneld's forward accept rules.
+    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables", "--iptables-forward-rules=true"]);
+    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables"]);
+    // What an earlier release and flanneld left on node 0.
+    let leftovers =
+        "add table inet fabricd\nadd chain inet fabricd postrouting { type nat hook postrouting priority srcnat; }\n\
+        add rule inet fabricd postrouting ip saddr 10.244.0.0/16 masquerade\n\
+        add table ip flannel-ipv4\nadd chain ip flannel-ipv4 postrtg { type nat hook postrouting priority srcnat; }\n\
+        add rule ip flannel-ipv4 postrtg ip saddr 10.99.0.0/16 masquerade\nadd table ip6 flannel-ipv6\n";
+    let made = cluster.nodes[0].node.exec("nft", &["-f", "-"], &[], leftovers.as_bytes());
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     start_all(&mut cluster);
     wait_routes(&cluster, 1);
     let pods = pods(&mut cluster);
@@ -94,16 +112,37 @@ fn masquerade_with_the_nftables_backend() {
     for (index, pod, _) in &pods {
         assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(cluster.nodes[*index].ip.into()));
     }
+    let node = &cluster.nodes[0];
+    let ruleset = node.node.exec("nft", &["list", "ruleset"], &[], b"");
+    let ruleset = String::from_utf8_lossy(&ruleset.stdout).into_owned();
+    let subnet = node.subnet().unwrap();
+    for rule in [
+        "meta mark 0x00004000 return".to_string(),
+        format!("ip saddr {subnet} ip daddr 10.244.0.0/16 return"),
+        format!("ip saddr != {subnet} ip daddr 10.244.0.0/16 return"),
+        "ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random".to_string(),
+    ] {
+        assert_eq!(ruleset.matches(&rule).count(), 1, "{rule}: {ruleset}");
+    }
+    assert!(ruleset.contains("table ip flannel-ipv4 {") && ruleset.contains("chain postrtg {"), "{ruleset}");
+    assert_eq!(ruleset.matches("masquerade").count(), 2, "flannel's two masquerade rules only: {ruleset}");
+    assert!(!ruleset.contains("table inet fabricd"), "the old release's table removed: {ruleset}");
+    assert!(!ruleset.contains("10.99.0.0/16") && !ruleset.contains("flannel-ipv6"), "stale tables gone: {ruleset}");
+    for rule in ["ip saddr 10.244.0.0/16 accept", "ip daddr 10.244.0.0/16 accept"] {
+        assert_eq!(ruleset.matches(rule).count(), 1, "--iptables-forward-rules: {ruleset}");
+    }
+    assert!(ruleset.contains("chain forward {"), "{ruleset}");
+    let other = cluster.nodes[1].node.exec("nft", &["list", "ruleset"], &[], b"");
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("chain forward"), "not asked, not written");
     let node = &mut cluster.nodes[0];
-    let table = node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
-    let table = String::from_utf8_lossy(&table.stdout);
-    assert!(table.contains("ip saddr 10.244.0.0/16 ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"), "{table}");
     let iptables = node.node.exec("iptables-save", &["-t", "nat"], &[], b"");
     assert!(!String::from_utf8_lossy(&iptables.stdout).contains("FLANNEL-POSTRTG"), "one backend only");
     node.stop(Signal::SIGTERM);
     let cleanup = node.run(&["cleanup"]);
     assert!(cleanup.success(), "{}", cleanup.stderr);
-    assert!(!node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"").status.success(), "table removed");
+    let ruleset = node.node.exec("nft", &["list", "ruleset"], &[], b"");
+    let ruleset = String::from_utf8_lossy(&ruleset.stdout).into_owned();
+    assert!(!ruleset.contains("flannel-ipv4") && !ruleset.contains("fabricd"), "tables removed: {ruleset}");
 }
 
 #[test]

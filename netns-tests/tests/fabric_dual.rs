@@ -147,11 +147,11 @@ fn dual_stack_host_gw_with_masquerade_of_both_families() {
         assert_eq!(tcp_source(pod, &cluster.wan, WAN_IP.into()), Some(node.ip.into()));
         assert_eq!(tcp_source(pod, &cluster.wan, wan_ip6().into()), Some(node.ip6.unwrap().into()));
         if *index == 2 {
-            let table = node.node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
+            let table = node.node.exec("nft", &["list", "table", "ip6", "flannel-ipv6"], &[], b"");
             let table = String::from_utf8_lossy(&table.stdout);
             assert!(
-                table.contains("ip6 saddr fd00:10:244::/56 ip6 daddr != { fd00:10:244::/56, ff00::/8 } masquerade"),
-                "{table}"
+                table.contains("ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random"),
+                "flannel's IPv6 table: {table}"
             );
             continue;
         }

@@ -118,7 +118,7 @@ fn kube_vxlan_annotations_routes_pods_and_a_deleted_node() {
 #[test]
 fn kube_dual_stack_host_gw() {
     let cidrs: &[&[&str]] = &[&["10.244.0.0/24", "fd00:10:244::/64"], &["10.244.1.0/24", "fd00:10:244:1::/64"]];
-    // flannel's EnableNFTables: the masquerade in nftables (fabricd's table), with --ip-masq.
+    // flannel's EnableNFTables: the masquerade in nftables (flannel's tables), with --ip-masq.
     let mut config = dual_config(json!({ "Type": "host-gw" }));
     config["EnableNFTables"] = json!(true);
     let Some((mut cluster, api)) = kube_cluster(Cluster::dual(1), &config, cidrs, &["--ip-masq"]) else {
@@ -139,8 +139,13 @@ fn kube_dual_stack_host_gw() {
     assert_eq!(annotation(&object, "backend-v6-data"), "null");
     assert_eq!(annotation(&object, "public-ipv6"), peer6.to_string());
     assert_eq!(cluster.nodes[1].subnet6(), Some("fd00:10:244:1::/64".parse().unwrap()));
-    let table = cluster.nodes[0].node.exec("nft", &["list", "table", "inet", "fabricd"], &[], b"");
-    assert!(table.status.success(), "EnableNFTables: no nftables masquerade\n{}", cluster.nodes[0].log());
+    let ruleset = cluster.nodes[0].node.exec("nft", &["list", "ruleset"], &[], b"");
+    let ruleset = String::from_utf8_lossy(&ruleset.stdout);
+    assert!(
+        ruleset.contains("table ip flannel-ipv4 {") && ruleset.contains("table ip6 flannel-ipv6 {"),
+        "EnableNFTables: flannel's tables\n{ruleset}\n{}",
+        cluster.nodes[0].log()
+    );
     let pods = pods_all(&mut cluster);
     mesh_all(&cluster, &pods, 2);
 }
@@ -322,6 +327,8 @@ fn kube_in_cluster_credentials_and_flanneld_variables() {
         .env("KUBERNETES_SERVICE_PORT", PORT.to_string())
         .env("FLANNELD_KUBE_SUBNET_MGR", "true")
         .env("FLANNELD_HEALTHZ_PORT", "8082")
+        .env("EVENT_QUEUE_DEPTH", "10000")
+        .env("CONT_WHEN_CACHE_NOT_READY", "true")
         .stdout(std::process::Stdio::null())
         .stderr(log);
     node.agent = Some(netns_tests::Daemon::spawn(&mut command));
@@ -336,4 +343,34 @@ fn kube_in_cluster_credentials_and_flanneld_variables() {
     assert!(routes.contains("10.244.0.0/24 via 192.168.50.110"), "{routes}");
     let health = SocketAddr::from(([127, 0, 0, 1], 8082));
     assert_eq!(http_get(&cluster.nodes[1].node, health, "/readyz").unwrap(), "flanneld is ready");
+    let log = cluster.nodes[1].log();
+    assert!(log.contains("EVENT_QUEUE_DEPTH=10000: fabricd keeps no queue"), "{log}");
+    assert!(log.contains("CONT_WHEN_CACHE_NOT_READY=true: fabricd never exits"), "{log}");
+}
+
+/// flannel's `alloc` backend: each node gets its podCIDR as subnet.env and conflist (the underlay's MTU: no
+/// tunnel) and its annotations; no device, no route: someone else routes the pod network.
+#[test]
+fn kube_alloc_allocates_and_routes_nothing() {
+    let cidrs: &[&[&str]] = &[&["10.244.0.0/24"], &["10.244.1.0/24"]];
+    let Some((mut cluster, api)) = kube_cluster(Cluster::new(1), &config(json!({ "Type": "alloc" })), cidrs, &[])
+    else {
+        return;
+    };
+    let subnets = start_all(&mut cluster);
+    assert_eq!(subnets, ["10.244.0.0/24".parse().unwrap(), "10.244.1.0/24".parse::<ipnet::IpNet>().unwrap()]);
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+        assert!(
+            env.contains(&format!("FLANNEL_SUBNET=10.244.{index}.1/24\n")) && env.contains("FLANNEL_MTU=1500\n"),
+            "{env}"
+        );
+        assert!(node.fabric_routes().is_empty(), "no route: {:?}", node.fabric_routes());
+        let links = node.node.ip(&["-o", "link", "show"]);
+        assert!(!links.contains("flannel"), "no device: {links}");
+        let object = api.node(&cluster.infra, &format!("node-{index}"));
+        assert_eq!(annotation(&object, "backend-type"), "alloc");
+    }
+    let status = cluster.nodes[0].run(&["status"]);
+    assert!(status.stdout_text.contains("not routed by fabricd (backend alloc)"), "{}", status.stdout_text);
 }

@@ -2,8 +2,9 @@
 //! segments, or dual stack), etcd in the infra namespace, pods meshing across in each family; the underlay
 //! captured to show no pod address in clear; the key kept across restarts and out of the store and logs;
 //! agent restart and etcd loss keep the data plane; peers follow joins, leaves and key rotations; leases with
-//! a bad, a taken or this node's key are refused. Needs a kernel with wireguard (CONFIG_WIREGUARD): the VM
-//! lane runs it (`scripts/vm-lane.sh --kernel 6.1 fabric_wireguard`).
+//! a bad, a taken or this node's key are refused; the `MTU` option on the device, subnet.env and pods. Needs a
+//! kernel with wireguard (CONFIG_WIREGUARD): the VM lane runs it (`scripts/vm-lane.sh --kernel 6.1
+//! fabric_wireguard`).
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -234,4 +235,30 @@ fn wireguard_dual_stack_separate_and_one_tunnel() {
         let pods = pods_all(&mut cluster);
         mesh_all(&cluster, &pods, 2);
     }
+}
+
+/// flannel's `MTU` option: the packets' size on the underlay. The device and subnet.env's FLANNEL_MTU are it
+/// less wireguard's 60 bytes over IPv4; a full-size don't-fragment ping between pods crosses, one byte more
+/// does not leave the pod.
+#[test]
+fn wireguard_mtu_option_reaches_the_device_subnet_env_and_pods() {
+    let Some(mut cluster) = wireguard_cluster(1, &[0, 0], json!({ "Type": "wireguard", "MTU": 1400 })) else {
+        return;
+    };
+    start_all(&mut cluster);
+    wait_routes(&cluster, 1);
+    for node in &cluster.nodes {
+        let link = node.node.ip(&["-d", "link", "show", "flannel-wg"]);
+        assert!(link.contains("mtu 1340"), "MTU 1400 less wireguard's 60: {link}");
+        let env = std::fs::read_to_string(node.subnet_file()).unwrap();
+        assert!(env.contains("FLANNEL_MTU=1340\n"), "{env}");
+    }
+    let pods = pods(&mut cluster);
+    mesh(&cluster, &pods);
+    let ping = |size: &str| {
+        let to = pods[1].2.to_string();
+        pods[0].1.exec("ping", &["-c1", "-W2", "-M", "do", "-s", size, &to], &[], b"").status.success()
+    };
+    assert!(ping("1312"), "a 1340-byte don't-fragment ping crosses the tunnel");
+    assert!(!ping("1313"), "1341 bytes do not fit the pod's MTU");
 }

@@ -347,7 +347,14 @@ fn mac(text: &str) -> [u8; 6] {
 
 /// The vxlan settings fabricd uses over `underlay` (learning off: the FDB is programmed).
 fn fabric_vxlan(local: &str, underlay: u32) -> Vxlan {
-    Vxlan { vni: 7, local: Some(local.parse().expect("an address")), link: Some(underlay), port: 4789, learning: false }
+    Vxlan {
+        vni: 7,
+        local: Some(local.parse().expect("an address")),
+        link: Some(underlay),
+        port: 4789,
+        learning: false,
+        gbp: false,
+    }
 }
 
 /// The three entries fabricd programs for a peer reached through the overlay: a route to its subnet via the
@@ -439,11 +446,24 @@ fn vxlan_device_with_fabricds_options_reads_back_as_created() {
     let (_, drifted) = nl.vxlan_by_name("vx8").expect("read").expect("exists");
     let expected = Vxlan { vni: 8, port: 8472, learning: true, ..wanted.clone() };
     assert_eq!(drifted, Some(expected));
-    assert_ne!(drifted, Some(wanted));
+    assert_ne!(drifted, Some(wanted.clone()));
     // Not a vxlan device, and no device at all.
     let (_, none) = nl.vxlan_by_name("under0").expect("read").expect("exists");
     assert_eq!(none, None);
     assert!(nl.vxlan_by_name("flannel.99").expect("read").is_none());
+
+    // Group Based Policy (a flag attribute) and learning, as flannel's GBP and Learning set them.
+    let gbp = Vxlan { vni: 9, learning: true, gbp: true, ..wanted.clone() };
+    let gbp_link = nl.create_vxlan("vx9", Some(1400), &gbp).expect("create vxlan with gbp");
+    let (_, read) = nl.vxlan_by_name("vx9").expect("read").expect("exists");
+    assert_eq!(read, Some(gbp), "gbp and learning read back");
+    let shown = node.ip_json(&["-d", "link", "show", "vx9"]);
+    let data = &shown[0]["linkinfo"]["info_data"];
+    assert!(data.get("gbp").is_some(), "ip -d link shows gbp: {data}");
+    assert_eq!(data["learning"], true, "{data}");
+    let (_, plain) = nl.vxlan_by_name(VXLAN_DEVICE).expect("read").expect("exists");
+    assert_eq!(plain.map(|v| v.gbp), Some(false), "no gbp attribute: off");
+    nl.delete_link(gbp_link.index).expect("delete");
     nl.delete_link(link.index).expect("delete");
     assert!(nl.vxlan_by_name(VXLAN_DEVICE).expect("read").is_none());
 }

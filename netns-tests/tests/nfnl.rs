@@ -7,7 +7,9 @@
 //!   elements and leaves the others';
 //! - bridge (ipMasq), portmap and firewall with the nftables backend: a node's first pod sets the tables up
 //!   with `nft`, the next pod's ADD and DEL run no `nft` process at all (a wrapper on `PATH` logs every run),
-//!   nor does a DEL without prevResult or netns (containerd's second and third), which finds them by tag.
+//!   nor does a DEL without prevResult or netns (containerd's second and third), which finds them by tag;
+//! - fabricd's node masquerade in flanneld's nftables layout, written over netlink, is flanneld's to the
+//!   byte code: `nft --debug=netlink list ruleset` is the same as for flanneld's rules written by `nft`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -309,4 +311,92 @@ fn the_usual_add_and_del_run_no_nft() {
     chain.del(&first, "nfnl-first", &first_result, 8080);
     let ruleset = chain.ruleset();
     assert!(!ruleset.contains(first_ip), "{ruleset}");
+}
+
+/// flanneld v0.28's nftables masquerade and forward rules (`pkg/trafficmngr/nftables`: initTable,
+/// SetupAndEnsureMasqRules, addMasqRules, SetupAndEnsureForwardRules) for a dual-stack node, as `nft` text: the
+/// reference written from flannel's source.
+const FLANNELD_MASQ: &str = r#"add table ip flannel-ipv4 { comment "rules for flannel-ipv4"; }
+add chain ip flannel-ipv4 postrtg { type nat hook postrouting priority srcnat; comment "chain to manage traffic masquerading by flannel"; }
+add rule ip flannel-ipv4 postrtg meta mark 0x4000 return
+add rule ip flannel-ipv4 postrtg ip saddr 10.244.3.0/24 ip daddr 10.244.0.0/16 return
+add rule ip flannel-ipv4 postrtg ip saddr 10.244.0.0/16 ip daddr 10.244.3.0/24 return
+add rule ip flannel-ipv4 postrtg ip saddr != 10.244.3.0/24 ip daddr 10.244.0.0/16 return
+add rule ip flannel-ipv4 postrtg ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random
+add rule ip flannel-ipv4 postrtg ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random
+add chain ip flannel-ipv4 forward { type filter hook forward priority filter; comment "chain to accept flannel traffic"; }
+add rule ip flannel-ipv4 forward ip saddr 10.244.0.0/16 accept
+add rule ip flannel-ipv4 forward ip daddr 10.244.0.0/16 accept
+add table ip6 flannel-ipv6 { comment "rules for flannel-ipv6"; }
+add chain ip6 flannel-ipv6 postrtg { type nat hook postrouting priority srcnat; comment "chain to manage traffic masquerading by flannel"; }
+add rule ip6 flannel-ipv6 postrtg meta mark 0x4000 return
+add rule ip6 flannel-ipv6 postrtg ip6 saddr fd00:10:244:3::/64 ip6 daddr fd00:10:244::/56 return
+add rule ip6 flannel-ipv6 postrtg ip6 saddr fd00:10:244::/56 ip6 daddr fd00:10:244:3::/64 return
+add rule ip6 flannel-ipv6 postrtg ip6 saddr != fd00:10:244:3::/64 ip6 daddr fd00:10:244::/56 return
+add rule ip6 flannel-ipv6 postrtg ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random
+add rule ip6 flannel-ipv6 postrtg ip6 saddr != fd00:10:244::/56 ip6 daddr fd00:10:244::/56 masquerade fully-random
+add chain ip6 flannel-ipv6 forward { type filter hook forward priority filter; comment "chain to accept flannel traffic"; }
+add rule ip6 flannel-ipv6 forward ip6 saddr fd00:10:244::/56 accept
+add rule ip6 flannel-ipv6 forward ip6 daddr fd00:10:244::/56 accept
+"#;
+
+#[test]
+fn node_masquerade_over_netlink_is_flanneld_s_byte_code() {
+    use cnicore::firewall::{node_masq, Backend};
+    if !require_programs(&["nft"], "apt-get install nftables") {
+        return;
+    }
+    let pairs: Vec<(ipnet::IpNet, ipnet::IpNet)> =
+        [("10.244.0.0/16", "10.244.3.0/24"), ("fd00:10:244::/56", "fd00:10:244:3::/64")]
+            .iter()
+            .map(|(cluster, pods)| (cluster.parse().unwrap(), pods.parse().unwrap()))
+            .collect();
+    let flanneld = TestNetns::new("flanneld-nft");
+    nft(&flanneld, &["-f", "-"], FLANNELD_MASQ);
+    let ours = TestNetns::new("fabricd-nft");
+    // What an older fabricd and a flanneld with other networks left behind: replaced in the same transaction.
+    nft(
+        &ours,
+        &["-f", "-"],
+        "add table inet fabricd\nadd table ip flannel-ipv4\nadd chain ip flannel-ipv4 postrtg\n\
+        add rule ip flannel-ipv4 postrtg ip saddr 10.99.0.0/16 masquerade\n",
+    );
+    let forward: Vec<ipnet::IpNet> = pairs.iter().map(|(cluster, _)| *cluster).collect();
+    let set_up = |pairs: &[(ipnet::IpNet, ipnet::IpNet)], forward: &[ipnet::IpNet]| {
+        ours.run(|| node_masq::is_set_up(Backend::Nftables, pairs, forward)).expect("read back")
+    };
+    let setup = |pairs: &[(ipnet::IpNet, ipnet::IpNet)], forward: &[ipnet::IpNet]| {
+        ours.run(|| node_masq::setup(Backend::Nftables, pairs, forward)).expect("setup over netlink")
+    };
+    assert!(!set_up(&pairs, &forward));
+    setup(&pairs, &forward);
+    assert!(set_up(&pairs, &forward), "set up, read back by netlink");
+    assert!(!set_up(&pairs, &[]), "the forward chains are more than asked");
+    // For information: the periodic check over netlink against one `nft -j list` of a table, as before.
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        set_up(&pairs, &forward);
+    }
+    let netlink = started.elapsed() / 20;
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        nft(&ours, &["-j", "list", "table", "ip", "flannel-ipv4"], "");
+    }
+    eprintln!(
+        "masquerade check: {netlink:?} over netlink (both families), {:?} per nft -j list",
+        started.elapsed() / 20
+    );
+    let code = |ns: &TestNetns| nft(ns, &["--debug=netlink", "list", "ruleset"], "");
+    assert_eq!(code(&ours), code(&flanneld), "the byte code flanneld's rules compile to");
+    let listing = nft(&ours, &["list", "ruleset"], "");
+    assert!(listing.contains("comment \"rules for flannel-ipv4\"") && !listing.contains("fabricd"), "{listing}");
+    // Again: one copy. Without forward rules, IPv4 only: the forward chains and the IPv6 table go.
+    setup(&pairs, &forward);
+    assert_eq!(code(&ours), code(&flanneld));
+    setup(&pairs[..1], &[]);
+    assert!(set_up(&pairs[..1], &[]));
+    let listing = nft(&ours, &["list", "ruleset"], "");
+    assert!(!listing.contains("flannel-ipv6") && !listing.contains("chain forward"), "{listing}");
+    ours.run(node_masq::teardown).expect("teardown");
+    assert_eq!(nft(&ours, &["list", "ruleset"], ""), "");
 }

@@ -26,6 +26,7 @@ pub mod conditions;
 pub mod conntrack;
 pub mod element;
 mod exec;
+mod flannel_nft;
 pub mod iptables;
 pub mod masq;
 pub mod nfnl;

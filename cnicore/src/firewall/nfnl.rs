@@ -79,7 +79,7 @@ const IFNAMSIZ: usize = 16;
 const CHAIN_MAX: usize = 255;
 
 /// A NETLINK_NETFILTER socket of the calling thread's namespace.
-fn open_socket() -> io::Result<Socket> {
+pub(super) fn open_socket() -> io::Result<Socket> {
     let mut socket = Socket::new(NETLINK_NETFILTER)?;
     socket.bind_auto()?;
     Ok(socket)

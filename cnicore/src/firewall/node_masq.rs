@@ -12,24 +12,39 @@
 //! ! -s <cluster> -d <cluster> -j MASQUERADE            from outside to other nodes' pods (replies come back)
 //! ```
 //!
-//! nftables: table `inet fabricd`, chain `postrouting` (nat hook, srcnat): pods leaving the cluster are
-//! masqueraded by the rule the bridge's ipMasq decision renders ([`masq::plan`] with the cluster as source and
-//! exception: `ip saddr { <cluster> } ip daddr != { <cluster>, 224.0.0.0/4 } masquerade`), then the two rules
-//! for traffic from outside. Both backends are one transaction; applying them again leaves one copy;
-//! [`teardown`] removes them from both.
+//! nftables (a network config's `EnableNFTables`): flannel v0.28's own layout (its
+//! `pkg/trafficmngr/nftables`), so an operator's `nft list ruleset` and flannel's docs agree and a node moved
+//! between flanneld and fabricd keeps one copy: table `ip flannel-ipv4` (and `ip6 flannel-ipv6`), chain
+//! `postrtg` (nat hook postrouting, priority srcnat) holding, in flannel's order,
+//!
+//! ```text
+//! meta mark 0x00004000 return                               kube-proxy masquerades what it marked
+//! ip saddr <node subnet> ip daddr <cluster> return          this node's pods to pods: never NAT
+//! ip saddr <cluster> ip daddr <node subnet> return          pods to this node's pods
+//! ip saddr != <node subnet> ip daddr <cluster> return       forwarded to pods from elsewhere: keep the source
+//! ip saddr <cluster> ip daddr != 224.0.0.0/4 masquerade fully-random     pods leaving the cluster
+//! ip saddr != <cluster> ip daddr <cluster> masquerade fully-random       (flannel's last rule, kept as is)
+//! ```
+//!
+//! (`ip6` and `ff00::/8` for IPv6.) One nf_tables netlink transaction ([`super::flannel_nft`]; no `nft`
+//! process) replaces every table of the layout whole: flannel's two (a family not in use loses its table) and
+//! `inet fabricd`, where fabricd's previous release kept its masquerade. Applying it again leaves one copy;
+//! [`teardown`] removes them from both backends.
 
 use ipnet::IpNet;
 
 use super::iptables::{self, Rule, Script};
-use super::{masq, nftables};
+use super::{flannel_nft, masq, nfnl};
 use super::{Backend, Family};
-use crate::spec::{Errors, Result};
+use crate::spec::{ErrorContext, Errors, Result};
 
 /// The iptables chain (flannel's name, in `iptables` and `ip6tables`).
 pub const CHAIN: &str = "FLANNEL-POSTRTG";
 const JUMP_COMMENT: &str = "flanneld masq";
-/// The nftables table.
-pub const NFT_TABLE: &str = "fabricd";
+/// flanneld's iptables chain of `--iptables-forward-rules` (table `filter`, jumped to from `FORWARD`).
+pub const FORWARD_CHAIN: &str = "FLANNEL-FWD";
+const FORWARD_COMMENT: &str = "flanneld forward";
+pub use super::flannel_nft::{CHAIN as NFT_CHAIN, OLD_TABLE as OLD_NFT_TABLE, TABLES as NFT_TABLES};
 
 /// The chain's rules for one family, in order.
 fn rules(cluster: IpNet, node_subnet: IpNet) -> Result<Vec<Rule>> {
@@ -42,89 +57,144 @@ fn rules(cluster: IpNet, node_subnet: IpNet) -> Result<Vec<Rule>> {
     ])
 }
 
-fn jump() -> Rule {
-    Rule::new().comment(JUMP_COMMENT).jump(CHAIN)
+/// flanneld's `--iptables-forward-rules` for one family's Network (its `forwardRules`).
+fn forward_rules(cluster: IpNet) -> Result<Vec<Rule>> {
+    Ok(vec![
+        Rule::new().source(cluster, false)?.comment(FORWARD_COMMENT).jump("ACCEPT"),
+        Rule::new().destination(cluster, false)?.comment(FORWARD_COMMENT).jump("ACCEPT"),
+    ])
 }
 
-/// The iptables transaction making the chain exactly [`rules`] given what the nat table holds.
-fn iptables_plan(snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Rule]) {
-    if snapshot.has_chain(CHAIN) {
-        script.declare_chain(CHAIN).flush_chain(CHAIN);
-    } else {
-        script.new_chain(CHAIN);
+/// One of flanneld's iptables chains: its table, its name, the built-in chain jumping to it and that jump's
+/// comment.
+struct IptablesChain {
+    table: &'static str,
+    name: &'static str,
+    from: &'static str,
+    comment: &'static str,
+}
+
+const MASQ_CHAIN: IptablesChain =
+    IptablesChain { table: "nat", name: CHAIN, from: "POSTROUTING", comment: JUMP_COMMENT };
+const FWD_CHAIN: IptablesChain =
+    IptablesChain { table: "filter", name: FORWARD_CHAIN, from: "FORWARD", comment: FORWARD_COMMENT };
+
+impl IptablesChain {
+    fn jump(&self) -> Rule {
+        Rule::new().comment(self.comment).jump(self.name)
     }
-    for rule in rules {
-        script.append(CHAIN, rule);
+
+    /// The transaction making the chain exactly `rules`, jumped to, given what the table holds.
+    fn plan(&self, snapshot: &iptables::Snapshot, script: &mut Script, rules: &[Rule]) {
+        if snapshot.has_chain(self.name) {
+            script.declare_chain(self.name).flush_chain(self.name);
+        } else {
+            script.new_chain(self.name);
+        }
+        for rule in rules {
+            script.append(self.name, rule);
+        }
+        if !snapshot.has_rule(self.from, &self.jump()) {
+            script.append(self.from, &self.jump());
+        }
     }
-    if !snapshot.has_rule("POSTROUTING", &jump()) {
-        script.append("POSTROUTING", &jump());
+
+    fn install(&self, family: Family, rules: &[Rule], what: &str) -> Result<()> {
+        iptables::update(family, self.table, what, |snapshot, script| self.plan(snapshot, script, rules))
+    }
+
+    /// True when the chain holds exactly `rules` and is jumped to.
+    fn holds(&self, family: Family, rules: &[Rule]) -> Result<bool> {
+        let snapshot =
+            iptables::save(family, self.table).map_err(|f| f.to_error(&format!("reading the {} table", self.table)))?;
+        let wanted: Vec<String> = rules.iter().map(Rule::render).collect();
+        let present: Vec<&str> = snapshot.rules(self.name).collect();
+        Ok(snapshot.has_rule(self.from, &self.jump())
+            && present == wanted.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    fn remove(&self, family: Family, errors: &mut Errors) {
+        let what = format!("removing the {} chain", self.name);
+        errors.record(iptables::cleanup(family, self.table, &what, |snapshot, script| {
+            iptables::remove_chain(script, snapshot, self.name)
+        }));
     }
 }
 
-/// The nftables transaction for every family (replaces the table whole, atomically).
-fn nft_script(pairs: &[(IpNet, IpNet)]) -> nftables::Script {
-    let t = format!("inet {NFT_TABLE}");
-    let mut script = nftables::Script::new();
-    script
-        .push(format!("add table {t}"))
-        .push(format!("delete table {t}"))
-        .push(format!("add table {t}"))
-        .push(format!("add chain {t} postrouting {{ type nat hook postrouting priority srcnat; }}"));
-    for (cluster, node_subnet) in pairs {
-        let kw = Family::of_net(cluster).nft_keyword();
-        let pods_leaving = masq::plan(&[*cluster], &[*cluster]).remove(0).nft_masquerade_rule();
-        script
-            .push(format!("add rule {t} postrouting {pods_leaving}"))
-            .push(format!("add rule {t} postrouting {kw} saddr != {cluster} {kw} daddr {node_subnet} return"))
-            .push(format!("add rule {t} postrouting {kw} saddr != {cluster} {kw} daddr {cluster} masquerade"));
+/// True when the nftables layout is as [`flannel_nft::transaction`] makes it: each family of `pairs` or
+/// `forward` has its table with flanneld's rules in each chain (counted), no other table of the layout exists
+/// (netlink dumps).
+fn nft_is_set_up(pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<bool> {
+    let tables = nfnl::tables().context("listing the nf_tables tables")?;
+    let exists = |family: &str, name: &str| tables.iter().any(|(f, n)| f == family && n == name);
+    if exists("inet", OLD_NFT_TABLE) {
+        return Ok(false);
     }
-    script
+    for (family, name) in NFT_TABLES {
+        let keyword = if family == Family::V4 { "ip" } else { "ip6" };
+        let masq = pairs.iter().find(|(cluster, _)| Family::of_net(cluster) == family);
+        let accept = forward.iter().find(|cluster| Family::of_net(cluster) == family);
+        if masq.is_none() && accept.is_none() {
+            if exists(keyword, name) {
+                return Ok(false);
+            }
+            continue;
+        }
+        let wanted = [
+            (flannel_nft::CHAIN, masq.map_or(0, |(cluster, pods)| flannel_nft::rules(*cluster, *pods).len())),
+            (flannel_nft::FORWARD_CHAIN, accept.map_or(0, |cluster| flannel_nft::forward_rules(*cluster).len())),
+        ];
+        if !exists(keyword, name) {
+            return Ok(false);
+        }
+        for (chain, count) in wanted {
+            if flannel_nft::rule_count(family, chain).context("listing the rules")? != count {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
-/// Installs (or corrects) the masquerade rules for each (cluster network, this node's subnet) pair, one per
-/// family (iptables: one transaction per family; nftables: one for all).
-pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<()> {
+/// Installs (or corrects) the masquerade rules for each (cluster network, this node's subnet) pair of `pairs`,
+/// and flanneld's forward accept rules (`--iptables-forward-rules`) for each cluster network of `forward`, one
+/// family each (iptables: one transaction per family and table; nftables: one for all).
+pub fn setup(backend: Backend, pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<()> {
     match backend {
         Backend::Iptables => {
             for (cluster, node_subnet) in pairs {
                 let rules = rules(*cluster, *node_subnet)?;
-                let family = Family::of_net(cluster);
-                iptables::update(family, "nat", "installing the node masquerade rules", |snapshot, script| {
-                    iptables_plan(snapshot, script, &rules)
-                })?;
+                MASQ_CHAIN.install(Family::of_net(cluster), &rules, "installing the node masquerade rules")?;
+            }
+            for cluster in forward {
+                let rules = forward_rules(*cluster)?;
+                FWD_CHAIN.install(Family::of_net(cluster), &rules, "installing the forward accept rules")?;
             }
             Ok(())
         }
-        Backend::Nftables => {
-            nft_script(pairs).apply().map_err(|failure| failure.to_error("installing the node masquerade rules"))
-        }
+        Backend::Nftables => flannel_nft::apply(pairs, forward)
+            .map_err(|e| crate::spec::Error::io(format!("installing the node masquerade rules: {e}"))),
     }
 }
 
-/// True when the rules of [`setup`] are in place (iptables: each family's chain holds exactly them and is
+/// True when the rules of [`setup`] are in place (iptables: each family's chains hold exactly them and are
 /// jumped to).
-pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)]) -> Result<bool> {
+pub fn is_set_up(backend: Backend, pairs: &[(IpNet, IpNet)], forward: &[IpNet]) -> Result<bool> {
     match backend {
         Backend::Iptables => {
             for (cluster, node_subnet) in pairs {
-                let family = Family::of_net(cluster);
-                let snapshot = iptables::save(family, "nat").map_err(|f| f.to_error("reading the nat table"))?;
-                let wanted: Vec<String> = rules(*cluster, *node_subnet)?.iter().map(Rule::render).collect();
-                let present: Vec<&str> = snapshot.rules(CHAIN).collect();
-                if !snapshot.has_rule("POSTROUTING", &jump())
-                    || present != wanted.iter().map(String::as_str).collect::<Vec<_>>()
-                {
+                if !MASQ_CHAIN.holds(Family::of_net(cluster), &rules(*cluster, *node_subnet)?)? {
+                    return Ok(false);
+                }
+            }
+            for cluster in forward {
+                if !FWD_CHAIN.holds(Family::of_net(cluster), &forward_rules(*cluster)?)? {
                     return Ok(false);
                 }
             }
             Ok(true)
         }
-        Backend::Nftables => {
-            let listing = nftables::list(&["table", "inet", NFT_TABLE]).map_err(|f| f.to_error("listing nftables"))?;
-            Ok(listing.is_some_and(|listing| {
-                nftables::objects(&listing, "rule", "inet", NFT_TABLE).count() == 3 * pairs.len()
-            }))
-        }
+        Backend::Nftables => nft_is_set_up(pairs, forward),
     }
 }
 
@@ -134,18 +204,16 @@ pub fn teardown() -> Result<()> {
     let mut errors = Errors::new();
     for family in Family::ALL {
         if iptables::available(family) {
-            errors.record(iptables::cleanup(
-                family,
-                "nat",
-                "removing the node masquerade rules",
-                |snapshot, script| iptables::remove_chain(script, snapshot, CHAIN),
-            ));
+            MASQ_CHAIN.remove(family, &mut errors);
+            FWD_CHAIN.remove(family, &mut errors);
         }
     }
-    if Backend::Nftables.available() {
-        let mut script = nftables::Script::new();
-        script.push(format!("add table inet {NFT_TABLE}")).push(format!("delete table inet {NFT_TABLE}"));
-        errors.record(script.apply().map_err(|failure| failure.to_error("removing the node masquerade table")));
+    // Over netlink: no `nft` binary needed; a kernel without nf_tables has none of the tables.
+    if nfnl::tables().is_ok() {
+        errors.record(
+            flannel_nft::apply(&[], &[])
+                .map_err(|e| crate::spec::Error::io(format!("removing the node masquerade tables: {e}"))),
+        );
     }
     errors.into_result().map_err(|e| e.within("failed to remove the node masquerade rules"))
 }
@@ -177,33 +245,24 @@ mod tests {
         );
         let fresh = iptables::Snapshot::parse("*nat\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n", "nat");
         let mut script = Script::new("nat");
-        iptables_plan(&fresh, &mut script, &rules(cluster, subnet).unwrap());
+        MASQ_CHAIN.plan(&fresh, &mut script, &rules(cluster, subnet).unwrap());
         let text = script.render();
         assert!(text.contains("-N FLANNEL-POSTRTG\n"), "{text}");
         assert!(text.contains("-A POSTROUTING -m comment --comment \"flanneld masq\" -j FLANNEL-POSTRTG"), "{text}");
-    }
-
-    #[test]
-    fn nft_is_one_replacing_transaction() {
-        let (cluster, subnet) = nets();
-        let text = nft_script(&[(cluster, subnet), nets_v6()]).render();
-        assert!(
-            text.starts_with("add table inet fabricd\ndelete table inet fabricd\nadd table inet fabricd\n"),
-            "{text}"
+        // --iptables-forward-rules: flanneld's FLANNEL-FWD in filter, jumped to from FORWARD.
+        let rendered: Vec<String> = forward_rules(cluster).unwrap().iter().map(Rule::render).collect();
+        assert_eq!(
+            rendered,
+            [
+                "-s 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+                "-d 10.244.0.0/16 -m comment --comment \"flanneld forward\" -j ACCEPT",
+            ]
         );
-        assert!(
-            text.contains(
-                "meta nfproto ipv4 ip saddr { 10.244.0.0/16 } ip daddr != { 10.244.0.0/16, 224.0.0.0/4 } masquerade"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("add rule inet fabricd postrouting meta nfproto ipv6 ip6 saddr { fd00:10:244::/56 } ip6 daddr != { fd00:10:244::/56, ff00::/8 } masquerade\n"), "{text}");
-        assert!(
-            text.contains(
-                "add rule inet fabricd postrouting ip6 saddr != fd00:10:244::/56 ip6 daddr fd00:10:244:3::/64 return\n"
-            ),
-            "{text}"
-        );
+        let fresh = iptables::Snapshot::parse("*filter\n:FORWARD DROP [0:0]\nCOMMIT\n", "filter");
+        let mut script = Script::new("filter");
+        FWD_CHAIN.plan(&fresh, &mut script, &forward_rules(cluster).unwrap());
+        let text = script.render();
+        assert!(text.contains("-A FORWARD -m comment --comment \"flanneld forward\" -j FLANNEL-FWD"), "{text}");
     }
 
     #[test]

@@ -14,6 +14,8 @@ const IFLA_VXLAN_LOCAL: u16 = 4;
 const IFLA_VXLAN_LEARNING: u16 = 7;
 const IFLA_VXLAN_PORT: u16 = 15;
 const IFLA_VXLAN_LOCAL6: u16 = 17;
+/// A flag attribute (no payload): present means on.
+const IFLA_VXLAN_GBP: u16 = 23;
 
 /// The settings of a VXLAN device that a node agent cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub struct Vxlan {
     pub port: u16,
     /// Learn remote MACs from received packets; off when the FDB is programmed.
     pub learning: bool,
+    /// Group Based Policy extension (the kernel cannot change it on a live device).
+    pub gbp: bool,
 }
 
 impl Vxlan {
@@ -48,11 +52,14 @@ impl Vxlan {
         request.attr_u8(IFLA_VXLAN_LEARNING, u8::from(self.learning));
         // The port is in network byte order.
         request.attr(IFLA_VXLAN_PORT, &self.port.to_be_bytes());
+        if self.gbp {
+            request.attr(IFLA_VXLAN_GBP, &[]);
+        }
     }
 
     /// The settings in the `IFLA_INFO_DATA` of a vxlan link message.
     fn parse(data: &[u8]) -> Vxlan {
-        let mut vxlan = Vxlan { vni: 0, local: None, link: None, port: 0, learning: true };
+        let mut vxlan = Vxlan { vni: 0, local: None, link: None, port: 0, learning: true, gbp: false };
         for (kind, value) in attributes(data) {
             match kind {
                 IFLA_VXLAN_ID => vxlan.vni = wire::as_u32(value).unwrap_or(0),
@@ -61,6 +68,7 @@ impl Vxlan {
                 IFLA_VXLAN_LOCAL6 => vxlan.local = <[u8; 16]>::try_from(value).ok().map(|v| Ipv6Addr::from(v).into()),
                 IFLA_VXLAN_LEARNING => vxlan.learning = wire::as_u8(value).is_some_and(|v| v > 0),
                 IFLA_VXLAN_PORT => vxlan.port = <[u8; 2]>::try_from(value).map(u16::from_be_bytes).unwrap_or(0),
+                IFLA_VXLAN_GBP => vxlan.gbp = true,
                 _ => {}
             }
         }
@@ -107,7 +115,14 @@ mod tests {
     use crate::netlink::wire::emitted;
 
     fn example() -> Vxlan {
-        Vxlan { vni: 1, local: Some(Ipv4Addr::new(192, 168, 0, 3).into()), link: Some(2), port: 8472, learning: false }
+        Vxlan {
+            vni: 1,
+            local: Some(Ipv4Addr::new(192, 168, 0, 3).into()),
+            link: Some(2),
+            port: 8472,
+            learning: false,
+            gbp: false,
+        }
     }
 
     fn example_v6() -> Vxlan {
@@ -126,6 +141,9 @@ mod tests {
         }
         data.push(InfoVxlan::Learning(vxlan.learning));
         data.push(InfoVxlan::Port(vxlan.port));
+        if vxlan.gbp {
+            data.push(InfoVxlan::Gbp);
+        }
         let mut message = LinkMessage::default();
         message.attributes = vec![
             LinkAttribute::IfName("flannel.1".into()),
@@ -137,9 +155,12 @@ mod tests {
 
     #[test]
     fn creation_request() {
-        for vxlan in
-            [example(), example_v6(), Vxlan { local: None, link: None, learning: true, port: 4789, ..example() }]
-        {
+        for vxlan in [
+            example(),
+            example_v6(),
+            Vxlan { local: None, link: None, learning: true, port: 4789, ..example() },
+            Vxlan { learning: true, gbp: true, ..example() },
+        ] {
             assert_eq!(
                 vxlan_request("flannel.1", Some(1450), &vxlan).payload(),
                 emitted(&reference(&vxlan)),
@@ -150,7 +171,8 @@ mod tests {
 
     #[test]
     fn parses_settings() {
-        for vxlan in [example(), example_v6()] {
+        let gbp = Vxlan { learning: true, gbp: true, ..example() };
+        for vxlan in [example(), example_v6(), gbp] {
             assert_eq!(Vxlan::of_link_message(&emitted(&reference(&vxlan))), Some(vxlan));
         }
         let mut bridge = LinkMessage::default();

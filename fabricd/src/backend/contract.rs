@@ -28,6 +28,12 @@ pub trait Backend: fmt::Debug + Send + Sync {
     /// Bytes the tunnel takes from the underlay's MTU over an underlay of `family` (0: no tunnel).
     fn overhead(&self, family: Family) -> u32;
 
+    /// flannel's `MTU` option: the size of the packets the tunnel sends on the underlay, when configured
+    /// (None: the underlay's MTU). See [`packet_mtu`].
+    fn configured_mtu(&self) -> Option<u32> {
+        None
+    }
+
     /// This node's lease data for `family` (flannel's `BackendData`, `BackendV6Data`) as flannel writes it,
     /// for a node at `local`; None when the backend has none. An error when the node's key cannot be read.
     fn lease_data(&self, family: Family, local: IpAddr) -> io::Result<Option<LeaseData>>;
@@ -248,16 +254,54 @@ pub fn wanted(
                     name: backend.device_name(family).unwrap_or_default(),
                 })),
             },
-            PeerPath::Refused(_) => {}
+            PeerPath::Refused(_) | PeerPath::Unrouted => {}
         }
     }
     wanted
 }
 
-/// The MTU of pods' interfaces over `underlay` for the enabled `families`: the backend's overhead taken off,
-/// the largest of the families' (one MTU for the pod's interface, whichever family a packet is).
+/// The MTU of pods' interfaces over `underlay` for the enabled `families`: the backend's overhead taken off
+/// [`packet_mtu`], the largest of the families' (one MTU for the pod's interface, whichever family a packet
+/// is). This is subnet.env's `FLANNEL_MTU`, as flanneld's network `MTU()` is.
 pub fn pod_mtu(backend: &dyn Backend, families: impl Iterator<Item = Family>, underlay: &Underlay) -> u32 {
-    underlay.mtu - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
+    packet_mtu(backend, underlay) - families.map(|f| backend.overhead(f)).max().unwrap_or(0)
+}
+
+/// The size of the packets the tunnel sends: the backend's `MTU` option, else the underlay's MTU (flannel's
+/// default). Never more than the underlay's MTU: the option is checked against it at start
+/// ([`BackendContext::underlay_mtu`]), and an underlay whose MTU shrank later wins over the config.
+pub fn packet_mtu(backend: &dyn Backend, underlay: &Underlay) -> u32 {
+    backend.configured_mtu().map_or(underlay.mtu, |mtu| mtu.min(underlay.mtu))
+}
+
+/// IPv4's minimum MTU (RFC 791): a device below it carries no IPv4 at all.
+pub const MIN_MTU: u32 = 68;
+
+/// flannel's `MTU` option of `backend` (0 and absent: the underlay's), checked: the tunnel device's MTU (the
+/// option less the largest `overhead`) must be at least [`MIN_MTU`], and the option no more than the
+/// underlay's MTU when the context knows it (larger packets would be fragmented or dropped on the underlay).
+pub fn mtu_option(
+    options: &Value,
+    backend: &'static str,
+    overhead: u32,
+    context: &BackendContext,
+) -> Result<Option<u32>, OptionsError> {
+    let Some(mtu) = option::<u32>(options, backend, "MTU")?.filter(|mtu| *mtu != 0) else { return Ok(None) };
+    let bad = |why: String| OptionsError::BadOption { backend, key: "MTU", why };
+    if mtu < MIN_MTU + overhead {
+        return Err(bad(format!(
+            "{mtu} leaves the tunnel device {} bytes after the {overhead} of the tunnel's headers; at least {} \
+             is needed (IPv4's minimum MTU is {MIN_MTU})",
+            mtu.saturating_sub(overhead),
+            MIN_MTU + overhead
+        )));
+    }
+    match context.underlay_mtu {
+        Some(underlay) if mtu > underlay => Err(bad(format!(
+            "{mtu} is more than the underlay interface's MTU {underlay}: the tunnel's packets would not fit on it"
+        ))),
+        _ => Ok(Some(mtu)),
+    }
 }
 
 /// A peer on a tunnel device whose peers are not rtnetlink objects, opaque to the plan and the data plane:
@@ -307,13 +351,16 @@ pub const KEY_FILE_VARIABLE: &str = "WIREGUARD_KEY_FILE";
 pub struct BackendContext {
     /// The wireguard backend's private key file (--wireguard-key-file).
     pub wireguard_key_file: std::path::PathBuf,
+    /// The underlay interface's MTU, when the agent found it: a backend's `MTU` option may not exceed it.
+    /// None (status, cleanup, tests): not checked.
+    pub underlay_mtu: Option<u32>,
 }
 
 impl Default for BackendContext {
     /// `$WIREGUARD_KEY_FILE`, else flannel's `/run/flannel/wgkey`.
     fn default() -> BackendContext {
         let key_file = std::env::var_os(KEY_FILE_VARIABLE).map(std::path::PathBuf::from);
-        BackendContext { wireguard_key_file: key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()) }
+        BackendContext { wireguard_key_file: key_file.unwrap_or_else(|| DEFAULT_KEY_FILE.into()), underlay_mtu: None }
     }
 }
 

@@ -7,8 +7,10 @@
 //! - [`vxlan`]: the `flannel.<VNI>` device, and per peer an onlink route, a permanent neighbour and an FDB entry;
 //! - [`ipip`]: the `flannel.ipip` device (IPv4), and per peer an onlink route via its public address;
 //! - [`wireguard`]: `flannel-wg` (and `flannel-wg-v6`), configured over generic netlink, and per peer a
-//!   wireguard peer (key, endpoint, its subnets as allowed IPs) and a route on the device.
+//!   wireguard peer (key, endpoint, its subnets as allowed IPs) and a route on the device;
+//! - [`alloc`]: the lease (or podCIDR) and the node's files only; nothing routed to peers.
 
+pub mod alloc;
 mod contract;
 mod device;
 pub mod host_gw;
@@ -31,8 +33,13 @@ pub use device::DeviceContext;
 type Parse = fn(&Value, &BackendContext) -> Result<Arc<dyn Backend>, OptionsError>;
 
 /// The backends by flannel's `Backend.Type`.
-const REGISTRY: &[(&str, Parse)] =
-    &[("vxlan", vxlan::parse), ("host-gw", host_gw::parse), ("ipip", ipip::parse), ("wireguard", wireguard::parse)];
+const REGISTRY: &[(&str, Parse)] = &[
+    ("vxlan", vxlan::parse),
+    ("host-gw", host_gw::parse),
+    ("ipip", ipip::parse),
+    ("wireguard", wireguard::parse),
+    ("alloc", alloc::parse),
+];
 
 /// The config's `Backend` object and the backend it configures. Two are equal when their options are.
 #[derive(Clone)]

@@ -1,9 +1,13 @@
-//! vxlan: one device per family, flannel's `flannel.<VNI>` and `flannel-v6.<VNI>` (no learning, local = the
-//! node's public address of that family, bound to the underlay, the subnet's network address /32 or /128 on
-//! it, MTU = underlay - 50 over IPv4, - 70 over IPv6), and per peer an onlink route via the peer subnet's
-//! network address, a permanent neighbour resolving that address to the peer's VTEP MAC, and an FDB entry
-//! sending that MAC to the peer's node. Options: `VNI` (1), `Port` (8472), `DirectRouting`.
-
+//! vxlan: one device per family, flannel's `flannel.<VNI>` and `flannel-v6.<VNI>` (local = the node's public
+//! address of that family, bound to the underlay, the subnet's network address /32 or /128 on it), and per
+//! peer an onlink route via the peer subnet's network address, a permanent neighbour resolving that address
+//! to the peer's VTEP MAC, and an FDB entry sending that MAC to the peer's node.
+//!
+//! Options, as flannel v0.28 reads them: `VNI` (1), `Port` (8472), `DirectRouting`, `MTU` (the size of the
+//! packets sent on the underlay, default the underlay's MTU: the device's MTU is it less 50 over IPv4, less 70
+//! over IPv6; flanneld takes 50 for both), `GBP` (the device's Group Based Policy flag) and `Learning` (the
+//! device learns remote MACs from received packets; as flanneld, the neighbour and FDB entries of every peer
+//! are still programmed, so learning only adds entries for MACs no lease names).
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,7 +17,8 @@ use ipnet::IpNet;
 use serde_json::Value;
 
 use super::contract::{
-    direct_if_same_l2, onlink_route, option, Backend, LeaseData, OptionsError, PeerEndpoint, Wanted,
+    direct_if_same_l2, mtu_option, onlink_route, option, packet_mtu, Backend, BackendContext, LeaseData, OptionsError,
+    PeerEndpoint, Wanted,
 };
 use super::device::DeviceContext;
 use crate::dataplane::diff::DeviceChange;
@@ -35,13 +40,22 @@ pub struct VxlanBackend {
     pub port: u16,
     /// Peers on the same L2 segment get host-gw routes instead.
     pub direct_routing: bool,
+    /// `MTU`: the packets' size on the underlay (None: the underlay's MTU).
+    pub mtu: Option<u32>,
+    /// `GBP`: the device's Group Based Policy extension.
+    pub gbp: bool,
+    /// `Learning`: the device learns MACs from received packets.
+    pub learning: bool,
 }
 
-pub fn parse(options: &Value, _: &super::contract::BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
+pub fn parse(options: &Value, context: &BackendContext) -> Result<Arc<dyn Backend>, OptionsError> {
     Ok(Arc::new(VxlanBackend {
         vni: option(options, "vxlan", "VNI")?.unwrap_or(DEFAULT_VNI),
         port: option(options, "vxlan", "Port")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT),
         direct_routing: option(options, "vxlan", "DirectRouting")?.unwrap_or(false),
+        mtu: mtu_option(options, "vxlan", OVERHEAD_V6, context)?,
+        gbp: option(options, "vxlan", "GBP")?.unwrap_or(false),
+        learning: option(options, "vxlan", "Learning")?.unwrap_or(false),
     }))
 }
 
@@ -90,7 +104,8 @@ impl VxlanBackend {
             local: Some(local),
             link: Some(underlay.index),
             port: self.port,
-            learning: false,
+            learning: self.learning,
+            gbp: self.gbp,
         }
     }
 
@@ -107,7 +122,13 @@ impl VxlanBackend {
             None => DeviceChange::Create {
                 name: name.into(),
                 kind: "vxlan",
-                settings: format!("VNI {}, port {}", self.vni, self.port),
+                settings: format!(
+                    "VNI {}, port {}{}{}",
+                    self.vni,
+                    self.port,
+                    if self.gbp { ", gbp" } else { "" },
+                    if self.learning { ", learning" } else { "" }
+                ),
                 mtu,
             },
             Some(_) => DeviceChange::Recreate { name: name.into() },
@@ -134,6 +155,10 @@ impl Backend for VxlanBackend {
             Family::V4 => OVERHEAD,
             Family::V6 => OVERHEAD_V6,
         }
+    }
+
+    fn configured_mtu(&self) -> Option<u32> {
+        self.mtu
     }
 
     fn lease_data(&self, _family: Family, local: IpAddr) -> io::Result<Option<LeaseData>> {
@@ -181,7 +206,7 @@ impl Backend for VxlanBackend {
     /// The device's settings, MTU, MAC, the subnet's network address as a host address, up.
     fn ensure_device(&self, mut context: DeviceContext) -> io::Result<Option<u32>> {
         let name = self.device_name(context.family).expect("vxlan has devices");
-        let mtu = context.underlay.mtu - self.overhead(Family::of(&context.local));
+        let mtu = packet_mtu(self, context.underlay) - self.overhead(Family::of(&context.local));
         let Some(link) = self.ensure_link(&mut context, &name, mtu)? else { return Ok(None) };
         context.mtu(&link, mtu)?;
         context.mac(&link, derived_vtep_mac(context.local))?;
@@ -200,5 +225,57 @@ impl Backend for VxlanBackend {
 
     fn owns_link(&self, name: &str, kind: Option<&str>) -> bool {
         (name.starts_with("flannel.") || name.starts_with("flannel-v6.")) && kind == Some("vxlan")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::pod_mtu;
+
+    fn parsed(options: Value, underlay_mtu: Option<u32>) -> Result<Arc<dyn Backend>, OptionsError> {
+        parse(&options, &BackendContext { underlay_mtu, ..BackendContext::default() })
+    }
+
+    #[test]
+    fn flannels_mtu_gbp_and_learning() {
+        let all =
+            parsed(serde_json::json!({ "Type": "vxlan", "mtu": 1400, "gbp": true, "Learning": true }), Some(1500))
+                .unwrap();
+        assert_eq!(
+            format!("{all:?}"),
+            "VxlanBackend { vni: 1, port: 8472, direct_routing: false, mtu: Some(1400), gbp: true, learning: true }"
+        );
+        let underlay = Underlay::example();
+        // flanneld's FLANNEL_MTU: the option less the tunnel's headers (over IPv6: 70 here, 50 in flanneld).
+        assert_eq!(pod_mtu(&*all, [Family::V4].into_iter(), &underlay), 1350);
+        assert_eq!(pod_mtu(&*all, Family::ALL.into_iter(), &underlay), 1330);
+        // 0 and null: the underlay's (flannel's default), as the other numeric options.
+        for options in [serde_json::json!({ "MTU": 0 }), serde_json::json!({ "MTU": null }), serde_json::json!({})] {
+            let backend = parsed(options, Some(1500)).unwrap();
+            assert_eq!(backend.configured_mtu(), None);
+            assert_eq!(pod_mtu(&*backend, [Family::V4].into_iter(), &underlay), underlay.mtu - OVERHEAD);
+        }
+        // The largest the underlay takes; unchecked without an underlay (status, cleanup).
+        assert!(parsed(serde_json::json!({ "MTU": 1500 }), Some(1500)).is_ok());
+        assert!(parsed(serde_json::json!({ "MTU": 9000 }), None).is_ok());
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        for (options, key, says) in [
+            (serde_json::json!({ "MTU": 1501 }), "MTU", "more than the underlay interface's MTU 1500"),
+            (serde_json::json!({ "MTU": 137 }), "MTU", "at least 138"),
+            (serde_json::json!({ "MTU": -1 }), "MTU", "invalid value"),
+            (serde_json::json!({ "MTU": "1400" }), "MTU", "invalid type"),
+            (serde_json::json!({ "GBP": "yes" }), "GBP", "invalid type"),
+            (serde_json::json!({ "Learning": 1 }), "Learning", "invalid type"),
+        ] {
+            let error = parsed(options.clone(), Some(1500)).unwrap_err();
+            assert!(matches!(&error, OptionsError::BadOption { key: k, .. } if *k == key), "{options}: {error}");
+            let text = error.to_string();
+            assert!(text.starts_with(&format!("vxlan backend: {key}: ")) && text.contains(says), "{options}: {text}");
+        }
+        assert!(parsed(serde_json::json!({ "MTU": 138 }), Some(1500)).is_ok(), "68 bytes left over IPv6");
     }
 }

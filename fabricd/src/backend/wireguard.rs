@@ -3,10 +3,11 @@
 //! `ListenPort` (51820) and `flannel-wg-v6` on `ListenPortV6` (51821); `auto`, `ipv4` and `ipv6` make one
 //! device, `flannel-wg`, for both families, its peers reached over IPv4 (`ipv4`), IPv6 (`ipv6`) or IPv4 when
 //! both ends have it (`auto`). `PSK` (a preshared key for every peer), `PersistentKeepaliveInterval`
-//! (seconds, 0: off).
+//! (seconds, 0: off), `MTU` (the size of the packets sent on the underlay; default the underlay's MTU).
 //!
-//! The device's key and peers go over generic netlink (no `wg` process); its MTU is the underlay's minus the
-//! tunnel's overhead for the underlay's family (IPv4 20 + UDP 8 + wireguard 32 = 60; IPv6: 80). The node's
+//! The device's key and peers go over generic netlink (no `wg` process); its MTU is `MTU` minus the tunnel's
+//! overhead for the underlay's family (IPv4 20 + UDP 8 + wireguard 32 = 60; IPv6: 80; flanneld takes 80 for
+//! both). The node's
 //! key (see [`super::wireguard_key`]) is created once, kept, never logged; its public half is the lease's
 //! `{"PublicKey":…,"Port":…}`, as flannel writes it, so flanneld and fabricd nodes peer with each other. Per
 //! peer: a wireguard peer (key, endpoint, its subnets as allowed IPs) and a route to its subnet on the device.
@@ -26,7 +27,9 @@ use serde_json::Value;
 
 #[cfg(test)]
 use super::contract::peers_by_device;
-use super::contract::{option, Backend, LeaseData, OptionsError, PeerEndpoint, TunnelPeer, Wanted};
+use super::contract::{
+    mtu_option, option, packet_mtu, Backend, LeaseData, OptionsError, PeerEndpoint, TunnelPeer, Wanted,
+};
 use super::device::DeviceContext;
 use super::wireguard_key::{load_or_create, PrivateKey};
 use crate::dataplane::diff::{Change, DeviceChange, Object};
@@ -58,6 +61,8 @@ pub struct WireguardBackend {
     pub listen_port: u16,
     pub listen_port_v6: u16,
     pub keepalive: u16,
+    /// `MTU`: the packets' size on the underlay (None: the underlay's MTU).
+    pub mtu: Option<u32>,
     psk: Option<[u8; 32]>,
     /// This node's private key (--wireguard-key-file).
     key_file: PathBuf,
@@ -71,6 +76,7 @@ impl std::fmt::Debug for WireguardBackend {
             .field("listen_port", &self.listen_port)
             .field("listen_port_v6", &self.listen_port_v6)
             .field("keepalive", &self.keepalive)
+            .field("mtu", &self.mtu)
             .field("psk", &self.psk.map(|_| "(set)"))
             .finish()
     }
@@ -95,6 +101,7 @@ pub fn parse(options: &Value, context: &super::contract::BackendContext) -> Resu
         listen_port: option(options, "wireguard", "ListenPort")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT),
         listen_port_v6: option(options, "wireguard", "ListenPortV6")?.filter(|p| *p != 0).unwrap_or(DEFAULT_PORT_V6),
         keepalive: option(options, "wireguard", "PersistentKeepaliveInterval")?.unwrap_or(0),
+        mtu: mtu_option(options, "wireguard", OVERHEAD_V6, context)?,
         psk,
         key_file: context.wireguard_key_file.clone(),
     }))
@@ -174,6 +181,10 @@ impl Backend for WireguardBackend {
         "wireguard"
     }
 
+    fn configured_mtu(&self) -> Option<u32> {
+        self.mtu
+    }
+
     fn overhead(&self, family: Family) -> u32 {
         let tunnel_family = match self.mode {
             Mode::Separate => family,
@@ -243,7 +254,7 @@ impl Backend for WireguardBackend {
     /// The link, its key and port, MTU, the subnet's network address as a host address, up.
     fn ensure_device(&self, mut context: DeviceContext) -> io::Result<Option<u32>> {
         let (name, port) = self.device(context.family);
-        let mtu = context.underlay.mtu - self.overhead(context.family);
+        let mtu = packet_mtu(self, context.underlay) - self.overhead(context.family);
         let Some(link) = self.ensure_link(&mut context, name, port, mtu)? else { return Ok(None) };
         let (key, public) = node_key(&self.key_file)?;
         let mut wireguard = Wireguard::new()?;
@@ -322,6 +333,7 @@ fn one_peer_per_key(peers: impl Iterator<Item = WgPeer>) -> Vec<WgPeer> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::contract::pod_mtu;
     use super::*;
 
     fn backend(options: Value) -> Arc<dyn Backend> {
@@ -347,13 +359,16 @@ mod tests {
         let defaults = format!("{:?}", backend(serde_json::json!({ "Type": "wireguard" })));
         assert_eq!(
             defaults,
-            "WireguardBackend { mode: Separate, listen_port: 51820, listen_port_v6: 51821, keepalive: 0, psk: None }"
+            "WireguardBackend { mode: Separate, listen_port: 51820, listen_port_v6: 51821, keepalive: 0, mtu: None, psk: None }"
         );
         let psk = "jD4iUbzdL8h9zD2sAoebvUWdqR7h7JqtzdLzX2LRPnI=";
         let all = backend(serde_json::json!({ "type": "wireguard", "psk": psk, "listenPort": 5000,
             "ListenPortV6": 5001, "PersistentKeepaliveInterval": 25, "Mode": "auto" }));
         let shown = format!("{all:?}");
         assert!(shown.contains("mode: Auto, listen_port: 5000, listen_port_v6: 5001, keepalive: 25"), "{shown}");
+        let mtu = backend(serde_json::json!({ "Type": "wireguard", "MTU": 1400 }));
+        assert_eq!(mtu.configured_mtu(), Some(1400));
+        assert_eq!(pod_mtu(&*mtu, [Family::V4, Family::V6].into_iter(), &underlay()), 1400 - OVERHEAD_V6);
         assert!(shown.contains("psk: Some(\"(set)\")") && !shown.contains(psk), "a PSK is never printed: {shown}");
         for (bad, key) in [("{\"Mode\":\"both\"}", "Mode"), ("{\"PSK\":\"short\"}", "PSK")] {
             let error = parse(&serde_json::from_str(bad).unwrap(), &super::super::contract::BackendContext::default())

@@ -194,7 +194,10 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     assert!(node.links().iter().any(|l| l == "flannel.1"), "the vxlan device");
     let ruleset = node.exec("nft", &["list", "ruleset"], &[], b"");
     let ruleset = String::from_utf8_lossy(&ruleset.stdout).into_owned();
-    assert!(ruleset.contains("table inet fabricd"), "the masquerade, through the image's nft: {ruleset}\n{logs}");
+    assert!(
+        ruleset.contains("table ip flannel-ipv4"),
+        "the masquerade, in flanneld's nftables table: {ruleset}\n{logs}"
+    );
     podman.ok(&["rm", "-f", "fabricd"]);
 }
 

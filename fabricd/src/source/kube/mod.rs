@@ -83,8 +83,39 @@ impl KubeOptions {
     }
 }
 
+/// flanneld's environment of Kubernetes mode, checked as flanneld checks it; what it means for fabricd, to log.
+///
+/// - `EVENT_QUEUE_DEPTH` (flanneld: the size of its queue of Node events, default 5000; not an integer: an
+///   error at start): fabricd has no such queue, as each Node event updates the one cluster value the agent
+///   reads (a burst of events is one pass), so the value is checked and has nothing to size.
+/// - `CONT_WHEN_CACHE_NOT_READY` (flanneld: `true` keeps running when its Node list has not synced within 10
+///   minutes, else it exits): fabricd never exits for that; it keeps waiting for a complete list, the data
+///   plane as it is, and never routes from a partial one (which would remove routes to Nodes not listed yet).
+pub fn kube_environment(variable: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    if let Some(text) = variable("EVENT_QUEUE_DEPTH").filter(|t| !t.is_empty()) {
+        let depth: i64 = text
+            .parse()
+            .map_err(|e| Error::Config(format!("env EVENT_QUEUE_DEPTH={text} format error: {e} (an integer)")))?;
+        notes.push(format!(
+            "EVENT_QUEUE_DEPTH={depth}: fabricd keeps no queue of Node events (each updates the one cluster the \
+             agent reads; a burst is one pass)"
+        ));
+    }
+    if let Some(text) = variable("CONT_WHEN_CACHE_NOT_READY").filter(|t| !t.is_empty()) {
+        notes.push(format!(
+            "CONT_WHEN_CACHE_NOT_READY={text}: fabricd never exits while the Node list is not synced; it waits, \
+             keeping the data plane as it is"
+        ));
+    }
+    Ok(notes)
+}
+
 impl Source for KubeOptions {
     fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
+        for note in kube_environment(|name| std::env::var(name).ok())? {
+            log!(info, "{note}");
+        }
         let (keys, config) = self.local()?;
         let options = self.clone();
         Ok(tokio::spawn(async move {
@@ -523,5 +554,28 @@ impl Session {
             }
             changed
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kube_environment;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn flanneld_s_kube_variables_are_checked_as_flanneld_checks_them() {
+        assert!(kube_environment(env(&[])).unwrap().is_empty());
+        let notes =
+            kube_environment(env(&[("EVENT_QUEUE_DEPTH", "10000"), ("CONT_WHEN_CACHE_NOT_READY", "true")])).unwrap();
+        assert_eq!(notes.len(), 2);
+        assert!(notes[0].starts_with("EVENT_QUEUE_DEPTH=10000: fabricd keeps no queue"), "{notes:?}");
+        assert!(notes[1].starts_with("CONT_WHEN_CACHE_NOT_READY=true: fabricd never exits"), "{notes:?}");
+        // flanneld: strconv.Atoi, an error at start; 0 and negative numbers are accepted (its default used).
+        let error = kube_environment(env(&[("EVENT_QUEUE_DEPTH", "lots")])).unwrap_err().to_string();
+        assert!(error.contains("env EVENT_QUEUE_DEPTH=lots format error"), "{error}");
+        assert!(kube_environment(env(&[("EVENT_QUEUE_DEPTH", "-1")])).is_ok());
     }
 }
