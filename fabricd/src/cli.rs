@@ -124,8 +124,9 @@ pub struct Cli {
     pub iptables_resync: u64,
     /// flanneld's accept rules for traffic from and to the cluster's networks on the forward hook (iptables
     /// FLANNEL-FWD, or the forward chain of flanneld's nftables tables), in the masquerade's firewall backend.
-    /// flanneld's default is true; fabricd's is false: the bridge plugin's firewall lets pod traffic through.
-    #[arg(long, global = true, action = ArgAction::Set, require_equals = true, default_value = "false")]
+    /// On by default, as flanneld's: on a node whose FORWARD policy drops (Docker sets it), pod traffic between
+    /// nodes passes only through them.
+    #[arg(long, global = true, action = ArgAction::Set, require_equals = true, default_value = "true")]
     pub iptables_forward_rules: bool,
     /// flanneld's flags that fabricd does not honour: refused when set to anything but their default.
     #[command(flatten)]
@@ -405,7 +406,9 @@ mod tests {
         assert!(cli.refused.check().is_ok(), "defaults spelled out are fine");
         let forward = Cli::parse_from(args(&["flanneld", "--iptables-forward-rules"]));
         assert!(forward.iptables_forward_rules && forward.refused.check().is_ok(), "honoured, as flanneld's");
-        assert!(!Cli::parse_from(args(&["flanneld"])).iptables_forward_rules, "off unless asked");
+        assert!(Cli::parse_from(args(&["flanneld"])).iptables_forward_rules, "on by default, as flanneld's");
+        let off = Cli::parse_from(args(&["flanneld", "--iptables-forward-rules=false"]));
+        assert!(!off.iptables_forward_rules, "off when asked");
     }
 
     #[test]

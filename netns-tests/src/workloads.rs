@@ -251,8 +251,8 @@ pub fn node_addresses(cluster: &Cluster, node: &str) -> Vec<IpAddr> {
 }
 
 /// Only traffic leaving the cluster is masqueraded (the Kubernetes network model; pod to pod keeps its address,
-/// [`assert_pod_to_pod`]): `pod` asks a one-connection server on the wan, in each of its families, and the
-/// server sees the address of the pod's node of that family.
+/// [`assert_pod_to_pod`]): `pod` asks a server on the wan, in each of its families, and every connection the
+/// server accepted came from the address of the pod's node of that family.
 pub fn assert_outside_sees_the_node(cluster: &Cluster, pod: &Pod) {
     let node = node_addresses(cluster, &pod.node);
     for (port, ip) in (9100u16..).zip(&pod.ips) {
@@ -261,14 +261,18 @@ pub fn assert_outside_sees_the_node(cluster: &Cluster, pod: &Pod) {
         let asked = eventually(REACH_TIMEOUT, || cluster.pod_get(&pod.name, &url));
         let log = server.finish();
         asked.unwrap_or_else(|e| panic!("{} ({ip}) -> the wan at {url}: {e}\nthe wan's server:\n{log}", pod.name));
-        let peer = peer_of(&log).unwrap_or_else(|| panic!("socat on the wan logged no peer:\n{log}"));
-        let expected = node.iter().find(|a| a.is_ipv6() == ip.is_ipv6());
-        assert_eq!(Some(&peer), expected, "{} ({ip}) -> the wan: seen from its node {}'s address", pod.name, pod.node);
+        let peers = peers_of(&log);
+        let expected = node.iter().find(|a| a.is_ipv6() == ip.is_ipv6()).expect("the node's address");
+        assert!(!peers.is_empty(), "socat on the wan logged no peer:\n{log}");
+        for peer in peers {
+            assert_eq!(&peer, expected, "{} ({ip}) -> the wan: seen from its node {}'s address", pod.name, pod.node);
+        }
     }
 }
 
-/// socat on the wan answering one HTTP request on `port` of both families, its log (`-d -d`: the peer of the
-/// connection) kept; in a process group of its own, ended with it.
+/// socat on the wan answering HTTP requests on `port` of both families, its log (`-d -d`: the peer of each
+/// connection) kept; in a process group of its own, ended with it. Each answer has a length and the request is
+/// read to its end, so closing never resets the connection under the client's feet.
 struct WanServer {
     child: Option<std::process::Child>,
 }
@@ -276,10 +280,15 @@ struct WanServer {
 impl WanServer {
     fn start(cluster: &Cluster, port: u16) -> WanServer {
         use std::os::unix::process::CommandExt;
-        let listen = format!("TCP6-LISTEN:{port},ipv6only=0,reuseaddr");
-        let reply = "SYSTEM:echo HTTP/1.0 200 OK; echo; echo ok";
+        let listen = format!("TCP6-LISTEN:{port},ipv6only=0,reuseaddr,fork");
+        // A script, since socat's address syntax takes quotes and backslashes itself.
+        let script = std::path::Path::new(crate::cluster::CLUSTER_ROOT).join(&cluster.name).join("wan-reply.sh");
+        let body = "#!/bin/sh\nprintf 'HTTP/1.0 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nok\\n'\nexec cat >/dev/null\n";
+        std::fs::write(&script, body).expect("the wan's reply script");
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let reply = format!("EXEC:{}", script.display());
         let mut command =
-            crate::cluster::script_command(&cluster.name, &["exec", "wan", "socat", "-d", "-d", &listen, reply]);
+            crate::cluster::script_command(&cluster.name, &["exec", "wan", "socat", "-d", "-d", &listen, &reply]);
         let child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -295,16 +304,10 @@ impl WanServer {
         let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     }
 
-    /// Its log, once it has served its one connection or, failing that, after it is ended.
+    /// Its log, once it is ended.
     fn finish(mut self) -> String {
-        let mut child = self.child.take().expect("a running server");
-        let served = eventually(Duration::from_secs(5), || match child.try_wait() {
-            Ok(Some(_)) => Ok(()),
-            _ => Err(()),
-        });
-        if served.is_err() {
-            WanServer::kill(&child);
-        }
+        let child = self.child.take().expect("a running server");
+        WanServer::kill(&child);
         let output = child.wait_with_output().expect("socat's log");
         String::from_utf8_lossy(&output.stderr).into_owned()
     }
@@ -319,15 +322,17 @@ impl Drop for WanServer {
     }
 }
 
-/// The client address in socat's `-d -d` log ("accepting connection from AF=10 [::ffff:172.31.0.11]:40312"),
-/// an IPv4-mapped one as IPv4.
-fn peer_of(log: &str) -> Option<IpAddr> {
-    let line = log.lines().find(|l| l.contains("accepting connection from"))?;
-    let field = line.split_whitespace().skip_while(|w| !w.starts_with("AF=")).nth(1)?;
-    let host = field.rsplit_once(':')?.0.trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = host.parse().ok()?;
-    Some(match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    })
+/// The client addresses in socat's `-d -d` log ("accepting connection from AF=10 [::ffff:172.31.0.11]:40312"),
+/// IPv4-mapped ones as IPv4.
+fn peers_of(log: &str) -> Vec<IpAddr> {
+    let peer = |line: &str| -> Option<IpAddr> {
+        let field = line.split_whitespace().skip_while(|w| !w.starts_with("AF=")).nth(1)?;
+        let host = field.rsplit_once(':')?.0.trim_start_matches('[').trim_end_matches(']');
+        let ip: IpAddr = host.parse().ok()?;
+        Some(match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        })
+    };
+    log.lines().filter(|l| l.contains("accepting connection from")).filter_map(peer).collect()
 }

@@ -19,7 +19,7 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
     let mut cluster = Cluster::new(1);
     cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
     for _ in 0..3 {
-        cluster.add_node(0, &["--ip-masq", "--iptables-forward-rules"]);
+        cluster.add_node(0, &["--ip-masq"]);
     }
     let subnets = start_all(&mut cluster);
     wait_routes(&cluster, 2);
@@ -93,9 +93,9 @@ fn host_gw_on_one_l2_without_nat_and_masquerade_to_the_wan() {
 fn masquerade_with_the_nftables_backend() {
     let mut cluster = Cluster::new(1);
     cluster.start_etcd(&config(json!({ "Type": "host-gw" })), None);
-    // Node 0 also with flanneld's forward accept rules.
-    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables", "--iptables-forward-rules=true"]);
+    // Node 0 with flanneld's forward accept rules (its default), node 1 without.
     cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables"]);
+    cluster.add_node(0, &["--ip-masq", "--firewall-backend=nftables", "--iptables-forward-rules=false"]);
     // What an earlier release and flanneld left on node 0.
     let leftovers =
         "add table inet fabricd\nadd chain inet fabricd postrouting { type nat hook postrouting priority srcnat; }\n\
@@ -133,7 +133,7 @@ fn masquerade_with_the_nftables_backend() {
     }
     assert!(ruleset.contains("chain forward {"), "{ruleset}");
     let other = cluster.nodes[1].node.exec("nft", &["list", "ruleset"], &[], b"");
-    assert!(!String::from_utf8_lossy(&other.stdout).contains("chain forward"), "not asked, not written");
+    assert!(!String::from_utf8_lossy(&other.stdout).contains("chain forward"), "turned off, not written");
     let node = &mut cluster.nodes[0];
     let iptables = node.node.exec("iptables-save", &["-t", "nat"], &[], b"");
     assert!(!String::from_utf8_lossy(&iptables.stdout).contains("FLANNEL-POSTRTG"), "one backend only");
