@@ -119,8 +119,8 @@ pub struct Cli {
     /// Print the version and exit.
     #[arg(long, global = true, action = ArgAction::Set, require_equals = true, default_value = "false")]
     pub version: bool,
-    /// How often the masquerade rules are checked, in seconds.
-    #[arg(long, global = true, default_value_t = 30)]
+    /// How often the masquerade rules are checked, in seconds (flanneld's default, 5).
+    #[arg(long, global = true, default_value_t = 5)]
     pub iptables_resync: u64,
     /// flanneld's accept rules for traffic from and to the cluster's networks on the forward hook (iptables
     /// FLANNEL-FWD, or the forward chain of flanneld's nftables tables), in the masquerade's firewall backend.
