@@ -10,38 +10,22 @@ use std::net::IpAddr;
 use cnicore::firewall::nfnl::{self, BatchError};
 // The nf_tables numbers cnicore's element batches speak too, from its one list (the kernel's uapi).
 use cnicore::firewall::nfnl::{
-    NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, NFTA_SET_ELEM_KEY,
-    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_FLAGS, NFTA_SET_NAME,
-    NFTA_SET_TABLE, NFTA_TABLE_NAME, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, NFT_JUMP, NFT_MSG_DELSETELEM,
-    NFT_MSG_NEWSET, NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NLM_F_CREATE, NLM_F_REQUEST,
+    NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
+    NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_FLAGS, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_CMP_EQ, NFT_CMP_NEQ,
+    NFT_JUMP, NFT_MSG_DELSETELEM, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
+    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_RETURN, NF_ACCEPT,
+    NF_INET_FORWARD, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
 };
-use cnicore::netlink::wire::{Nest, Request, NLA_F_NESTED};
+use cnicore::netlink::wire::{Request, NLA_F_NESTED};
 
 use crate::plan::{Chain, Family, Field, Key, Match, Rule, Set, SetKind, Verdict, PROTO_ICMPV6};
 
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_DELRULE: u16 = 8;
 const NFT_MSG_DELSET: u16 = 11;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
 
-const NLM_F_APPEND: u16 = 0x800;
-
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_CHAIN_TYPE: u16 = 7;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
-const NF_INET_FORWARD: u32 = 2;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 const NFTA_SET_KEY_TYPE: u16 = 4;
 const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_ID: u16 = 10;
@@ -57,8 +41,6 @@ const TYPE_INET_SERVICE: u32 = 13;
 /// nft's concatenated types: each part's type shifted by this many bits.
 const TYPE_BITS: u32 = 6;
 
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_REG_1: u32 = 1;
 /// The first 4-byte register: concatenations are loaded one part per register from here.
 const NFT_REG32_00: u32 = 8;
 const NFT_META_NFPROTO: u32 = 15;
@@ -66,16 +48,11 @@ const NFT_META_L4PROTO: u32 = 16;
 const NFT_CT_STATE: u32 = 0;
 /// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
 const CT_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
 const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
 const NFT_CMP_LTE: u32 = 3;
 const NFT_CMP_GTE: u32 = 5;
 const NFT_LOOKUP_F_INV: u32 = 1;
 const NF_DROP: i32 = 0;
-const NF_ACCEPT: i32 = 1;
-const NFT_RETURN: i32 = -5;
 
 /// Elements per NEWSETELEM message: an attribute's length is 16 bits, so a message holds at most 64 KiB of
 /// elements.
@@ -286,12 +263,7 @@ struct Expressions<'m>(&'m mut Request);
 
 impl Expressions<'_> {
     fn expr(&mut self, name: &str, data: impl FnOnce(&mut Request)) -> &mut Self {
-        let item = self.0.begin_nested(NFTA_LIST_ELEM | NLA_F_NESTED);
-        self.0.attr_str(NFTA_EXPR_NAME, name);
-        let nest: Nest = self.0.begin_nested(NFTA_EXPR_DATA | NLA_F_NESTED);
-        data(self.0);
-        self.0.end_nested(nest);
-        self.0.end_nested(item);
+        nfnl::expression(self.0, name, data);
         self
     }
 
@@ -303,12 +275,8 @@ impl Expressions<'_> {
 
     /// `cmp`: register 1 `op` the value.
     fn cmp(&mut self, op: u32, value: &[u8]) -> &mut Self {
-        self.expr("cmp", |m| {
-            m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &op.to_be_bytes());
-            let data = m.begin_nested(3 | NLA_F_NESTED);
-            m.attr(NFTA_DATA_VALUE, value);
-            m.end_nested(data);
-        })
+        nfnl::cmp(self.0, op, value);
+        self
     }
 
     fn payload(&mut self, base: u32, offset: u32, len: u32, dreg: u32) -> &mut Self {
@@ -351,9 +319,7 @@ impl Expressions<'_> {
                 self.expr("bitwise", |m| {
                     m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_REG_1.to_be_bytes()).attr(3, &4u32.to_be_bytes());
                     for (kind, value) in [(4, CT_ESTABLISHED_RELATED), (5, 0)] {
-                        let data = m.begin_nested(kind | NLA_F_NESTED);
-                        m.attr(NFTA_DATA_VALUE, &value.to_ne_bytes());
-                        m.end_nested(data);
+                        nfnl::data_value(m, kind, &value.to_ne_bytes());
                     }
                 });
                 self.cmp(NFT_CMP_NEQ, &0u32.to_ne_bytes());
@@ -398,17 +364,7 @@ impl Expressions<'_> {
             Verdict::Return => (NFT_RETURN, None),
             Verdict::Jump(chain) => (NFT_JUMP, Some(chain.name())),
         };
-        self.expr("immediate", |m| {
-            m.attr(1, &NFT_REG_VERDICT.to_be_bytes());
-            let data = m.begin_nested(2 | NLA_F_NESTED);
-            let nest = m.begin_nested(NFTA_DATA_VERDICT | NLA_F_NESTED);
-            m.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
-            if let Some(chain) = chain {
-                m.attr_str(NFTA_VERDICT_CHAIN, chain);
-            }
-            m.end_nested(nest);
-            m.end_nested(data);
-        });
+        nfnl::verdict(self.0, code, chain);
     }
 }
 

@@ -11,8 +11,11 @@ use std::io;
 use ipnet::IpNet;
 
 use super::nfnl::{
-    self, BatchError, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM,
-    NFTA_TABLE_NAME, NFTA_VERDICT_CODE, NFT_MSG_NEWTABLE, NLM_F_CREATE, NLM_F_REQUEST,
+    self, cmp, data_value, expression as expr, BatchError, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4,
+    NFPROTO_IPV6, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM,
+    NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, NFTA_TABLE_NAME, NFT_CMP_EQ,
+    NFT_CMP_NEQ, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWTABLE, NFT_PAYLOAD_NETWORK_HEADER,
+    NFT_REG_1, NFT_RETURN, NF_ACCEPT, NF_INET_FORWARD, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
 };
 use super::Family;
 use crate::netlink::wire::{self, Request, NLA_F_NESTED};
@@ -23,45 +26,20 @@ pub const CHAIN: &str = "postrtg";
 /// flanneld's forward chain (`--iptables-forward-rules`).
 pub const FORWARD_CHAIN: &str = "forward";
 const FORWARD_COMMENT: &str = "chain to accept flannel traffic";
-const NF_INET_FORWARD: u32 = 2;
-const NF_ACCEPT: i32 = 1;
 pub const OLD_TABLE: &str = "fabricd";
 const CHAIN_COMMENT: &str = "chain to manage traffic masquerading by flannel";
 /// kube-proxy's masquerade mark: flanneld leaves those packets to kube-proxy's own rule.
 pub const KUBE_PROXY_MARK: u32 = 0x4000;
 
-const NFT_MSG_DELTABLE: u16 = 2;
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_GETRULE: u16 = 7;
-const NFPROTO_IPV4: u8 = 2;
-const NFPROTO_IPV6: u8 = 10;
-const NLM_F_APPEND: u16 = 0x800;
 const NFTA_TABLE_USERDATA: u16 = 6;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_TYPE: u16 = 7;
 const NFTA_CHAIN_USERDATA: u16 = 12;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
 const NF_INET_POST_ROUTING: u32 = 4;
 /// `srcnat`: `NF_IP_PRI_NAT_SRC`.
 const PRIORITY_SRCNAT: i32 = 100;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
 /// libnftnl's table and chain comment (`NFTNL_UDATA_TABLE_COMMENT`, `NFTNL_UDATA_CHAIN_COMMENT`).
 const UDATA_COMMENT: u8 = 0;
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_REG_1: u32 = 1;
 const NFT_META_MARK: u32 = 3;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFT_CMP_EQ: u32 = 0;
-const NFT_CMP_NEQ: u32 = 1;
-const NFT_RETURN: i32 = -5;
 /// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`: `masquerade fully-random`.
 const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
@@ -259,47 +237,15 @@ fn rule_message(family: u8, table: &str, chain: &str, rule: &MasqRule) -> Reques
             Cond::Addr { field, net, negated } => prefix_match(&mut m, field, net, negated),
         }
     }
-    let verdict = |m: &mut Request, code: i32| {
-        expr(m, "immediate", |m| {
-            m.attr(1, &NFT_REG_VERDICT.to_be_bytes());
-            let data = m.begin_nested(2 | NLA_F_NESTED);
-            let verdict = m.begin_nested(NFTA_DATA_VERDICT | NLA_F_NESTED);
-            m.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
-            m.end_nested(verdict);
-            m.end_nested(data);
-        })
-    };
     match rule.action {
-        Action::Return => verdict(&mut m, NFT_RETURN),
-        Action::Accept => verdict(&mut m, NF_ACCEPT),
+        Action::Return => nfnl::verdict(&mut m, NFT_RETURN, None),
+        Action::Accept => nfnl::verdict(&mut m, NF_ACCEPT, None),
         Action::MasqueradeFullyRandom => expr(&mut m, "masq", |m| {
             m.attr(1, &NF_NAT_RANGE_PROTO_RANDOM_FULLY.to_be_bytes());
         }),
     }
     m.end_nested(list);
     m
-}
-
-fn expr(m: &mut Request, name: &str, data: impl FnOnce(&mut Request)) {
-    let item = m.begin_nested(NFTA_LIST_ELEM | NLA_F_NESTED);
-    m.attr_str(NFTA_EXPR_NAME, name);
-    let nest = m.begin_nested(NFTA_EXPR_DATA | NLA_F_NESTED);
-    data(m);
-    m.end_nested(nest);
-    m.end_nested(item);
-}
-
-fn data(m: &mut Request, kind: u16, value: &[u8]) {
-    let nest = m.begin_nested(kind | NLA_F_NESTED);
-    m.attr(NFTA_DATA_VALUE, value);
-    m.end_nested(nest);
-}
-
-fn cmp(m: &mut Request, op: u32, value: &[u8]) {
-    expr(m, "cmp", |m| {
-        m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &op.to_be_bytes());
-        data(m, 3, value);
-    });
 }
 
 /// The packet's address `field` in `net`, as nft 1.0 encodes it: a prefix of whole bytes has those bytes
@@ -328,8 +274,8 @@ fn prefix_match(m: &mut Request, field: Field, net: IpNet, negated: bool) {
         };
         expr(m, "bitwise", |m| {
             m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_REG_1.to_be_bytes()).attr(3, &(len as u32).to_be_bytes());
-            data(m, 4, &mask);
-            data(m, 5, &vec![0; len]);
+            data_value(m, 4, &mask);
+            data_value(m, 5, &vec![0; len]);
         });
     }
     cmp(m, if negated { NFT_CMP_NEQ } else { NFT_CMP_EQ }, &address[..len]);
@@ -362,6 +308,7 @@ pub fn rule_count(family: Family, chain: &str) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::firewall::nfnl::NFTA_VERDICT_CODE;
 
     fn net(text: &str) -> IpNet {
         text.parse().unwrap()

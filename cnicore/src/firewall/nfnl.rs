@@ -71,6 +71,74 @@ const UDATA_COMMENT: u8 = 0;
 
 const NFT_CONTINUE: i32 = -1;
 pub const NFT_JUMP: i32 = -3;
+// Tables, chains, rules and their expressions, as the NetworkPolicy agent (netpol) and the node masquerade
+// (flannel_nft) write them: one list of the kernel's uapi numbers for both.
+pub const NFT_MSG_DELTABLE: u16 = 2;
+pub const NFT_MSG_NEWCHAIN: u16 = 3;
+pub const NFT_MSG_NEWRULE: u16 = 6;
+pub const NFPROTO_IPV4: u8 = 2;
+pub const NFPROTO_IPV6: u8 = 10;
+pub const NLM_F_APPEND: u16 = 0x800;
+pub const NFTA_CHAIN_TABLE: u16 = 1;
+pub const NFTA_CHAIN_NAME: u16 = 3;
+pub const NFTA_CHAIN_HOOK: u16 = 4;
+pub const NFTA_CHAIN_TYPE: u16 = 7;
+pub const NFTA_HOOK_HOOKNUM: u16 = 1;
+pub const NFTA_HOOK_PRIORITY: u16 = 2;
+pub const NF_INET_FORWARD: u32 = 2;
+pub const NFTA_RULE_TABLE: u16 = 1;
+pub const NFTA_RULE_CHAIN: u16 = 2;
+pub const NFTA_RULE_EXPRESSIONS: u16 = 4;
+pub const NFTA_EXPR_NAME: u16 = 1;
+pub const NFTA_EXPR_DATA: u16 = 2;
+pub const NFT_REG_VERDICT: u32 = 0;
+pub const NFT_REG_1: u32 = 1;
+pub const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
+pub const NFT_CMP_EQ: u32 = 0;
+pub const NFT_CMP_NEQ: u32 = 1;
+pub const NF_ACCEPT: i32 = 1;
+pub const NFT_RETURN: i32 = -5;
+
+/// One expression of a rule's `NFTA_RULE_EXPRESSIONS`: its name, and its attributes written by `data`.
+pub fn expression(m: &mut Request, name: &str, data: impl FnOnce(&mut Request)) {
+    let item = m.begin_nested(NFTA_LIST_ELEM | NLA_F_NESTED);
+    m.attr_str(NFTA_EXPR_NAME, name);
+    let nest = m.begin_nested(NFTA_EXPR_DATA | NLA_F_NESTED);
+    data(m);
+    m.end_nested(nest);
+    m.end_nested(item);
+}
+
+/// An `nft_data` value: attribute `kind` nesting `NFTA_DATA_VALUE`.
+pub fn data_value(m: &mut Request, kind: u16, value: &[u8]) {
+    let nest = m.begin_nested(kind | NLA_F_NESTED);
+    m.attr(NFTA_DATA_VALUE, value);
+    m.end_nested(nest);
+}
+
+/// `cmp`: register 1 `op` the value.
+pub fn cmp(m: &mut Request, op: u32, value: &[u8]) {
+    expression(m, "cmp", |m| {
+        m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &op.to_be_bytes());
+        data_value(m, 3, value);
+    });
+}
+
+/// `immediate` of a verdict (`code`, and the chain of a jump).
+pub fn verdict(m: &mut Request, code: i32, chain: Option<&str>) {
+    expression(m, "immediate", |m| {
+        m.attr(1, &NFT_REG_VERDICT.to_be_bytes());
+        let data = m.begin_nested(2 | NLA_F_NESTED);
+        let nest = m.begin_nested(NFTA_DATA_VERDICT | NLA_F_NESTED);
+        m.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
+        if let Some(chain) = chain {
+            m.attr_str(NFTA_VERDICT_CHAIN, chain);
+        }
+        m.end_nested(nest);
+        m.end_nested(data);
+    });
+}
+
 /// An nf_tables register is 4 bytes: each part of a concatenation starts on one.
 const REGISTER: usize = 4;
 /// `IFNAMSIZ`: an `ifname` is this many bytes, zero-padded.
