@@ -33,6 +33,15 @@ struct Rig {
 }
 
 impl Rig {
+    /// The agent watching the API server as admin, once it has written its first table.
+    fn watching_agent(&mut self) -> netns_tests::Daemon {
+        let kubeconfig = self.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
+        let agent = self.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
+        let first = netns_tests::wait_for(Duration::from_secs(30), || self.node.applied() > 0);
+        assert!(first.is_some(), "the agent's first table:\n{}", self.node.log());
+        agent
+    }
+
     fn new() -> Rig {
         let node = PolicyNode::new();
         let infra = TestNetns::new("npapi");
@@ -102,10 +111,7 @@ fn watches_the_api_server() {
         return;
     }
     let mut rig = Rig::new();
-    let kubeconfig = rig.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
-    let _agent = rig.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
-    let first = netns_tests::wait_for(Duration::from_secs(30), || rig.node.applied() > 0);
-    assert!(first.is_some(), "the agent's first table:\n{}", rig.node.log());
+    let _agent = rig.watching_agent();
     let open = rig.assert_enforced("no policy");
     assert!(open.values().all(|&r| r));
 
@@ -153,10 +159,7 @@ fn relists_after_410_gone() {
         return;
     }
     let mut rig = Rig::new();
-    let kubeconfig = rig.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
-    let _agent = rig.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
-    let first = netns_tests::wait_for(Duration::from_secs(30), || rig.node.applied() > 0);
-    assert!(first.is_some(), "the agent's first table:\n{}", rig.node.log());
+    let _agent = rig.watching_agent();
     for ns in ["x", "z"] {
         let path = format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies");
         rig.applied_after(|| rig.api.create(&rig.infra, &path, &policy(ns, "deny", json!({"podSelector": {}}))));
