@@ -11,7 +11,8 @@
 #   6. a plugin's stdout is the runtime's: only cnicore's entry point writes to it (the result or the error
 #      object), so no print!/println!/stdout() in plugins/ and ipam/;
 #   7. no product function over 70 lines (scripts/lib/fn-lengths.awk says how they are counted): the long ones
-#      of fabricd, made named steps in issue 36, had grown back while nothing checked them.
+#      of fabricd, made named steps in issue 36, had grown back while nothing checked them; and no shell function
+#      over 70 lines in scripts/ (scripts/lib/sh-fn-lengths.awk): cluster.sh's `up` had grown to 73.
 # Product code is every crate's src/ except the test rig (netns-tests/, with its cri-client) and fuzz/, minus
 # #[cfg(test)] items: tests may build strings, shell out and inspect with `ip`.
 set -uo pipefail
@@ -87,6 +88,11 @@ long_fns=$(grep -v -E '^[^:]*tests\.rs:' "$product" | awk -f $lib/fn-lengths.awk
   awk -v max=$MAX_FN_LINES '{ n = $(NF - 1) } n > max')
 [[ -z $long_fns ]] || fail "functions over $MAX_FN_LINES lines: make them named steps (a function per step, named for
   what it does, as fabricd's acquire and cleanup are)" <<<"$long_fns"
+
+long_sh=$(find scripts -name '*.sh' -type f -print0 | sort -z | xargs -0 awk -f $lib/sh-fn-lengths.awk |
+  awk -v max=$MAX_FN_LINES '{ n = $(NF - 1) } n > max')
+[[ -z $long_sh ]] || fail "shell functions over $MAX_FN_LINES lines: make them named steps (parse, check, make, as
+  cluster.sh's up is)" <<<"$long_sh"
 
 if [[ $failed == 0 ]]; then echo "gates: ok"; fi
 exit $failed

@@ -3,14 +3,22 @@
 # certificate (so the API server verifies the kubelets it calls for exec, logs and port-forward).
 # Sourced by scripts/cluster.sh.
 
+# kc_openssl WHAT ARGS...: openssl, its chatter in logs/pki.log; a failure ends `up` with openssl's own words.
+kc_openssl() {
+  local what=$1 log=$KC_DIR/logs/pki.log
+  shift
+  mkdir -p "$KC_DIR/logs"
+  openssl "$@" 2>>"$log" || kc_die "openssl could not make $what: $(tail -3 "$log")"
+}
+
 kc_pki_ca() {
   local d=$KC_DIR/pki
   mkdir -p "$d"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/ca.key" -out "$d/ca.crt" -days 3650 \
-    -subj "/CN=cni-rs-cluster-$KC_NAME-ca" 2>/dev/null
+  kc_openssl "the CA" req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/ca.key" \
+    -out "$d/ca.crt" -days 3650 -subj "/CN=cni-rs-cluster-$KC_NAME-ca"
   # The service-account token signing pair (ES256).
-  openssl ecparam -name prime256v1 -genkey -noout -out "$d/sa.key" 2>/dev/null
-  openssl ec -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  kc_openssl "the service-account key" ecparam -name prime256v1 -genkey -noout -out "$d/sa.key"
+  kc_openssl "the service-account public key" ec -in "$d/sa.key" -pubout -out "$d/sa.pub"
 }
 
 # kc_pki_cert NAME SUBJECT [SAN]: NAME.crt and NAME.key signed by the CA; SAN (e.g. "IP:1.2.3.4,DNS:x") makes it a
@@ -28,9 +36,10 @@ kc_pki_cert() {
       echo "extendedKeyUsage=clientAuth"
     fi
   } >"$ext"
-  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/$name.key" -out "$d/$name.csr" -subj "$subject" 2>/dev/null
-  openssl x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
-    -extfile "$ext" -out "$d/$name.crt" 2>/dev/null
+  kc_openssl "$name's key" req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/$name.key" \
+    -out "$d/$name.csr" -subj "$subject"
+  kc_openssl "$name's certificate ($subject${san:+, $san})" x509 -req -in "$d/$name.csr" -CA "$d/ca.crt" \
+    -CAkey "$d/ca.key" -CAcreateserial -days 3650 -extfile "$ext" -out "$d/$name.crt"
   rm -f "$ext" "$d/$name.csr"
   chmod 0600 "$d/$name.key"
 }
@@ -59,6 +68,30 @@ KUBECONFIG
   chmod 0600 "$file"
 }
 
+# kc_kubeconfig_token FILE SERVER USER TOKEN: a kubeconfig for a ServiceAccount's bearer token.
+kc_kubeconfig_token() {
+  local file=$1 server=$2 name=$3 token=$4
+  (
+    umask 077
+    cat >"$file" <<KUBECONFIG
+apiVersion: v1
+kind: Config
+clusters:
+- name: $KC_NAME
+  cluster:
+    server: $server
+    certificate-authority-data: $(base64 -w0 "$KC_DIR/pki/ca.crt")
+users:
+- name: $name
+  user: {token: $token}
+contexts:
+- name: $KC_NAME
+  context: {cluster: $KC_NAME, user: $name}
+current-context: $KC_NAME
+KUBECONFIG
+  )
+}
+
 # Every certificate and kubeconfig of the control plane; the nodes' are made by kc_pki_node.
 kc_pki_control_plane() {
   local api=https://$(kc_ip4 $KC_CP_SUFFIX):6443 san
@@ -75,8 +108,6 @@ kc_pki_control_plane() {
   kc_kubeconfig "$KC_DIR/controller-manager.kubeconfig" "$api" controller-manager
   kc_kubeconfig "$KC_DIR/scheduler.kubeconfig" "$api" scheduler
   kc_kubeconfig "$KC_DIR/kube-proxy.kubeconfig" "$api" kube-proxy
-  kc_pki_cert cni-netpol "/CN=system:cni-netpol"
-  kc_kubeconfig "$KC_DIR/cni-netpol.kubeconfig" "$api" cni-netpol
   # The same admin inside the cluster's namespaces (a node, the wan): the API server's underlay address.
   kc_kubeconfig "$KC_DIR/admin-underlay.kubeconfig" "$api" admin
 }
