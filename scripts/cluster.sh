@@ -7,7 +7,8 @@
 # forwarder); nothing else of the machine's changes. Run as root.
 #
 #   scripts/cluster.sh up [--nodes N] [--plugins ours|reference|DIR] [--dual-stack] [--network kubenet|none]
-#                         [--flannel-backend vxlan|host-gw|...] [--network-policy] [--name NAME] [--api-port PORT]
+#                         [--flannel-backend vxlan|host-gw|...] [--network-policy] [--dns kube-dns|none]
+#                         [--name NAME] [--api-port PORT]
 #   scripts/cluster.sh kubeconfig            # the admin kubeconfig's path (kubectl --kubeconfig "$(...)")
 #   scripts/cluster.sh kubectl ARGS...       # kubectl with that kubeconfig
 #   scripts/cluster.sh exec NODE|cp|wan CMD...   # a command in a node's namespaces (cp and wan: network only)
@@ -20,7 +21,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lib=$repo/scripts/lib/cluster
-for f in common pki control node images; do source "$lib/$f.sh"; done
+for f in common pki control node images dns; do source "$lib/$f.sh"; done
 
 usage() {
   sed -n '/^#   scripts/,/^# --name/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -38,6 +39,7 @@ kc_build() {
   fi
   command -v busybox >/dev/null || [[ -x /bin/busybox ]] || kc_die "busybox-static is missing: run scripts/setup.sh"
   kc_images_build
+  kc_dns_image_build
 }
 
 # The plugin directory for --plugins: ours (the release build, scripts/lib/binaries.sh), Debian's reference
@@ -64,78 +66,125 @@ kc_plugin_dir() {
   esac
 }
 
+# `up` as kind's create.Cluster does it: the flags parsed, then everything checked and built before anything of a
+# cluster is made or taken down (a bad flag, a busy port or a missing tool changes nothing), then made in steps.
+# The flags land in UP_* variables.
 cmd_up() {
-  local nodes=2 plugins=ours dual=0 network=kubenet port="" policy=0 backend=vxlan i node
+  kc_up_parse "$@"
+  kc_up_check
+  kc_up_prepare
+  kc_up_make
+}
+
+kc_up_parse() {
+  UP_NODES=2 UP_PLUGINS=ours UP_DUAL=0 UP_NETWORK=kubenet UP_PORT="" UP_POLICY=0 UP_BACKEND=vxlan UP_DNS=kube-dns
   while (($#)); do
     case $1 in
-      --nodes) nodes=${2:?--nodes N}; shift ;;
-      --plugins) plugins=${2:?--plugins ours|reference|DIR}; shift ;;
-      --dual-stack) dual=1 ;;
-      --network-policy) policy=1 ;;
-      --flannel-backend) backend=${2:?--flannel-backend TYPE}; shift ;;
-      --network) network=${2:?--network kubenet|flannel|none}; shift ;;
+      --nodes) UP_NODES=${2:?--nodes N}; shift ;;
+      --plugins) UP_PLUGINS=${2:?--plugins ours|reference|DIR}; shift ;;
+      --dual-stack) UP_DUAL=1 ;;
+      --network-policy) UP_POLICY=1 ;;
+      --dns) UP_DNS=${2:?--dns kube-dns|none}; shift ;;
+      --flannel-backend) UP_BACKEND=${2:?--flannel-backend TYPE}; shift ;;
+      --network) UP_NETWORK=${2:?--network kubenet|flannel|none}; shift ;;
       --name) kc_set_name "${2:?--name NAME}"; shift ;;
-      --api-port) port=${2:?--api-port PORT}; shift ;;
+      --api-port) UP_PORT=${2:?--api-port PORT}; shift ;;
       *) usage ;;
     esac
     shift
   done
-  [[ $nodes =~ ^[0-9]+$ ]] && ((nodes >= 1 && nodes <= KC_MAX_NODES)) || kc_die "--nodes $nodes: 1 to $KC_MAX_NODES"
-  case $network in
+}
+
+# Every flag and what the machine must have, before anything is built or changed.
+kc_up_check() {
+  [[ $UP_NODES =~ ^[0-9]+$ ]] && ((UP_NODES >= 1 && UP_NODES <= KC_MAX_NODES)) ||
+    kc_die "--nodes $UP_NODES: 1 to $KC_MAX_NODES"
+  case $UP_NETWORK in
     kubenet | none | flannel) ;;
-    *) kc_die "--network $network: kubenet, flannel or none" ;;
+    *) kc_die "--network $UP_NETWORK: kubenet, flannel or none" ;;
+  esac
+  [[ $UP_DNS == kube-dns || $UP_DNS == none ]] || kc_die "--dns $UP_DNS: kube-dns or none"
+  [[ $UP_BACKEND =~ ^[a-z-]+$ ]] || kc_die "--flannel-backend $UP_BACKEND: a backend type (vxlan, host-gw, ...)"
+  case $UP_PLUGINS in
+    ours | reference) ;;
+    *) [[ -x $UP_PLUGINS/bridge && -x $UP_PLUGINS/host-local ]] ||
+      kc_die "--plugins $UP_PLUGINS: no bridge and host-local binaries there" ;;
   esac
   kc_preflight
+  kc_check_port "$UP_PORT"
+}
+
+# What the cluster runs, built (once) and found: Kubernetes, the images, the plugins, fabricd, cni-netpol.
+kc_up_prepare() {
   kc_build
-  local plugin_dir release=""
-  plugin_dir=$(kc_plugin_dir "$plugins")
+  UP_PLUGIN_DIR=$(kc_plugin_dir "$UP_PLUGINS")
   # flannel's manifest runs our fabricd and flannel plugin from images, whatever the nodes' --plugins are.
-  [[ $network == flannel ]] && release=$(kc_release_dir)
-  local netpol=""
-  ((policy)) && netpol=$(kc_netpol_bin)
+  UP_RELEASE=""
+  [[ $UP_NETWORK == flannel ]] && UP_RELEASE=$(kc_release_dir)
+  UP_NETPOL=""
+  ((UP_POLICY)) && UP_NETPOL=$(kc_netpol_bin)
+  return 0
+}
+
+# The cluster's settings, read by every later command (and by the route controller).
+kc_up_settings() {
+  mkdir -p "$KC_DIR/settings" "$KC_DIR/logs" "$KC_DIR/run"
+  echo "$UP_PORT" >"$KC_DIR/settings/asked-api-port"
+  echo "$UP_DUAL" >"$KC_DIR/settings/dual-stack"
+  echo "$UP_NETWORK" >"$KC_DIR/settings/network"
+  echo "$UP_DNS" >"$KC_DIR/settings/dns"
+  echo "$UP_BACKEND" >"$KC_DIR/settings/flannel-backend"
+  [[ -n $UP_NETPOL ]] && echo "$UP_NETPOL" >"$KC_DIR/settings/netpol-bin"
+  echo "$UP_PLUGIN_DIR" >"$KC_DIR/settings/plugin-dir"
+  local i
+  for ((i = 1; i <= UP_NODES; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"
+}
+
+kc_up_make() {
   if [[ -e $KC_DIR ]]; then
     kc_say "a cluster named $KC_NAME exists (or was half made): taking it down first"
     cmd_down
   fi
-  kc_check_port "$port"
-  mkdir -p "$KC_DIR/settings" "$KC_DIR/logs" "$KC_DIR/run"
-  echo "$port" >"$KC_DIR/settings/asked-api-port"
-  echo "$dual" >"$KC_DIR/settings/dual-stack"
-  echo "$network" >"$KC_DIR/settings/network"
-  [[ $backend =~ ^[a-z-]+$ ]] || kc_die "--flannel-backend $backend: a backend type (vxlan, host-gw, ...)"
-  echo "$backend" >"$KC_DIR/settings/flannel-backend"
-  [[ -n $netpol ]] && echo "$netpol" >"$KC_DIR/settings/netpol-bin"
-  echo "$plugin_dir" >"$KC_DIR/settings/plugin-dir"
-  [[ -n $release ]] && kc_flannel_images "$KC_DIR/images" "$release"
-  for ((i = 1; i <= nodes; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"
+  kc_up_settings
   # From here on a failure leaves a half-made cluster: take it down, so nothing is left behind.
   [[ ${CNI_CLUSTER_KEEP_FAILED:-0} == 1 ]] ||
     trap 'kc_say "up failed: taking the half-made cluster down"; cmd_down >/dev/null 2>&1 || true' EXIT
+  [[ -n $UP_RELEASE ]] && kc_flannel_images "$KC_DIR/images" "$UP_RELEASE"
   kc_cgroup_make "$KC_CGROUP" || kc_die "cannot make the cgroup $KC_CGROUP"
   # Node mount namespaces are bound to files in a directory that must not propagate mounts (as /run/netns).
   mkdir -p "$KC_DIR/ns"
   mount --bind "$KC_DIR/ns" "$KC_DIR/ns"
   mount --make-private "$KC_DIR/ns"
   kc_underlay_up
+  kc_wan_resolver_up
   kc_pki_control_plane
   kc_say "control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler"
   kc_control_plane_up
-  [[ -n $netpol ]] && kc_netpol_rbac
+  [[ -n $UP_NETPOL ]] && kc_netpol_rbac
+  kc_up_nodes
+  trap - EXIT
+  kc_say "up: $UP_NODES node(s); export KUBECONFIG=$KC_DIR/admin.kubeconfig"
+}
+
+# The nodes, their routes and pod network, and what runs on the pod network (the cluster DNS).
+kc_up_nodes() {
+  local node
   for node in $(kc_nodes); do
     kc_say "$node: namespaces, containerd, kubelet, kube-proxy"
     kc_node_up "$node"
   done
-  [[ $network == kubenet ]] &&
+  # The routes a cloud's route table gives: on kubenet every node and the control plane to each node's podCIDRs;
+  # on flannel the nodes route among themselves, and the control plane (not a node here) gets the routes alone, so
+  # the API server reaches pods (pods/proxy, services/proxy, webhooks) as it does in a real cluster.
+  [[ $UP_NETWORK == none ]] ||
     kc_spawn routes "$KC_DIR/logs/routes.log" "$lib/routes.sh" "$KC_DIR" >"$KC_DIR/run/routes.pid"
   kc_wait_nodes_registered
-  [[ $network == flannel ]] && kc_flannel_apply
-  if [[ $network != none ]]; then
-    kc_say "waiting for every node to be Ready"
-    kc_kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null ||
-      kc_die "nodes not Ready after 180 s (CNI_CLUSTER_KEEP_FAILED=1 keeps a failed cluster to look at; logs in $KC_DIR)"
-  fi
-  trap - EXIT
-  kc_say "up: $nodes node(s); export KUBECONFIG=$KC_DIR/admin.kubeconfig"
+  [[ $UP_NETWORK == flannel ]] && kc_flannel_apply
+  [[ $UP_NETWORK == none ]] && return 0
+  kc_say "waiting for every node to be Ready"
+  kc_kubectl wait --for=condition=Ready node --all --timeout=180s >/dev/null ||
+    kc_die "nodes not Ready after 180 s (CNI_CLUSTER_KEEP_FAILED=1 keeps a failed cluster to look at; logs in $KC_DIR)"
+  kc_dns_apply
 }
 
 # The NetworkPolicy agent (netpol/): $CNI_NETPOL_BIN, the staged release build, or built here.
@@ -192,7 +241,7 @@ kc_wait_nodes_registered() {
 kc_preflight() {
   [[ $(id -u) == 0 ]] || kc_die "run as root (namespaces, mounts, cgroups)"
   local t
-  for t in ip nsenter unshare socat openssl etcd containerd ctr runc curl ss; do
+  for t in ip nsenter unshare socat openssl etcd containerd ctr runc curl ss dnsmasq; do
     command -v "$t" >/dev/null || kc_die "$t is missing: run scripts/setup.sh"
   done
   [[ -d /sys/fs/cgroup/pids ]] || kc_die "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (this script drives cgroup v1 machines)"
@@ -242,7 +291,7 @@ cmd_exec() {
   [[ $where == cp || $where == wan || $where == net ]] || grep -qx "$where" <(kc_nodes) || kc_die "no node $where in cluster $KC_NAME"
   exec env KUBECONFIG="$KC_DIR/admin-underlay.kubeconfig" PATH="$KC_BIN:$PATH" \
     "$(command -v nsenter)" "--net=/run/netns/$(kc_netns "$where")" \
-    $([[ $where == node* ]] && echo "--mount=$(kc_mntns "$where")") -- "$@"
+    $([[ $where == node* ]] && echo "--mount=$(kc_mntns "$where") --uts=$(kc_utsns "$where")") -- "$@"
 }
 
 cmd_load_image() {

@@ -26,6 +26,9 @@ pub struct ClusterConfig {
     pub network_policy: bool,
     /// With `network: "flannel"`: the backend in flannel's net-conf.json.
     pub flannel_backend: &'static str,
+    /// The cluster DNS (kube-dns, `--dns kube-dns`); off by default in tests (`--dns none`), whose "nothing left on
+    /// the nodes" checks would otherwise meet kube-dns's own pod.
+    pub dns: bool,
 }
 
 impl Default for ClusterConfig {
@@ -37,6 +40,7 @@ impl Default for ClusterConfig {
             network: "kubenet",
             network_policy: false,
             flannel_backend: "vxlan",
+            dns: false,
         }
     }
 }
@@ -107,6 +111,7 @@ impl Cluster {
             args.push("--network-policy".into());
         }
         args.extend(["--flannel-backend".into(), config.flannel_backend.into()]);
+        args.extend(["--dns".into(), if config.dns { "kube-dns" } else { "none" }.into()]);
         let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
         let output = script_command(&cluster.name, &args.iter().map(String::as_str).collect::<Vec<_>>())
             .env("CNI_NETPOL_BIN", crate::bin_dir().join("cni-netpol"))

@@ -17,7 +17,8 @@ KC_AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.45
 # Where the Kubernetes binaries and images are built once and kept (like the VM lane's kernels).
 KC_CACHE=${CNI_K8S_CACHE:-/var/tmp/cni-rs-k8s}
 KC_BIN=$KC_CACHE/bin
-KC_K8S_TARGETS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl pause agnhost)
+KC_K8S_TARGETS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl pause agnhost kube-dns
+  e2e.test)
 # Each cluster's state (certificates, configs, logs, each node's private directories) lives here.
 KC_ROOT=${CNI_CLUSTER_ROOT:-/var/tmp/cni-rs-cluster}
 
@@ -41,6 +42,7 @@ kc_set_name() {
 kc_netns() { echo "$KC_NETNS_PREFIX$1"; }          # kc_netns cp|net|wan|nodeN
 kc_node_dir() { echo "$KC_DIR/nodes/$1"; }
 kc_mntns() { echo "$KC_DIR/ns/$1.mnt"; }             # a node's mount namespace, bound to a file
+kc_utsns() { echo "$KC_DIR/ns/$1.uts"; }             # a node's UTS namespace: its hostname is the node's name
 kc_node_index() { echo "${1#node}"; }
 kc_ip4() { echo "$KC_UNDERLAY4_PREFIX.$1"; }          # kc_ip4 SUFFIX
 kc_ip6() { echo "$KC_UNDERLAY6_PREFIX:$1"; }
@@ -94,7 +96,7 @@ kc_in() {
   local where=$1
   shift
   if [[ $where == node* ]]; then
-    nsenter "--net=/run/netns/$(kc_netns "$where")" "--mount=$(kc_mntns "$where")" -- "$@"
+    nsenter "--net=/run/netns/$(kc_netns "$where")" "--mount=$(kc_mntns "$where")" "--uts=$(kc_utsns "$where")" -- "$@"
   else
     nsenter "--net=/run/netns/$(kc_netns "$where")" -- "$@"
   fi

@@ -122,25 +122,22 @@ port_listening_by() { ss -Htlnp "sport = :$1" | grep -q "pid=$2,"; }
 kc_check_port() {
   [[ -z $1 ]] && return 0
   [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)) || kc_die "--api-port $1: not a port number"
+  # The port of a cluster of the same name is freed by the `down` that `up` runs first.
+  [[ $(kc_setting api-port) == "$1" ]] && return 0
   port_listening "$1" && kc_die "port $1 on the root namespace's loopback is taken: pick another with --api-port"
   return 0
 }
 
-# What the NetworkPolicy agent reads, and nothing more: Pods, Namespaces, NetworkPolicies, and its Node.
+# What the NetworkPolicy agent may read is what ships: deploy/cni-netpol.yaml's ServiceAccount, ClusterRole and
+# ClusterRoleBinding (every document of it but the DaemonSet) applied as they are, and the nodes' agents use that
+# ServiceAccount's token (a TokenRequest, as the kubelet asks one for a pod), so the tests judge the shipped RBAC.
 kc_netpol_rbac() {
-  kc_kubectl apply -f - >/dev/null <<'YAML'
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: cni-netpol}
-rules:
-- {apiGroups: [""], resources: [pods, namespaces], verbs: [get, list, watch]}
-- {apiGroups: [networking.k8s.io], resources: [networkpolicies], verbs: [get, list, watch]}
-- {apiGroups: [""], resources: [nodes], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: cni-netpol}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cni-netpol}
-subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: "system:cni-netpol"}]
-YAML
+  local manifest=$repo/deploy/cni-netpol.yaml token
+  [[ -f $manifest ]] || kc_die "the shipped manifest is missing: $manifest"
+  awk '/^---$/ { if (doc !~ /\nkind: DaemonSet/) printf "%s\n---\n", doc; doc = ""; next } { doc = doc "\n" $0 }
+    END { if (doc !~ /\nkind: DaemonSet/) printf "%s\n", doc }' "$manifest" | kc_kubectl apply -f - >/dev/null ||
+    kc_die "applying the RBAC of $manifest failed"
+  token=$(kc_kubectl -n kube-system create token cni-netpol --duration=87600h) ||
+    kc_die "no token for the ServiceAccount kube-system/cni-netpol"
+  kc_kubeconfig_token "$KC_DIR/cni-netpol.kubeconfig" "https://$(kc_ip4 $KC_CP_SUFFIX):6443" cni-netpol "$token"
 }

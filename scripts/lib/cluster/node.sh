@@ -17,6 +17,9 @@ kc_node_mounts_script() {
   cat <<'SCRIPT'
 set -eu
 node=$1 cgroups=$2
+# The node's own hostname, as a kind node has it: hostNetwork pods (which share the node's UTS namespace) and the
+# node's daemons see the node's name, not the machine's.
+hostname "$3"
 mount --make-rprivate /
 # The copies of the machine's namespace files (other clusters' nodes, other tests' namespaces) would keep those
 # namespaces alive as long as this node lives: not this node's to hold.
@@ -55,9 +58,10 @@ kc_node_namespaces() {
   printf '%s\n' "${KC_KUBELET_SYSCTLS[@]}" >"$dir/sysctls"
   awk '$3 == "cgroup" || $3 == "cgroup2" { print $3, $4, $2 }' /proc/self/mounts >"$dir/cgroups"
   kc_node_mounts_script >"$dir/mounts.sh"
-  touch "$(kc_mntns "$node")"
-  nsenter "--net=/run/netns/$(kc_netns "$node")" -- unshare "--mount=$(kc_mntns "$node")" --propagation private \
-    -- sh "$dir/mounts.sh" "$dir" "$dir/cgroups" || kc_die "$node: its mount namespace could not be made"
+  touch "$(kc_mntns "$node")" "$(kc_utsns "$node")"
+  nsenter "--net=/run/netns/$(kc_netns "$node")" -- unshare "--mount=$(kc_mntns "$node")" "--uts=$(kc_utsns "$node")" \
+    --propagation private -- sh "$dir/mounts.sh" "$dir" "$dir/cgroups" "$node" ||
+    kc_die "$node: its mount and UTS namespaces could not be made"
   kc_cgroup_make "$KC_CGROUP/$node" || kc_die "$node: cannot make its cgroup $KC_CGROUP/$node"
 }
 
@@ -153,8 +157,9 @@ maxPods: 110
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-clusterDomain: cluster.local
-resolvConf: /etc/resolv.conf
+clusterDomain: $KC_DNS_DOMAIN
+clusterDNS: [$(kc_dns_ips | paste -sd, | sed 's/,/, /g')]
+resolvConf: $(kc_node_dir "$node")/resolv.conf
 YAML
 }
 
@@ -181,7 +186,7 @@ kc_node_spawn() {
   shift 2
   dir=$(kc_node_dir "$node")
   kc_spawn "$node/daemons" "$dir/$name.log" nsenter "--net=/run/netns/$(kc_netns "$node")" \
-    "--mount=$(kc_mntns "$node")" -- "$@" >"$dir/$name.pid"
+    "--mount=$(kc_mntns "$node")" "--uts=$(kc_utsns "$node")" -- "$@" >"$dir/$name.pid"
 }
 
 kc_node_containerd() {
@@ -215,10 +220,12 @@ kc_node_up() {
   kc_node_plugins "$node"
   kc_kubenet_template >"$dir/cni-conf-template"
   kc_containerd_config "$node" >"$dir/containerd.toml"
+  kc_node_resolv_conf >"$dir/resolv.conf"
   kc_kubelet_config "$node" >"$dir/kubelet.yaml"
   kc_kube_proxy_config "$node" >"$dir/kube-proxy.yaml"
   kc_node_containerd "$node"
   kc_load_images "$node"
+  kc_dns_load "$node"
   kc_node_kubelet "$node"
   kc_node_kube_proxy "$node"
   [[ -n $(kc_setting netpol-bin) ]] && kc_node_cni_netpol "$node"
