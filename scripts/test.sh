@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # processes and printing to stdout in product code (scripts/lib/gates.sh). Each failure says what to do.
 scripts/lib/gates.sh
 scripts/setup.sh
-# Kubernetes v1.28.7 for the local-cluster tests (tests/k8s*.rs): built once from ../shared/kubernetes into
-# /var/tmp/cni-rs-k8s, reused after (scripts/cluster.sh build).
+# Kubernetes v1.28.7 for the local-cluster tests (tests/k8s*.rs): its binaries, kube-dns and e2e.test (Kubernetes'
+# own suite, tests/k8s_conformance.rs) built once from ../shared/kubernetes into /var/tmp/cni-rs-k8s, reused after
+# (scripts/cluster.sh build; about 23 minutes on a new 2-core machine shared with other builds).
 scripts/cluster.sh build
 [[ $(id -u) == 0 ]] || { echo "test: the netns tests need root (network namespaces, iptables, tc)" >&2; exit 1; }
 # Test builds carry named fail points (CNI_FAILPOINT) for the crash-consistency tests; release builds do not.
