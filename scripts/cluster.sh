@@ -244,7 +244,7 @@ kc_preflight() {
   for t in ip nsenter unshare socat openssl etcd containerd ctr runc curl ss dnsmasq; do
     command -v "$t" >/dev/null || kc_die "$t is missing: run scripts/setup.sh"
   done
-  [[ -d /sys/fs/cgroup/pids ]] || kc_die "no cgroup v1 pids hierarchy at /sys/fs/cgroup/pids (this script drives cgroup v1 machines)"
+  kc_cgroup_preflight
   case $KC_ROOT in /run/* | /tmp/*) kc_die "CNI_CLUSTER_ROOT=$KC_ROOT: a node mounts its own /run and the kubelet its own /tmp view; choose a path elsewhere" ;; esac
 }
 
@@ -271,7 +271,7 @@ cmd_down() {
   ip netns list | grep -q "^$KC_NETNS_PREFIX" && left+=" network namespaces ($KC_NETNS_PREFIX*);"
   grep -q " $KC_DIR" /proc/self/mounts && left+=" mounts under $KC_DIR;"
   [[ -e $KC_DIR ]] && left+=" $KC_DIR;"
-  [[ -d $KC_PIDS_CGROUP ]] && left+=" cgroup $KC_CGROUP;"
+  [[ -n $(kc_cgroups_left) ]] && left+=" cgroups $(kc_cgroups_left | tr '\n' ' ');"
   [[ -z $left ]] || kc_die "down: left behind:$left"
   kc_say "down: cluster $KC_NAME removed"
 }

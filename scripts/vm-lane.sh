@@ -24,7 +24,7 @@ source scripts/lib/vm.sh
 # The matrix: the test files of netns-tests each kernel runs (FILE or FILE:FILTER).
 # 6.1 (Debian 12): the link kinds this machine's kernel lacks, then the kernel-sensitive suites.
 # 6.12 (Debian 13's series): the link plugins, the veth plugins (ptp, bridge), tuning, bandwidth, portmap, the
-# nftables paths and the tunnels (ipip, wireguard).
+# nftables paths, the tunnels (ipip, wireguard) and the local cluster's cgroups on v2 (the guests mount only cgroup2).
 # The fabric's data-plane tests (host-gw, vxlan, dual stack, IPv6 only) run in the lane; its store tests (etcd
 # transactions, compaction, TLS, hostile leases) do not depend on the kernel and stay on the host.
 # firewall's firewalld test stays on the host: firewalld (Python) under emulation misses D-Bus's 25 s reply
@@ -32,7 +32,7 @@ source scripts/lib/vm.sh
 declare -A MATRIX=(
   [6.1]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
     fabric:host_gw_on_one_l2,vxlan_across_routed_segments fabric_dual:!turning_ipv6_on fabric_ipip fabric_wireguard netpol_sctp'
-  [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld
+  [6.12]='ipvlan vlan vrf dummy bridge_vlan kernel_refusals ptp macvlan bridge tuning bandwidth portmap nfnl firewall:!firewalld cluster_cgroups
     fabric_ipip fabric_wireguard netpol_sctp'
 )
 ORDER=(6.1 6.12)
@@ -113,6 +113,10 @@ for k in "${kernels[@]}"; do
     # The rig's waits (netns_tests::scaled) stretched: etcd and fabricd answer several times slower emulated.
     echo 'export CNI_TEST_TIME_SCALE=4'
     echo 'failed=()'
+    # The Kubernetes suites' nodes write below /etc, /opt, /var/lib, /var/log and /var/tmp: writable overlays first.
+    if printf '%s\n' "${run[@]}" | grep -q '^k8s'; then
+      printf 'bash %q || exit 1\n' "$checkout/scripts/vm/writable.sh"
+    fi
     for s in "${run[@]}"; do
       file=${s%%:*} filter=()
       # FILE:A,B runs the tests whose name contains A or B; FILE:!A,B all but those.

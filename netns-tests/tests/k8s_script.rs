@@ -12,18 +12,27 @@ use std::time::Duration;
 use netns_tests::cluster::{self, script_command, unique_cluster_name, Cluster, ClusterConfig, CLUSTER_ROOT};
 use netns_tests::wait_for;
 
-/// The cluster's traces on the machine: its namespaces, its state directory, its cgroup.
+/// The cluster's traces on the machine: its namespaces, its state directory, its cgroups.
 fn traces(name: &str) -> Vec<String> {
     let mut found = Vec::new();
     let netns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns");
     let prefix = format!("kc-{name}-");
     found.extend(String::from_utf8_lossy(&netns.stdout).lines().filter(|l| l.starts_with(&prefix)).map(str::to_string));
-    for path in [format!("{CLUSTER_ROOT}/{name}"), format!("/sys/fs/cgroup/pids/cni-rs-cluster/{name}")] {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    // Its cgroup in every hierarchy the machine has: cgroup v1's (one per controller), v2's unified one, or both.
+    let cgroups = mounts
+        .lines()
+        .filter_map(|l| {
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.len() > 2 && matches!(fields[2], "cgroup" | "cgroup2"))
+                .then(|| format!("{}/cni-rs-cluster/{name}", fields[1]))
+        })
+        .collect::<Vec<_>>();
+    for path in std::iter::once(format!("{CLUSTER_ROOT}/{name}")).chain(cgroups) {
         if Path::new(&path).exists() {
             found.push(path);
         }
     }
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     found.extend(mounts.lines().filter(|l| l.contains(&format!("{CLUSTER_ROOT}/{name}/"))).map(str::to_string));
     found
 }

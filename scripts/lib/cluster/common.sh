@@ -36,7 +36,13 @@ kc_set_name() {
   KC_DIR=$KC_ROOT/$KC_NAME
   KC_NETNS_PREFIX=kc-$KC_NAME-
   KC_CGROUP=cni-rs-cluster/$KC_NAME
-  KC_PIDS_CGROUP=/sys/fs/cgroup/pids/$KC_CGROUP
+  kc_cgroup_detect
+  # The one hierarchy whose cgroup.procs files hold every process of the cluster (what `down` reads).
+  if [[ $KC_CGROUP_MODE == v2 ]]; then
+    KC_PROCS_CGROUP=/sys/fs/cgroup/$KC_CGROUP
+  else
+    KC_PROCS_CGROUP=/sys/fs/cgroup/pids/$KC_CGROUP
+  fi
 }
 
 kc_netns() { echo "$KC_NETNS_PREFIX$1"; }          # kc_netns cp|net|wan|nodeN
@@ -58,10 +64,77 @@ kc_setting() { [[ -f $KC_DIR/settings/$1 ]] && cat "$KC_DIR/settings/$1"; return
 # The cgroup hierarchies of this machine (cgroup v1 controllers, and the v2 unified one), as mount points.
 kc_cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/self/mounts; }
 
+# The machine's cgroup mode, found once: v2 (the unified hierarchy alone at /sys/fs/cgroup), v1 (a hierarchy per
+# controller), or hybrid (v1's, plus a v2 hierarchy at /sys/fs/cgroup/unified, as systemd's hybrid mode mounts it:
+# its controllers are v1's, so the cluster drives v1 there).
+kc_cgroup_detect() {
+  [[ -n ${KC_CGROUP_MODE:-} ]] && return 0
+  if [[ $(stat -fc %T /sys/fs/cgroup 2>/dev/null) == cgroup2fs ]]; then
+    KC_CGROUP_MODE=v2
+  elif [[ $(stat -fc %T /sys/fs/cgroup/unified 2>/dev/null) == cgroup2fs ]]; then
+    KC_CGROUP_MODE=hybrid
+  else
+    KC_CGROUP_MODE=v1
+  fi
+}
+
+# cgroup v2: the controllers a node's subtree is given. The kubelet asks its cgroupRoot for each of cpu, cpuset,
+# memory, hugetlb and pids that the machine's root has (it reports the root missing otherwise); io is delegated
+# where present for the pods' block I/O weights. cpu, memory and pids are required.
+KC_CGROUP2_REQUIRED=(cpu memory pids)
+KC_CGROUP2_WANTED=(cpu cpuset memory pids io hugetlb)
+kc_cgroup2_controllers() {
+  local c
+  for c in "${KC_CGROUP2_WANTED[@]}"; do
+    grep -qw "$c" /sys/fs/cgroup/cgroup.controllers && echo "$c"
+  done
+  return 0
+}
+
+# Says which cgroup mode the cluster drives, and names what the machine lacks before anything is made: v1 needs
+# the pids hierarchy (where `down` finds the processes); v2 needs cpu, memory and pids in the root's
+# cgroup.controllers and every delegated controller enabled in its cgroup.subtree_control (enabled here if not
+# yet, as systemd does at boot; a root with processes of its own, as a container's cgroup namespace, refuses).
+kc_cgroup_preflight() {
+  local c missing=() refused=() enabled=()
+  case $KC_CGROUP_MODE in
+    v1 | hybrid)
+      [[ -f /sys/fs/cgroup/pids/cgroup.procs ]] || kc_die "cgroup $KC_CGROUP_MODE without a pids hierarchy at" \
+        "/sys/fs/cgroup/pids (where down finds the cluster's processes)"
+      if [[ $KC_CGROUP_MODE == v1 ]]; then
+        kc_say "cgroup v1 (a hierarchy per controller)"
+      else
+        kc_say "cgroup hybrid (v1 controllers, and v2 at /sys/fs/cgroup/unified): using v1"
+      fi
+      ;;
+    v2)
+      for c in "${KC_CGROUP2_REQUIRED[@]}"; do
+        grep -qw "$c" /sys/fs/cgroup/cgroup.controllers || missing+=("$c")
+      done
+      ((${#missing[@]} == 0)) || kc_die "cgroup v2: /sys/fs/cgroup/cgroup.controllers lacks ${missing[*]}" \
+        "(the kubelet needs ${KC_CGROUP2_REQUIRED[*]}; a container must be given them)"
+      for c in $(kc_cgroup2_controllers); do
+        grep -qw "$c" /sys/fs/cgroup/cgroup.subtree_control && continue
+        if echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control; then enabled+=("$c"); else refused+=("$c"); fi
+      done 2>/dev/null
+      # A refusal leaves the root as it was (a threaded controller, cpu or pids, may pass where memory does not).
+      ((${#refused[@]} == 0)) || for c in "${enabled[@]}"; do echo "-$c" >/sys/fs/cgroup/cgroup.subtree_control; done
+      ((${#refused[@]} == 0)) || kc_die "cgroup v2: the controller(s) ${refused[*]} cannot be delegated below" \
+        "/sys/fs/cgroup (writing +NAME to its cgroup.subtree_control failed: processes in a non-root cgroup, as a" \
+        "container's, forbid it; move them into a child cgroup first)"
+      kc_say "cgroup v2 (unified), delegating $(kc_cgroup2_controllers | tr '\n' ' ')to each node" ;;
+  esac
+}
+
 # kc_cgroup_make PATH: PATH (relative to each hierarchy's root) in every hierarchy; cpuset's cpus and mems are
-# copied down, which cgroup v1 does not do for a new child.
+# copied down, which cgroup v1 does not do for a new child. On v2 PATH is a parent (a node's subtree, the
+# cluster's): its controllers are enabled for its children, and it holds no process of its own (v2's rule).
 kc_cgroup_make() {
   local m rel="" part
+  if [[ $KC_CGROUP_MODE == v2 ]]; then
+    kc_cgroup2_make "$1" parent
+    return
+  fi
   for m in $(kc_cgroup_mounts); do
     rel=""
     for part in ${1//\// }; do
@@ -80,12 +153,33 @@ kc_cgroup_make() {
   done
 }
 
+# kc_cgroup2_make PATH parent|leaf: PATH below /sys/fs/cgroup, every cgroup on the way given the delegated
+# controllers for its children (cgroup.subtree_control), PATH itself too unless it is a leaf: processes live
+# only in leaves on v2.
+kc_cgroup2_make() {
+  local dir=/sys/fs/cgroup enable parts i
+  enable=$(kc_cgroup2_controllers | sed 's/^/+/' | tr '\n' ' ')
+  read -ra parts <<<"${1//\// }"
+  for ((i = 0; i < ${#parts[@]}; i++)); do
+    dir+=/${parts[i]}
+    # Another cluster coming up at the same time may make a shared parent first.
+    mkdir "$dir" 2>/dev/null || [[ -d $dir ]] || return 1
+    ((i == ${#parts[@]} - 1)) && [[ $2 == leaf ]] && break
+    echo "$enable" >"$dir/cgroup.subtree_control" || return 1
+  done
+}
+
 # kc_spawn CGROUP LOG CMD...: starts CMD in the background as a daemon (its own session, stdin closed, output
-# to LOG) inside cgroup CGROUP of the cluster (pids hierarchy: the one `down` reads), and prints its PID.
+# to LOG) inside cgroup CGROUP of the cluster (v1: the pids hierarchy, the one `down` reads; v2: a leaf), and
+# prints its PID.
 kc_spawn() {
-  local cgroup=$KC_PIDS_CGROUP/$1 log=$2
+  local cgroup=$KC_PROCS_CGROUP/$1 log=$2
+  if [[ $KC_CGROUP_MODE == v2 ]]; then
+    kc_cgroup2_make "$KC_CGROUP/$1" leaf || kc_die "cannot make the cgroup $KC_CGROUP/$1"
+  else
+    mkdir -p "$cgroup"
+  fi
   shift 2
-  mkdir -p "$cgroup"
   setsid bash -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cgroup" "$@" </dev/null >>"$log" 2>&1 &
   echo $!
 }
@@ -104,8 +198,17 @@ kc_in() {
 
 # Every PID in the cluster's cgroups.
 kc_pids() {
-  [[ -d $KC_PIDS_CGROUP ]] || return 0
-  find "$KC_PIDS_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null
+  [[ -d $KC_PROCS_CGROUP ]] || return 0
+  find "$KC_PROCS_CGROUP" -name cgroup.procs -exec cat {} + 2>/dev/null
+}
+
+# KILL to every process of the cluster: on v2 through cgroup.kill where the kernel has it (5.14+: the whole
+# subtree at once, a process forking meanwhile included), else by PID.
+kc_kill_hard() {
+  if [[ -f $KC_PROCS_CGROUP/cgroup.kill ]]; then
+    echo 1 >"$KC_PROCS_CGROUP/cgroup.kill" 2>/dev/null && return 0
+  fi
+  kill -KILL "$@" 2>/dev/null
 }
 
 # Ends every process of the cluster: TERM, a grace period, then KILL until none is left.
@@ -117,7 +220,7 @@ kc_kill_all() {
   while ((tries < 50)); do
     mapfile -t pids < <(kc_pids)
     ((${#pids[@]})) || return 0
-    ((tries >= 20)) && kill -KILL "${pids[@]}" 2>/dev/null
+    ((tries >= 20)) && kc_kill_hard "${pids[@]}"
     sleep 0.2
     tries=$((tries + 1))
   done
@@ -133,6 +236,15 @@ kc_cgroups_remove() {
     find "$m/$KC_CGROUP" -depth -type d -exec rmdir {} + 2>/dev/null || true
     # The parent goes with the last cluster.
     rmdir "$m/cni-rs-cluster" 2>/dev/null || true
+  done
+  return 0
+}
+
+# The cluster's cgroups that are left, in any hierarchy (down names them).
+kc_cgroups_left() {
+  local m
+  for m in $(kc_cgroup_mounts); do
+    [[ -d $m/$KC_CGROUP ]] && echo "$m/$KC_CGROUP"
   done
   return 0
 }

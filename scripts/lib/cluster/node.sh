@@ -132,6 +132,10 @@ $template
 TOML
 }
 
+# cgroupDriver cgroupfs on v1 and v2 alike: the kubelet writes the node's subtree (made and delegated by
+# kc_cgroup_make) directly, as runc does for containerd (SystemdCgroup off: the two must agree). The systemd
+# driver would need the node's daemons to be systemd units and a systemd on the machine, which the VM lane's guests
+# and many containers do not run.
 kc_kubelet_config() {
   local node=$1 pki=$KC_DIR/pki
   cat <<YAML
