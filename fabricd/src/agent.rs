@@ -69,6 +69,7 @@ struct Inputs {
 /// The agent, as steps: the node and its underlay, the masquerade's backend, the source, the HTTP servers,
 /// the netlink notifications and sysctls, then the loop until SIGTERM.
 pub async fn run(mut cli: Cli) -> Result<i32> {
+    let listeners = bind_http(&cli)?;
     let metrics = Arc::new(Metrics::default());
     let source = cli.source();
     // flanneld: the node's stored public addresses (Kubernetes: its node-public-ip annotations) win.
@@ -87,7 +88,9 @@ pub async fn run(mut cli: Cli) -> Result<i32> {
     let (ready_tx, ready) = watch::channel(false);
     let context = SourceContext { node: identity, previous: cli.previous(), tx, metrics: metrics.clone(), ready };
     let source = source.spawn(context)?;
-    serve_http(&cli, &metrics)?;
+    for (listener, endpoints) in listeners {
+        tokio::spawn(crate::metrics::serve(listener, metrics.clone(), endpoints));
+    }
     let (events_tx, events) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     dataplane::watch_events(events_tx, stop.clone()).map_err(|e| Error::netlink("netlink events", e))?;
@@ -134,19 +137,24 @@ fn masquerade_backend(cli: &Cli) -> Result<Option<Backend>> {
     Backend::resolve(cli.firewall_backend.as_deref()).map(Some).map_err(|e| Error::cni("--firewall-backend", e))
 }
 
-/// The metrics server (--metrics-addr) and flanneld's health server (--healthz-ip, --healthz-port).
-fn serve_http(cli: &Cli, metrics: &Arc<Metrics>) -> Result<()> {
+/// The listeners of the metrics server (--metrics-addr) and flanneld's health server (--healthz-ip,
+/// --healthz-port), bound before anything else: an address in use stops the agent at start.
+fn bind_http(cli: &Cli) -> Result<Vec<(std::net::TcpListener, Endpoints)>> {
+    let bind = |address: &str, flag: &str| {
+        agent_http::bind(address).map_err(|e| Error::io(format!("{flag} {address}: cannot listen"), e.error))
+    };
+    let mut listeners = Vec::new();
     if !cli.metrics_addr.is_empty() {
-        tokio::spawn(crate::metrics::serve(cli.metrics_addr.clone(), metrics.clone(), Endpoints::Metrics));
+        listeners.push((bind(&cli.metrics_addr, "--metrics-addr")?, Endpoints::Metrics));
     }
     if cli.healthz_port > 0 {
         let ip = cli.healthz_ip.parse::<std::net::IpAddr>();
         let ip = ip.map_err(|_| Error::Config(format!("--healthz-ip {:?} is not an address", cli.healthz_ip)))?;
         let address = std::net::SocketAddr::new(ip, cli.healthz_port).to_string();
         log!(info, "serving /healthz and /readyz on {address}");
-        tokio::spawn(crate::metrics::serve(address, metrics.clone(), Endpoints::Health));
+        listeners.push((bind(&address, "--healthz-port")?, Endpoints::Health));
     }
-    Ok(())
+    Ok(listeners)
 }
 
 impl Agent {
@@ -182,7 +190,9 @@ impl Agent {
         if let Err(e) = node::family_sysctls(&self.files.node_record(), &cluster.config) {
             log!(error, "{}", Error::io("IPv6 forwarding", e));
         }
+        let timer = Instant::now();
         let outcome = self.reconcile(cluster).await?;
+        self.metrics.reconcile_duration_seconds.observe(timer.elapsed().as_secs_f64());
         Metrics::inc(&self.metrics.reconciles_total);
         let ok = match outcome {
             Ok(report) => self.record(cluster, &report, &trigger),
@@ -237,7 +247,10 @@ impl Agent {
             log!(info, "applied {changes} changes: {}", summary(&report.changes));
         }
         if let Trigger::Store(seen) = trigger {
-            Metrics::set(&self.metrics.last_convergence_seconds, seen.elapsed().as_micros() as u64);
+            self.metrics.last_convergence_seconds.set(seen.elapsed().as_secs_f64());
+        }
+        if report.errors.is_empty() {
+            self.metrics.paths(cluster.config.backend.type_name(), report.paths.iter());
         }
         self.log_refusals(report);
         self.log_second_keys(cluster);

@@ -259,3 +259,46 @@ pub fn http_get(ns: &TestNetns, addr: SocketAddr, path: &str) -> Result<String, 
     }
     Ok(body.to_string())
 }
+
+/// `/metrics` of an agent at `addr` (from inside `ns`), parsed as the Prometheus text format, strictly: every
+/// line a `# HELP`, a `# TYPE` of a known type, or a sample with a number, of a family typed before it. Panics
+/// with the text when it is not.
+pub fn scrape(ns: &TestNetns, addr: SocketAddr) -> prometheus_parse::Scrape {
+    use prometheus_parse::{LineInfo, SampleType};
+    let text = http_get(ns, addr, "/metrics").unwrap_or_else(|e| panic!("/metrics: {e}"));
+    let mut typed = BTreeSet::new();
+    for line in text.lines() {
+        match LineInfo::parse(line) {
+            LineInfo::Doc { .. } => {}
+            LineInfo::Type { sample_type: SampleType::Untyped, .. } => panic!("an unknown type: {line:?}\n{text}"),
+            LineInfo::Type { metric_name, metric_alias, .. } => {
+                typed.insert(metric_alias.unwrap_or(metric_name));
+            }
+            LineInfo::Sample { metric_name, value, .. } => {
+                let family = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| metric_name.strip_suffix(suffix).filter(|f| typed.contains(*f)))
+                    .unwrap_or(metric_name);
+                assert!(typed.contains(family), "a sample without a # TYPE: {line:?}\n{text}");
+                let number = matches!(value, "+Inf" | "-Inf" | "NaN") || value.parse::<f64>().is_ok();
+                assert!(number, "not a number: {line:?}\n{text}");
+            }
+            LineInfo::Empty | LineInfo::Ignored => panic!("not the Prometheus text format: {line:?}\n{text}"),
+        }
+    }
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).expect("parsed")
+}
+
+/// The value of the sample `name` with `labels` (all of them, exactly) in `scrape`: counters, gauges and
+/// untyped samples; a histogram's count.
+pub fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    use prometheus_parse::Value;
+    let sample = scrape.samples.iter().find(|s| {
+        s.metric == name && s.labels.len() == labels.len() && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+    })?;
+    match &sample.value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => Some(*v),
+        Value::Histogram(buckets) => buckets.iter().map(|b| b.count).reduce(f64::max),
+        Value::Summary(_) => None,
+    }
+}

@@ -1,10 +1,11 @@
 //! The path an operator walks with fabricd: the flags after the subcommand, one conflist by the name the node
-//! uses (flannel's, on a node that had it), `/metrics` and `/healthz`, etcd lost and found again in the log,
+//! uses (flannel's, on a node that had it), `/metrics` (parsed as Prometheus does), `/healthz` and `/readyz`, a
+//! metrics address in use refused at start, etcd lost and found again in the log,
 //! `cleanup` (the bridge's gateway address removed, ip_forward put back, the empty nat table the masquerade made removed) and a rejoin whose first pod works.
 
 use std::net::SocketAddr;
 
-use netns_tests::daemon::http_get;
+use netns_tests::daemon::{http_get, sample, scrape};
 use netns_tests::fabric::*;
 use netns_tests::json;
 use nix::sys::signal::Signal;
@@ -62,6 +63,20 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     assert_eq!(http_get(&node0.node, address, "/healthz").unwrap(), "ok\n");
     let other = http_get(&node0.node, address, "/").unwrap_err();
     assert!(other.contains("404"), "{other}");
+    assert_eq!(http_get(&node0.node, address, "/readyz").unwrap(), "flanneld is ready");
+    // /metrics in the Prometheus text format: passes made and timed, the peer by backend and its route.
+    let scrape = scrape(&node0.node, address);
+    let value = |name: &str, labels: &[(&str, &str)]| sample(&scrape, name, labels).unwrap_or(-1.0);
+    let passes = value("fabricd_reconciles_total", &[]);
+    assert!(passes >= 1.0 && value("fabricd_reconcile_duration_seconds_count", &[]) == passes, "{scrape:?}");
+    assert_eq!(value("fabricd_backend_peers", &[("backend", "vxlan"), ("family", "ipv4")]), 1.0);
+    assert_eq!(value("fabricd_routes", &[("backend", "vxlan"), ("family", "ipv4"), ("path", "overlay")]), 1.0);
+    assert_eq!(value("fabricd_peers", &[]), 1.0);
+    // An address in use: a second agent stops at start and says why (nothing read, nothing changed).
+    let second = node0.run(&["--static-config=/nonexistent", "--metrics-addr=127.0.0.1:9799"]);
+    assert!(!second.success(), "{}", second.stderr);
+    let said = "--metrics-addr 127.0.0.1:9799: cannot listen: Address already in use";
+    assert!(second.stderr.contains(said), "{}", second.stderr);
 
     // etcd lost and found again: both logged.
     cluster.etcd.as_mut().unwrap().kill();

@@ -13,12 +13,16 @@
 //!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
 //!   destination's ingress policy and by the source's egress policy, in both families; a connection from
 //!   outside through a pod's hostPort (DNAT, then forward) is judged by the pod's ingress policy.
+//! - `metrics_and_health_endpoints`: `--metrics-addr`'s `/metrics` (parsed as Prometheus does) holds the sizes
+//!   of the compiled plan and counts each transaction by what it changed; `/healthz`, `/readyz`; an address in
+//!   use stops a second agent at start.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use netns_tests::daemon::{http_get, sample, scrape};
 use netns_tests::netpol::{policy, reaches, PolicyNode, Probe, Proto};
 use netns_tests::{bin, json, Value};
 use netpol::compile::{compile, NodeOptions};
@@ -423,4 +427,64 @@ fn the_node_reaches_its_pods_under_default_deny() {
         );
     }
     drop(kubelet);
+}
+
+/// `--metrics-addr`: `/readyz` and `/healthz` 200 once the first view is in force; `/metrics` in the
+/// Prometheus text format, its sizes those of the compiled plan, its transactions counted by what they
+/// changed; a second agent on the same address stops at start and says why, the node unchanged.
+#[test]
+fn metrics_and_health_endpoints() {
+    if !netns_tests::require("nft", netns_tests::on_path("nft"), "apt-get install nftables") {
+        return;
+    }
+    let mut node = PolicyNode::empty(false);
+    let pod = node.add_pod("x", "a");
+    node.pods.push(pod);
+    node.write_cluster(&node.cluster(&[], &[]));
+    let address = SocketAddr::from(([127, 0, 0, 1], 9798));
+    let file = node.cluster_file.display().to_string();
+    let _agent = node.start_agent_with(&["--metrics-addr", "127.0.0.1:9798", "run", "--static", &file]);
+    let ns = &node.kubenet.node;
+    let ready = netns_tests::wait_for(Duration::from_secs(10), || http_get(ns, address, "/readyz").is_ok());
+    assert!(ready.is_some(), "/readyz: {:?}\n{}", http_get(ns, address, "/readyz"), node.log());
+    assert_eq!(http_get(ns, address, "/healthz").unwrap(), "ok\n");
+    assert!(http_get(ns, address, "/nothing").unwrap_err().contains("404"));
+
+    let in_force = |cluster: &Value| {
+        let options = NodeOptions { pod_cidrs: node.pod_cidrs.iter().map(|c| c.parse().unwrap()).collect() };
+        let plan = compile(&serde_json::from_value::<Cluster>(cluster.clone()).unwrap(), &options);
+        let (rules, elements) = plan.size();
+        let scrape = scrape(ns, address);
+        let value = |name: &str| sample(&scrape, name, &[]).unwrap_or(-1.0);
+        assert_eq!(value("cni_netpol_rules"), rules as f64, "{scrape:?}");
+        assert_eq!(value("cni_netpol_sets"), plan.sets.len() as f64, "{scrape:?}");
+        assert_eq!(value("cni_netpol_set_elements"), elements as f64, "{scrape:?}");
+        assert!(value("cni_netpol_last_apply_timestamp_seconds") > 1.7e9, "{scrape:?}");
+        let transactions = ["replaced", "rules", "elements"]
+            .map(|result| sample(&scrape, "cni_netpol_transactions_total", &[("result", result)]).unwrap_or(0.0));
+        assert_eq!(value("cni_netpol_transaction_duration_seconds_count"), transactions.iter().sum::<f64>());
+        transactions
+    };
+    assert_eq!(in_force(&node.cluster(&[], &[])), [1.0, 0.0, 0.0], "the table written at start");
+    let isolated = node.cluster(&[], &[policy("x", "deny", json!({"podSelector": {"matchLabels": {"pod": "a"}}}))]);
+    node.apply(&isolated);
+    assert_eq!(in_force(&isolated), [1.0, 1.0, 0.0], "a policy: the policy chains written again");
+    let mut relabelled = isolated.clone();
+    relabelled["pods"][0]["metadata"]["labels"]["pod"] = json!("b");
+    node.apply(&relabelled);
+    assert_eq!(in_force(&relabelled), [1.0, 1.0, 1.0], "a label: set elements");
+
+    let ruleset = node.kubenet.node.exec("nft", &["list", "ruleset"], &[], b"").stdout;
+    let second = node
+        .kubenet
+        .node
+        .command(bin("cni-netpol"))
+        .args(["--metrics-addr", "127.0.0.1:9798", "--table", "second", "run", "--static", &file, "--once"])
+        .output()
+        .expect("cni-netpol");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{stderr}");
+    let said = "cni-netpol: --metrics-addr: cannot listen on 127.0.0.1:9798: Address already in use";
+    assert!(stderr.starts_with(said), "{stderr}");
+    assert_eq!(node.kubenet.node.exec("nft", &["list", "ruleset"], &[], b"").stdout, ruleset, "nothing changed");
 }

@@ -10,13 +10,15 @@
 //! the server is down, then etcd compacted, as fabric_kube.rs forces fabricd's 410 with the compaction added:
 //! without it the server replays the deletion from etcd): the agent's watches are answered 410 Gone, it
 //! lists again, and the rules follow the deletion made in the gap; the table is there at every moment (listed
-//! every 20 ms throughout) and the change is a rule change, not a replaced table.
+//! every 20 ms throughout) and the change is a rule change, not a replaced table; `/metrics` counts the relist
+//! and times each change from its API event to the kernel.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use netns_tests::daemon::{sample, scrape};
 use netns_tests::kubeapi::{self, KubeApi, ADMIN_TOKEN};
 use netns_tests::netpol::{policy, PolicyNode, Probe, Proto};
 use netns_tests::{json, veth_between, TestNetns, Value};
@@ -25,6 +27,8 @@ use netpol::model::Cluster;
 use netpol::plan::Packet;
 
 const API_IP: Ipv4Addr = Ipv4Addr::new(192, 168, 91, 2);
+/// The agent's `--metrics-addr`, in the node.
+const METRICS: &str = "127.0.0.1:9798";
 
 struct Rig {
     node: PolicyNode,
@@ -36,7 +40,8 @@ impl Rig {
     /// The agent watching the API server as admin, once it has written its first table.
     fn watching_agent(&mut self) -> netns_tests::Daemon {
         let kubeconfig = self.api.kubeconfig("admin", ADMIN_TOKEN).display().to_string();
-        let agent = self.node.start_agent_with(&["watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"]);
+        let args = ["--metrics-addr", METRICS, "watch", "--kubeconfig", &kubeconfig, "--repair-ms", "1000"];
+        let agent = self.node.start_agent_with(&args);
         let first = netns_tests::wait_for(Duration::from_secs(30), || self.node.applied() > 0);
         assert!(first.is_some(), "the agent's first table:\n{}", self.node.log());
         agent
@@ -212,4 +217,11 @@ fn relists_after_410_gone() {
     assert!(listed > 10 && missing == 0, "the table was missing {missing} of {} times", listed + missing);
     let table = rig.assert_enforced("x's policy deleted in the gap: x open again, z still denied");
     assert!(table.iter().all(|(p, &r)| r != p.dst.starts_with("z/")));
+    // Counted: the relist and the watch restarts; each change from an API event to the kernel, timed.
+    let scrape = scrape(&rig.node.kubenet.node, METRICS.parse().unwrap());
+    let value = |name: &str, labels: &[(&str, &str)]| sample(&scrape, name, labels).unwrap_or(0.0);
+    let policies = [("resource", "networkpolicies")];
+    assert!(value("cni_netpol_relists_total", &policies) >= 1.0, "{scrape:?}");
+    assert!(value("cni_netpol_watch_restarts_total", &policies) >= 1.0, "{scrape:?}");
+    assert!(value("cni_netpol_event_to_kernel_seconds_count", &[]) >= 3.0, "two policies and the relist: {scrape:?}");
 }

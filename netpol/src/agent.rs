@@ -9,11 +9,13 @@
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::apply::{self, Applied};
 use crate::compile::{compile, NodeOptions};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::model::Cluster;
 use crate::plan::Plan;
 
@@ -62,6 +64,8 @@ pub struct Agent {
     source_failing: bool,
     /// A view whose transaction the kernel refused: tried again at each [`Agent::repair`].
     pending: Option<Cluster>,
+    /// What it did and holds (served on `--metrics-addr`).
+    pub metrics: Arc<Metrics>,
 }
 
 impl Agent {
@@ -73,6 +77,7 @@ impl Agent {
             logged: BTreeSet::new(),
             source_failing: false,
             pending: None,
+            metrics: Arc::default(),
         }
     }
 
@@ -94,6 +99,7 @@ impl Agent {
                 done => done,
             },
         };
+        self.metrics.transaction(applied.as_ref().ok().copied(), started.elapsed());
         let applied = match applied {
             Ok(applied) => applied,
             Err(error) => {
@@ -103,6 +109,7 @@ impl Agent {
             }
         };
         self.pending = None;
+        self.metrics.in_force(&plan);
         if applied != Applied::Unchanged {
             let (rules, elements) = plan.size();
             let took = started.elapsed();
@@ -139,7 +146,10 @@ impl Agent {
         if let Some(plan) = &self.applied {
             if !apply::exists(&self.table).unwrap_or(true) {
                 log!("table inet {} is gone: putting it back", self.table);
-                apply::replace(&self.table, plan).map_err(|error| Error::Nftables { doing: "repairing", error })?;
+                let started = Instant::now();
+                let replaced = apply::replace(&self.table, plan);
+                self.metrics.transaction(replaced.as_ref().ok().copied(), started.elapsed());
+                replaced.map_err(|error| Error::Nftables { doing: "repairing", error })?;
             }
         }
         Ok(())

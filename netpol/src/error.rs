@@ -24,6 +24,8 @@ pub enum Error {
     Kube(kube::Error),
     /// A watch ended before its first complete list (the runtime shutting down).
     WatchEnded,
+    /// The metrics address (`--metrics-addr`) cannot be listened on.
+    Listen(agent_http::BindError),
 }
 
 impl fmt::Display for Error {
@@ -39,6 +41,7 @@ impl fmt::Display for Error {
             Error::InferConfig(error) => write!(f, "no kubeconfig: {error}"),
             Error::Kube(error) => write!(f, "Kubernetes API: {error}"),
             Error::WatchEnded => f.write_str("a watch ended before its first list"),
+            Error::Listen(error) => write!(f, "--metrics-addr: {error}"),
         }
     }
 }

@@ -8,11 +8,14 @@
 //! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
 //! - [`agent`]: the loop: a source of cluster views, compiled and applied; [`error`]: its errors.
 //! - [`watch`]: the Kubernetes source (Pods, Namespaces, NetworkPolicies watched into reflector stores).
+//! - [`metrics`]: what the agent did and holds, in the Prometheus text format, with `/healthz` and `/readyz`
+//!   (`--metrics-addr`).
 
 pub mod agent;
 pub mod apply;
 pub mod compile;
 pub mod error;
+pub mod metrics;
 pub mod model;
 pub mod nft;
 pub mod plan;

@@ -1,6 +1,7 @@
 //! cni-netpol: Kubernetes NetworkPolicy on this node, in nftables (see the crate's README).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -8,6 +9,7 @@ use ipnet::IpNet;
 
 use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
 use netpol::compile::NodeOptions;
+use netpol::metrics::Metrics;
 use netpol::plan::TABLE;
 
 #[derive(Parser, Debug)]
@@ -16,6 +18,9 @@ struct Cli {
     /// The nftables table (family inet) the agent owns.
     #[arg(long, default_value = TABLE, global = true)]
     table: String,
+    /// Serve /metrics (Prometheus text), /healthz and /readyz on this address (host:port; default: none).
+    #[arg(long, global = true)]
+    metrics_addr: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,10 +67,12 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { file, pod_cidrs, interval_ms, once } => run(&cli.table, file, pod_cidrs, interval_ms, once),
-        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => {
-            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms))
+        Command::Run { file, pod_cidrs, interval_ms, once } => {
+            serve(cli.metrics_addr).and_then(|metrics| run(&cli.table, file, pod_cidrs, interval_ms, once, metrics))
         }
+        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => serve(cli.metrics_addr).and_then(|metrics| {
+            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms), metrics)
+        }),
         Command::Cleanup => netpol::apply::remove(&cli.table)
             .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
     };
@@ -75,15 +82,26 @@ fn main() {
     }
 }
 
+/// The agent's metrics, served on `address` (bound now: an address in use stops the agent at start).
+fn serve(address: Option<String>) -> Result<Arc<Metrics>, netpol::error::Error> {
+    let metrics = Arc::new(Metrics::default());
+    if let Some(address) = address {
+        netpol::metrics::serve(&address, metrics.clone()).map_err(netpol::error::Error::Listen)?;
+    }
+    Ok(metrics)
+}
+
 fn run(
     table: &str,
     file: PathBuf,
     pod_cidrs: Vec<IpNet>,
     interval_ms: u64,
     once: bool,
+    metrics: Arc<Metrics>,
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
     let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+    agent.metrics = metrics;
     let mut source = StaticFile::new(file);
     let first = source.poll()?.unwrap_or_default();
     agent.apply(&first)?;
@@ -99,6 +117,7 @@ fn watch(
     node_name: Option<String>,
     mut pod_cidrs: Vec<IpNet>,
     repair: Duration,
+    metrics: Arc<Metrics>,
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
@@ -111,6 +130,7 @@ fn watch(
             eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
         }
         let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+        agent.metrics = metrics;
         netpol::watch::run(&mut agent, client, repair).await
     })
 }

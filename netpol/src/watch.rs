@@ -28,6 +28,7 @@ use tokio::sync::Notify;
 
 use crate::agent::Agent;
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::model::{self, Cluster};
 
 /// How long the agent waits after an event for the rest of its burst (a Deployment's rollout, say).
@@ -79,8 +80,8 @@ pub async fn wait_node_pod_cidrs(client: &Client, name: &str) -> Vec<ipnet::IpNe
 }
 
 /// Watches one kind into a store; `changed` is notified on every event. Errors (the API server lost, 410
-/// Gone) are logged when they start and end; the watcher relists and retries with backoff.
-fn watch<K>(client: &Client, changed: Arc<Notify>) -> Store<K>
+/// Gone) are logged when they start and end, and counted; the watcher relists and retries with backoff.
+fn watch<K>(client: &Client, changed: Arc<Notify>, metrics: Arc<Metrics>) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + DeserializeOwned + Send + Sync + 'static,
 {
@@ -99,11 +100,13 @@ where
                         eprintln!("cni-netpol: watching {}: back", K::plural(&()));
                         failing = false;
                     }
+                    metrics.event();
                     changed.notify_one();
                 }
                 // The watch's resourceVersion is older than the server keeps (after a restart, a compaction):
                 // the watcher lists everything again. Said every time: a relist is no failure to wait out.
                 Err(watcher::Error::WatchError(status)) if status.code == 410 => {
+                    metrics.watch_restart(&K::plural(&()), true);
                     eprintln!(
                         "cni-netpol: watching {}: resourceVersion expired (410 Gone): listing again, the rules in \
                          force until the list is complete",
@@ -112,11 +115,12 @@ where
                     failing = true;
                 }
                 Err(e) if !failing => {
+                    metrics.watch_restart(&K::plural(&()), false);
                     let cause = std::error::Error::source(&e).map(|s| format!(" ({s})")).unwrap_or_default();
                     eprintln!("cni-netpol: watching {}: {e}{cause}: keeping the rules in force", K::plural(&()));
                     failing = true;
                 }
-                Err(_) => {}
+                Err(_) => metrics.watch_restart(&K::plural(&()), false),
             }
         }
     });
@@ -141,15 +145,18 @@ impl Stores {
 /// Runs the agent on the cluster's objects until killed.
 pub async fn run(agent: &mut Agent, client: Client, tick: Duration) -> Result<(), Error> {
     let changed = Arc::new(Notify::new());
+    let metrics = agent.metrics.clone();
     let stores = Stores {
-        pods: watch(&client, changed.clone()),
-        namespaces: watch(&client, changed.clone()),
-        policies: watch(&client, changed.clone()),
+        pods: watch(&client, changed.clone(), metrics.clone()),
+        namespaces: watch(&client, changed.clone(), metrics.clone()),
+        policies: watch(&client, changed.clone(), metrics.clone()),
     };
     for ready in [stores.pods.wait_until_ready().await, stores.namespaces.wait_until_ready().await] {
         ready.map_err(|_| Error::WatchEnded)?;
     }
     stores.policies.wait_until_ready().await.map_err(|_| Error::WatchEnded)?;
+    // The lists' events: the start, not an event to time.
+    metrics.take_event();
     if let Err(e) = agent.apply(&stores.view()) {
         eprintln!("cni-netpol: {e}");
     }
@@ -158,7 +165,10 @@ pub async fn run(agent: &mut Agent, client: Client, tick: Duration) -> Result<()
         tokio::select! {
             _ = changed.notified() => {
                 tokio::time::sleep(SETTLE).await;
-                if let Err(e) = agent.apply(&stores.view()) {
+                let since = metrics.take_event();
+                let applied = agent.apply(&stores.view());
+                metrics.event_applied(since, applied.as_ref().ok().copied());
+                if let Err(e) = applied {
                     eprintln!("cni-netpol: {e}");
                 }
             }

@@ -587,6 +587,7 @@ impl Watch<'_> {
                         log!(warn, "etcd lease {token} of {} is gone: acquiring again", cluster.subnet);
                         return Ok(WatchEnd::OwnLost);
                     };
+                    Metrics::inc(&self.metrics.lease_renewals_total);
                     *renew_at = Instant::now() + remaining.saturating_sub(self.options.renew_margin).max(Duration::from_secs(1));
                 }
             }

@@ -263,6 +263,11 @@ fn netpol_daemonset_matches_the_image_and_the_binary() {
     assert!(!args.contains_key("--kubeconfig"), "in-cluster configuration: the service account's token");
     let env = main["env"].as_array().expect("env");
     assert!(env.iter().any(|e| e["name"] == "NODE_NAME" && e["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"));
+    // Metrics on the node's address (hostNetwork: the pod's IP), the port named `metrics`, probed there.
+    assert!(env.iter().any(|e| e["name"] == "POD_IP" && e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"));
+    let port = main["ports"].as_array().expect("ports").iter().find(|p| p["name"] == "metrics").expect("port metrics");
+    assert_eq!(args["--metrics-addr"], format!("$(POD_IP):{}", port["containerPort"]));
+    assert_eq!(main["readinessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
     let security = &main["securityContext"];
     assert_eq!(security["privileged"], false);
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));

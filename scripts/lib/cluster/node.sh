@@ -236,9 +236,10 @@ kc_node_up() {
   return 0
 }
 
-# The NetworkPolicy agent, a node daemon beside kube-proxy: its table, its Node's podCIDRs.
+# The NetworkPolicy agent, a node daemon beside kube-proxy: its table, its Node's podCIDRs; /metrics, /healthz
+# and /readyz on the node's port 9798 (its own namespace: every node has its own).
 kc_node_cni_netpol() {
   local node=$1
   kc_node_spawn "$node" cni-netpol "$(kc_setting netpol-bin)" watch --kubeconfig "$KC_DIR/cni-netpol.kubeconfig" \
-    --node-name "$node"
+    --node-name "$node" --metrics-addr 0.0.0.0:9798
 }
