@@ -31,7 +31,7 @@ use super::lease::{
     Peer, Previous, StoredLease,
 };
 use crate::backend::BackendContext;
-use crate::error::{Error, EtcdErrorKind, Result};
+use crate::error::{ConfigError, Error, EtcdErrorKind, Result, StoreError};
 use crate::flannel::{subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 use crate::metrics::Metrics;
@@ -68,7 +68,7 @@ impl EtcdOptions {
                 tls = tls.identity(Identity::from_pem(read("certfile", cert)?, read("keyfile", key)?));
             }
             (None, None) => {}
-            _ => return Err(Error::Config("--etcd-certfile and --etcd-keyfile go together".into())),
+            _ => return Err(ConfigError::EtcdCertWithoutKey.into()),
         }
         Ok(Some(tls))
     }
@@ -230,10 +230,7 @@ impl LeaseStore for EtcdStore {
     async fn config(&mut self) -> Result<NetworkConfig> {
         match self.config_text().await? {
             Some(text) => NetworkConfig::parse_with(&text, &self.backend).map_err(Error::Format),
-            None => Err(Error::Store(format!(
-                "no network config at {}/config (etcdctl put {}/config '{{\"Network\":\"10.244.0.0/16\",\"Backend\":{{\"Type\":\"vxlan\"}}}}')",
-                self.prefix, self.prefix
-            ))),
+            None => Err(StoreError::NoConfig { prefix: self.prefix.clone() }.into()),
         }
     }
 

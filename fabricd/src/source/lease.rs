@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result, StoreError};
 use crate::family::overlaps;
 use crate::family::Family;
 use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
@@ -167,13 +167,7 @@ impl NodeIdentity {
         };
         for plan in config.families() {
             if self.public(plan.family()).is_none() {
-                return Err(Error::Config(format!(
-                    "the cluster enables {} ({}) but this node has no public {} address (--iface, --public-ip{})",
-                    plan.family(),
-                    plan.network,
-                    plan.family(),
-                    if plan.family() == Family::V6 { "v6" } else { "" }
-                )));
+                return Err(ConfigError::NoPublicAddressOf { family: plan.family(), network: plan.network }.into());
             }
         }
         Ok(LeaseAttrs {
@@ -264,7 +258,7 @@ pub async fn acquire<S: LeaseStore>(
     attrs: &LeaseAttrs,
     mut previous: Previous,
 ) -> Result<(SubnetKey, LeaseToken)> {
-    let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
+    let address = attrs.node_address().ok_or(ConfigError::NoPublicAddress)?;
     for attempt in 0u32.. {
         let listing = store.leases().await?;
         // A node keeps the subnet its pods have their addresses from, or does not start.
@@ -387,10 +381,7 @@ fn free_subnet(listing: &Listing, config: &NetworkConfig, previous: Previous) ->
             None => {
                 let free = plan.free_subnets(&taken, 100);
                 if free.is_empty() {
-                    return Err(Error::Store(format!(
-                        "out of subnets: every /{} of {} is leased",
-                        plan.subnet_len, plan.network
-                    )));
+                    return Err(StoreError::OutOfSubnets { subnet_len: plan.subnet_len, network: plan.network }.into());
                 }
                 free[random_below(free.len())]
             }
@@ -508,10 +499,9 @@ pub async fn snapshot<S: LeaseStore>(store: &mut S, node: &NodeIdentity, previou
         Some(_) => node.public(Family::V4),
         None => node.public(Family::V6),
     };
-    let address =
-        address.ok_or_else(|| Error::Config("the node has no public address of the cluster's family".into()))?;
+    let address = address.ok_or(ConfigError::NoPublicAddressOfCluster)?;
     let Some((subnet, token)) = find_own(&listing, address, previous) else {
-        return Err(Error::Store(format!("no lease in the store for this node ({address})")));
+        return Err(StoreError::NoOwnLease(address).into());
     };
     Ok(Cluster { config, subnet, lease: Some(token), peers: listing.peers_of(subnet) })
 }

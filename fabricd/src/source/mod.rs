@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::flannel::SubnetKey;
 use crate::metrics::Metrics;
 
@@ -67,7 +67,7 @@ pub trait Source {
     /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
     fn acquire<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> SourceFuture<'a, (SubnetKey, LeaseToken)> {
         let _ = (node, previous);
-        Box::pin(async { Err(Error::Config("acquire needs etcd".into())) })
+        Box::pin(async { Err(ConfigError::AcquireWithoutEtcd.into()) })
     }
 }
 
