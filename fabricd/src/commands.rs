@@ -33,7 +33,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
     println!("peers: {} ({} refused)", cluster.peers.len(), report.refused().count());
     for (key, peer) in &cluster.peers {
         for subnet in key.subnets() {
-            let family = Family::of(&subnet.addr());
+            let family = Family::of(subnet.addr());
             let how = match report.paths.get(&subnet) {
                 Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
                 Some(PeerPath::Overlay { endpoint, port, id }) => {
@@ -54,7 +54,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
     for family in Family::ALL {
         ours += dataplane
             .netlink()
-            .routes(family.netlink(), cnicore::netlink::RT_TABLE_MAIN)
+            .routes(family, cnicore::netlink::RT_TABLE_MAIN)
             .map_err(|e| Error::netlink("reading the routes", e))?
             .into_iter()
             .filter(|r| r.protocol == Some(crate::underlay::ROUTE_PROTOCOL))
