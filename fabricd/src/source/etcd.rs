@@ -24,11 +24,11 @@ use etcd_client::{
 };
 
 use tokio::sync::watch;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
 use super::lease::{
-    acquire, lease_entry, random_below, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity, NotALease,
-    Peer, Previous, StoredLease,
+    acquire, lease_entry, publish, Backoff, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity,
+    NotALease, Peer, Previous, StoredLease,
 };
 use crate::backend::BackendContext;
 use crate::error::{ConfigError, Error, EtcdErrorKind, Result, StoreError};
@@ -361,7 +361,7 @@ pub async fn run(
     tx: watch::Sender<Option<Cluster>>,
     metrics: Arc<Metrics>,
 ) -> Error {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100));
     let mut state = SourceState { previous, backend: options.backend.clone(), ..SourceState::default() };
     loop {
         let started = Instant::now();
@@ -372,13 +372,11 @@ pub async fn run(
         Metrics::set(&metrics.store_connected, 0);
         Metrics::inc(&metrics.etcd_errors_total);
         state.outage.get_or_insert_with(Instant::now);
-        log!(error, "{e}; the data plane is kept as it is, retrying in {backoff:?}");
+        log!(error, "{e}; the data plane is kept as it is, retrying in {:?}", backoff.next());
         if started.elapsed() > Duration::from_secs(30) {
-            backoff = Duration::from_millis(100);
+            backoff.reset();
         }
-        // Jittered, so that thousands of agents cut off together do not come back together.
-        sleep(backoff + Duration::from_millis(random_below(backoff.as_millis() as usize / 2 + 1) as u64)).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }
 
@@ -458,7 +456,7 @@ async fn session(
         loop {
             let listing = store.leases().await?;
             cluster.peers = listing.peers_of(subnet);
-            publish(tx, &cluster, metrics);
+            publish(tx, metrics, &cluster);
             let watch = Watch { store: &mut store, options, attrs: &attrs, state: &mut *state, tx, metrics };
             match watch.run(&mut cluster, listing.revision + 1, &mut renew_at).await? {
                 WatchEnd::Relist => continue,
@@ -577,7 +575,7 @@ impl Watch<'_> {
                         }
                         OwnKey::Overwritten { value, lease, revision } => self.write_back(cluster, value, lease, revision).await?,
                     }
-                    publish(self.tx, cluster, self.metrics);
+                    publish(self.tx, self.metrics, cluster);
                 }
                 _ = tokio::time::sleep_until(*renew_at) => {
                     let Some(remaining) = self.store.renew(token).await? else {
@@ -699,16 +697,4 @@ impl Watch<'_> {
         }
         own
     }
-}
-
-fn publish(tx: &watch::Sender<Option<Cluster>>, cluster: &Cluster, metrics: &Metrics) {
-    Metrics::set(&metrics.peers, cluster.peers.len() as u64);
-    tx.send_if_modified(|current| {
-        if current.as_ref() == Some(cluster) {
-            false
-        } else {
-            *current = Some(cluster.clone());
-            true
-        }
-    });
 }

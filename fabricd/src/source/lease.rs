@@ -7,12 +7,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use tokio::sync::watch;
 
 use crate::error::{ConfigError, Error, Result, StoreError};
 use crate::family::overlaps;
 use crate::family::Family;
 use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
+use crate::metrics::Metrics;
 
 /// The largest value read as a lease. A lease that fabricd or flanneld writes is under 400 bytes (a dual-stack
 /// vxlan lease with both families' data); a larger value is not a lease, and is not kept in memory.
@@ -514,4 +516,48 @@ pub fn random_below(n: usize) -> usize {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
     );
     (hasher.finish() % n.max(1) as u64) as usize
+}
+/// Publishes `cluster` when it differs from what was published last (the agent wakes for changes only), and
+/// sets the peers gauge: what every source does with the cluster it read.
+pub fn publish(tx: &watch::Sender<Option<Cluster>>, metrics: &Metrics, cluster: &Cluster) {
+    Metrics::set(&metrics.peers, cluster.peers.len() as u64);
+    tx.send_if_modified(|current| {
+        let changed = current.as_ref() != Some(cluster);
+        if changed {
+            *current = Some(cluster.clone());
+        }
+        changed
+    });
+}
+
+/// The wait between attempts to reach a store: from `first`, doubling up to 5 s, each wait up to half again
+/// longer at random, so that thousands of agents cut off together do not come back together.
+pub struct Backoff {
+    first: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    const MAX: Duration = Duration::from_secs(5);
+
+    pub fn new(first: Duration) -> Backoff {
+        Backoff { first, next: first }
+    }
+
+    /// The next wait, before its jitter.
+    pub fn next(&self) -> Duration {
+        self.next
+    }
+
+    /// Back to the first wait (the store answered for long enough).
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+
+    /// Sleeps the next wait with its jitter, and doubles it.
+    pub async fn wait(&mut self) {
+        let jitter = Duration::from_millis(random_below(self.next.as_millis() as usize / 2 + 1) as u64);
+        tokio::time::sleep(self.next + jitter).await;
+        self.next = (self.next * 2).min(Backoff::MAX);
+    }
 }

@@ -77,7 +77,7 @@ pub struct StaticSource(pub PathBuf, pub crate::backend::BackendContext);
 impl Source for StaticSource {
     fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
         static_file::load(&self.0, &self.1)?;
-        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx)))
+        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx, context.metrics)))
     }
 
     fn current<'a>(&'a self, _: &'a NodeIdentity, _: Previous) -> SourceFuture<'a, Cluster> {

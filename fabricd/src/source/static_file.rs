@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -21,12 +22,13 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::lease::{Cluster, Peer};
+use super::lease::{publish, Cluster, Peer};
 use crate::backend::LeaseData;
 use crate::error::{ConfigError, Error, Result, StaticFileProblem};
 use crate::family::Family;
 use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
+use crate::metrics::Metrics;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -103,20 +105,19 @@ pub fn load(path: &std::path::Path, context: &crate::backend::BackendContext) ->
 }
 
 /// Publishes the file's content, and again whenever it changes; never returns.
-pub async fn run(path: PathBuf, context: crate::backend::BackendContext, tx: watch::Sender<Option<Cluster>>) -> Error {
+pub async fn run(
+    path: PathBuf,
+    context: crate::backend::BackendContext,
+    tx: watch::Sender<Option<Cluster>>,
+    metrics: Arc<Metrics>,
+) -> Error {
     let mut seen: Option<SystemTime> = None;
     loop {
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         if modified != seen {
             seen = modified;
             match load(&path, &context) {
-                Ok(cluster) => {
-                    tx.send_if_modified(|current| {
-                        let changed = current.as_ref() != Some(&cluster);
-                        *current = Some(cluster);
-                        changed
-                    });
-                }
+                Ok(cluster) => publish(&tx, &metrics, &cluster),
                 // A broken edit keeps the last good state.
                 Err(e) => log!(error, "{e}"),
             }

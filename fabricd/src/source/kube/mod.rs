@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use self::annotations::{config_for, enabled, node_lease, own_annotations, Annotations, NodeRecord, NodeRefusal};
-use super::lease::{Cluster, NodeIdentity, Peer, Previous};
+use super::lease::{publish, Backoff, Cluster, NodeIdentity, Peer, Previous};
 use super::{Source, SourceContext, SourceFuture};
 use crate::error::{ConfigError, Error, Result, StoreError};
 use crate::family::{overlaps, Family};
@@ -339,7 +339,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200));
     let mut failing = None;
     loop {
         match f().await {
@@ -354,8 +354,7 @@ where
                     log!(error, "{what}: {e}; retrying");
                     failing = Some(Instant::now());
                 }
-                sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
             Err(e) => return Err(e),
         }
@@ -557,14 +556,7 @@ impl Session {
             return;
         }
         let cluster = self.view.cluster(config, subnet);
-        Metrics::set(&self.metrics.peers, cluster.peers.len() as u64);
-        self.tx.send_if_modified(|current| {
-            let changed = current.as_ref() != Some(&cluster);
-            if changed {
-                *current = Some(cluster);
-            }
-            changed
-        });
+        publish(&self.tx, &self.metrics, &cluster);
     }
 }
 
