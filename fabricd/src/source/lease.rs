@@ -1,6 +1,7 @@
 //! The lease model and the allocation policy every store shares: a lease's key and value as read from the store
 //! ([`lease_entry`]), the cluster a source publishes ([`Cluster`]), the conditional operations of a store
-//! ([`LeaseStore`]) and the policy written once against them ([`acquire`], [`find_own`], [`snapshot`]).
+//! ([`LeaseStore`]) and the policy written once against them ([`acquire`], [`find_own`], [`snapshot`]); and
+//! what every source does alike: [`publish`] a cluster read, wait with [`Backoff`] before trying its store again.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
