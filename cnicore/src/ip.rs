@@ -28,6 +28,31 @@ impl IpFamily {
     pub fn of_net(net: &IpNet) -> IpFamily {
         IpFamily::of(net.addr())
     }
+
+    /// The length of its addresses, in bits.
+    pub fn bits(self) -> u8 {
+        match self {
+            IpFamily::V4 => 32,
+            IpFamily::V6 => 128,
+        }
+    }
+
+    /// The address of the family whose number is `value` (IPv4: its low 32 bits).
+    pub fn address(self, value: u128) -> IpAddr {
+        match self {
+            IpFamily::V4 => IpAddr::V4(std::net::Ipv4Addr::from(value as u32)),
+            IpFamily::V6 => IpAddr::V6(std::net::Ipv6Addr::from(value)),
+        }
+    }
+}
+
+impl std::fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
+    }
 }
 
 /// 169.254.0.0/16 or fe80::/10.
@@ -66,5 +91,7 @@ mod tests {
             assert!(!is_global_unicast(ip.parse().unwrap()), "{ip}");
         }
         assert_eq!(IpFamily::of_net(&"fd00::/64".parse().unwrap()), IpFamily::V6);
+        assert_eq!(IpFamily::V4.address(0x0a00_0001).to_string(), "10.0.0.1");
+        assert_eq!((IpFamily::V6.bits(), IpFamily::V6.to_string()), (128, "IPv6".to_string()));
     }
 }

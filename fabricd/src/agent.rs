@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::backend::pod_mtu;
 use crate::cli::Cli;
 use crate::dataplane::{self, Dataplane, Report};
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::family::Family;
 use crate::flannel::SubnetKey;
 use crate::log::{log, summary};
@@ -149,7 +149,7 @@ fn bind_http(cli: &Cli) -> Result<Vec<(std::net::TcpListener, Endpoints)>> {
     }
     if cli.healthz_port > 0 {
         let ip = cli.healthz_ip.parse::<std::net::IpAddr>();
-        let ip = ip.map_err(|_| Error::Config(format!("--healthz-ip {:?} is not an address", cli.healthz_ip)))?;
+        let ip = ip.map_err(|_| ConfigError::NotAnAddress { flag: "--healthz-ip", text: cli.healthz_ip.clone() })?;
         let address = std::net::SocketAddr::new(ip, cli.healthz_port).to_string();
         log!(info, "serving /healthz and /readyz on {address}");
         listeners.push((bind(&address, "--healthz-port")?, Endpoints::Health));

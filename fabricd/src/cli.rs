@@ -8,7 +8,7 @@ use clap::{ArgAction, Parser, Subcommand};
 
 use crate::backend::BackendContext;
 use crate::dataplane::Dataplane;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::flannel::{self, SubnetKey};
 use crate::node;
 use crate::source::etcd::EtcdOptions;
@@ -150,7 +150,7 @@ pub struct RefusedFlags {
 impl RefusedFlags {
     /// The first flag set to what fabricd cannot do, with why.
     pub fn check(&self) -> Result<()> {
-        let refuse = |flag: &str, why: &str| Err(Error::Config(format!("--{flag} is not supported: {why}")));
+        let refuse = |flag: &'static str, why: &'static str| Err(ConfigError::Unsupported { flag, why }.into());
         if self.ip_masq_fully_random_disable == Some(true) {
             return refuse("ip-masq-fully-random-disable", "fabricd's masquerade rules are always fully random");
         }
@@ -282,7 +282,7 @@ impl Cli {
         let mut regexes = Vec::new();
         for text in &self.iface_regex {
             let regex =
-                regex_lite::Regex::new(text).map_err(|e| Error::Config(format!("--iface-regex {text:?}: {e}")))?;
+                regex_lite::Regex::new(text).map_err(|error| ConfigError::IfaceRegex { text: text.clone(), error })?;
             regexes.push(regex);
         }
         let mut nl = cnicore::netlink::Netlink::new().map_err(|e| Error::netlink("opening netlink", e))?;

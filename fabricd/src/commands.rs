@@ -4,7 +4,7 @@ use crate::backend;
 use crate::cli::Cli;
 use crate::dataplane::diff::{Change, DeviceChange};
 use crate::dataplane::Dataplane;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::family::Family;
 use crate::flannel::SubnetKey;
 use crate::log::{log, summary};
@@ -33,7 +33,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
     println!("peers: {} ({} refused)", cluster.peers.len(), report.refused().count());
     for (key, peer) in &cluster.peers {
         for subnet in key.subnets() {
-            let family = Family::of(&subnet.addr());
+            let family = Family::of(subnet.addr());
             let how = match report.paths.get(&subnet) {
                 Some(PeerPath::Direct { gateway }) => format!("route via {gateway}"),
                 Some(PeerPath::Overlay { endpoint, port, id }) => {
@@ -54,7 +54,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
     for family in Family::ALL {
         ours += dataplane
             .netlink()
-            .routes(family.netlink(), cnicore::netlink::RT_TABLE_MAIN)
+            .routes(family, cnicore::netlink::RT_TABLE_MAIN)
             .map_err(|e| Error::netlink("reading the routes", e))?
             .into_iter()
             .filter(|r| r.protocol == Some(crate::underlay::ROUTE_PROTOCOL))
@@ -76,7 +76,7 @@ pub async fn status(cli: &Cli) -> Result<i32> {
 /// Acquires (or finds) the lease of the node at --public-ip and prints it; touches nothing on the node.
 pub async fn acquire(cli: &Cli) -> Result<i32> {
     if cli.public_ip.is_none() && cli.public_ipv6.is_none() {
-        return Err(Error::Config("acquire needs --public-ip".into()));
+        return Err(ConfigError::AcquireWithoutPublicIp.into());
     }
     let identity = NodeIdentity { public_ip: cli.public_ip, public_ipv6: cli.public_ipv6 };
     let (subnet, lease) = cli.source().acquire(&identity, cli.previous()).await?;

@@ -3,6 +3,12 @@
 
 use std::fmt;
 use std::io;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use ipnet::IpNet;
+
+use crate::family::Family;
 
 /// How an etcd request failed, read from the error's type and its causes (io error kinds, gRPC codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +94,12 @@ pub enum Error {
     Io { what: String, source: io::Error },
     /// An error of the core library (sysctls, firewall), with its details.
     Cni { what: String, source: cnicore::spec::Error },
-    /// The cluster's config, a flag or a file is not usable.
-    Config(String),
+    /// A flag, a variable or a file of this node's settings is not usable.
+    Config(ConfigError),
     /// The network config in the store is not usable.
     Format(crate::flannel::FormatError),
     /// The store holds something fabricd cannot use (no config, no free subnet, no lease of this node).
-    Store(String),
+    Store(StoreError),
     /// The network config does not hold the node's subnet (its lease, or the one in subnet.env): the node
     /// does not start, its pods would lose their addresses.
     SubnetOutsideConfig { subnet: ipnet::IpNet, network: ipnet::IpNet, subnet_len: u8 },
@@ -144,7 +150,8 @@ impl fmt::Display for Error {
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             // cnicore's Display is the message and its details: the whole error.
             Error::Cni { what, source } => write!(f, "{what}: {source}"),
-            Error::Config(text) | Error::Store(text) => f.write_str(text),
+            Error::Config(error) => write!(f, "{error}"),
+            Error::Store(error) => write!(f, "{error}"),
             Error::SubnetOutsideConfig { subnet, network, subnet_len } => write!(
                 f,
                 "this node's subnet {subnet} is not a /{subnet_len} of the Network {network} in the network config \
@@ -157,6 +164,181 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+impl From<ConfigError> for Error {
+    fn from(error: ConfigError) -> Error {
+        Error::Config(error)
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(error: StoreError) -> Error {
+        Error::Store(error)
+    }
+}
+
+/// What of this node's settings (flags, environment, files, its own Node) is not usable.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// A flag that takes an address was given something else.
+    NotAnAddress { flag: &'static str, text: String },
+    /// A flag set to what fabricd cannot do, and why.
+    Unsupported { flag: &'static str, why: &'static str },
+    /// An `--iface-regex` that is not a regular expression.
+    IfaceRegex { text: String, error: regex_lite::Error },
+    /// `fabricd acquire` without the node's address.
+    AcquireWithoutPublicIp,
+    /// `fabricd acquire` with a source that leases nothing.
+    AcquireWithoutEtcd,
+    /// One of `--etcd-certfile` and `--etcd-keyfile` without the other.
+    EtcdCertWithoutKey,
+    /// The cluster enables a family this node has no public address of.
+    NoPublicAddressOf { family: Family, network: IpNet },
+    /// The node has no public address at all.
+    NoPublicAddress,
+    /// The node has no public address of the cluster's family.
+    NoPublicAddressOfCluster,
+    /// The static cluster file is not usable.
+    StaticFile { path: PathBuf, problem: StaticFileProblem },
+    /// A variable of flanneld's environment that does not parse.
+    Variable { name: &'static str, value: String, error: std::num::ParseIntError },
+    /// Neither `NODE_NAME` nor `POD_NAME` and `POD_NAMESPACE`: this node's name cannot be found.
+    NoNodeName,
+    /// The Kubernetes API client could not be configured from `what` (a kubeconfig, a URL, in-cluster).
+    KubeClient { what: String, error: Box<dyn std::error::Error + Send + Sync> },
+    /// `--kube-annotation-prefix` with more than one slash.
+    AnnotationPrefixSlashes,
+    /// `--kube-annotation-prefix` not of the form `fqdn/[0-9a-z-_]*` (the prefix as completed).
+    AnnotationPrefixFormat { prefix: String },
+    /// An address annotation of this node that is not an address.
+    AnnotationNotAnAddress { key: String, text: String },
+    /// An address annotation of this node of the other family.
+    AnnotationFamily { key: String, family: Family },
+    /// This node's podCIDR is not inside its family's Network of net-conf.json.
+    PodCidrOutsideNetwork { subnet: IpNet, network: IpNet },
+    /// net-conf.json enables a family this node has no podCIDR of.
+    NoPodCidrOf { family: Family, network: IpNet },
+}
+
+/// What makes the static cluster file unusable.
+#[derive(Debug)]
+pub enum StaticFileProblem {
+    /// Not the JSON of a cluster.
+    Parse(serde_json::Error),
+    /// A subnet (of `what`: `Subnet` or `Peers`) that is not a subnet of its family's network.
+    OutsideNetwork { what: &'static str, subnet: IpNet, network: IpNet },
+    /// No subnet of a family the network enables.
+    MissingFamily { what: &'static str, family: Family, network: IpNet },
+    /// A subnet of a family the network does not enable.
+    FamilyNotEnabled { what: &'static str, family: Family, subnet: IpNet },
+    /// A VtepMAC that is not a MAC address.
+    BadVtepMac(String),
+}
+
+/// What the store (etcd, the API server's Nodes) holds or lacks that fabricd cannot use.
+#[derive(Debug)]
+pub enum StoreError {
+    /// No network config under the etcd prefix.
+    NoConfig { prefix: String },
+    /// Every subnet of the network is leased.
+    OutOfSubnets { subnet_len: u8, network: IpNet },
+    /// No lease of this node (at its address).
+    NoOwnLease(IpAddr),
+    /// No lease at the subnet (the in-memory store of the tests).
+    #[cfg(test)]
+    NoLeaseAt(crate::flannel::SubnetKey),
+    /// No Node of this name in the API server.
+    NoNode(String),
+    /// This node's pod has no `spec.nodeName`.
+    PodWithoutNode { namespace: String, pod: String },
+    /// This node's own Node has podCIDRs fabricd cannot read.
+    OwnPodCidrs { name: String, problem: PodCidrsProblem },
+    /// The watch of Nodes ended (the runtime shutting down).
+    WatchEnded,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ConfigError as C;
+        match self {
+            C::NotAnAddress { flag, text } => write!(f, "{flag} {text:?} is not an address"),
+            C::Unsupported { flag, why } => write!(f, "--{flag} is not supported: {why}"),
+            C::IfaceRegex { text, error } => write!(f, "--iface-regex {text:?}: {error}"),
+            C::AcquireWithoutPublicIp => f.write_str("acquire needs --public-ip"),
+            C::AcquireWithoutEtcd => f.write_str("acquire needs etcd"),
+            C::EtcdCertWithoutKey => f.write_str("--etcd-certfile and --etcd-keyfile go together"),
+            C::NoPublicAddressOf { family, network } => {
+                let v6 = if *family == Family::V6 { "v6" } else { "" };
+                write!(
+                    f,
+                    "the cluster enables {family} ({network}) but this node has no public {family} address \
+                     (--iface, --public-ip{v6})"
+                )
+            }
+            C::NoPublicAddress => f.write_str("the node has no public address"),
+            C::NoPublicAddressOfCluster => f.write_str("the node has no public address of the cluster's family"),
+            C::StaticFile { path, problem } => write!(f, "static config {}: {problem}", path.display()),
+            C::Variable { name, value, error } => write!(f, "env {name}={value} format error: {error} (an integer)"),
+            C::NoNodeName => f.write_str("env variables POD_NAME and POD_NAMESPACE must be set (or NODE_NAME)"),
+            C::KubeClient { what, error } => write!(f, "{what}: {error}"),
+            C::AnnotationPrefixSlashes => f.write_str("--kube-annotation-prefix: at most one slash"),
+            C::AnnotationPrefixFormat { prefix } => write!(
+                f,
+                "--kube-annotation-prefix {prefix:?}: must be in the format fqdn/[0-9a-z-_]* (flanneld's rule)"
+            ),
+            C::AnnotationNotAnAddress { key, text } => write!(f, "annotation {key}: {text:?} is not an address"),
+            C::AnnotationFamily { key, family } => write!(f, "annotation {key}: not an {family} address"),
+            C::PodCidrOutsideNetwork { subnet, network } => {
+                write!(f, "the node's podCIDR {subnet} is not inside the Network {network} of net-conf.json")
+            }
+            C::NoPodCidrOf { family, network } => {
+                write!(f, "net-conf.json enables {family} ({network}) but the node has no {family} podCIDR")
+            }
+        }
+    }
+}
+
+impl fmt::Display for StaticFileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use StaticFileProblem as P;
+        match self {
+            P::Parse(error) => write!(f, "{error}"),
+            P::OutsideNetwork { what, subnet, network } => {
+                write!(f, "{what}: subnet {subnet} is not a subnet of {network}")
+            }
+            P::MissingFamily { what, family, network } => {
+                write!(f, "{what}: no {family} subnet (the network has {network})")
+            }
+            P::FamilyNotEnabled { what, family, subnet } => write!(f, "{what}: {subnet}, but {family} is not enabled"),
+            P::BadVtepMac(text) => write!(f, "bad VtepMAC {text:?}"),
+        }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use StoreError as S;
+        match self {
+            S::NoConfig { prefix } => write!(
+                f,
+                "no network config at {prefix}/config (etcdctl put {prefix}/config \
+                 '{{\"Network\":\"10.244.0.0/16\",\"Backend\":{{\"Type\":\"vxlan\"}}}}')"
+            ),
+            S::OutOfSubnets { subnet_len, network } => {
+                write!(f, "out of subnets: every /{subnet_len} of {network} is leased")
+            }
+            S::NoOwnLease(address) => write!(f, "no lease in the store for this node ({address})"),
+            #[cfg(test)]
+            S::NoLeaseAt(subnet) => write!(f, "no lease at {subnet}"),
+            S::NoNode(name) => write!(f, "no Node {name:?} in the API server"),
+            S::PodWithoutNode { namespace, pod } => {
+                write!(f, "node name not present in pod spec '{namespace}/{pod}'")
+            }
+            S::OwnPodCidrs { name, problem } => write!(f, "Node {name:?}: podCIDRs: {problem}"),
+            S::WatchEnded => f.write_str("the watch of Nodes ended"),
+        }
+    }
+}
 
 /// The client's message and each cause's own, once (the transport error's causes carry the reason: connection
 /// refused, a certificate refused, ...).
@@ -186,6 +368,24 @@ fn describe(error: &etcd_client::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+/// What is wrong with a Node's podCIDRs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodCidrsProblem {
+    /// More than two.
+    TooMany(usize),
+    /// One that does not parse.
+    NotACidr(String),
+}
+
+impl fmt::Display for PodCidrsProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PodCidrsProblem::TooMany(count) => write!(f, "{count} podCIDRs (IPv4, IPv6 or one of each)"),
+            PodCidrsProblem::NotACidr(text) => write!(f, "{text:?} is not a CIDR"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,56 +1,11 @@
-//! The address families: the cluster's networks, leases, routes and devices exist once per family.
+//! The address families: the cluster's networks, leases, routes and devices exist once per family. The family
+//! is cnicore's (netlink's and netpol's), named `Family` here as in netpol.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-/// An address family: the cluster's networks, leases, routes and devices exist once per family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
-
-    pub fn of(ip: &IpAddr) -> Family {
-        match ip {
-            IpAddr::V4(_) => Family::V4,
-            IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    pub fn bits(self) -> u8 {
-        match self {
-            Family::V4 => 32,
-            Family::V6 => 128,
-        }
-    }
-
-    pub fn netlink(self) -> cnicore::netlink::IpFamily {
-        match self {
-            Family::V4 => cnicore::netlink::IpFamily::V4,
-            Family::V6 => cnicore::netlink::IpFamily::V6,
-        }
-    }
-
-    pub fn address(self, value: u128) -> IpAddr {
-        match self {
-            Family::V4 => IpAddr::V4(Ipv4Addr::from(value as u32)),
-            Family::V6 => IpAddr::V6(Ipv6Addr::from(value)),
-        }
-    }
-}
-
-impl std::fmt::Display for Family {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        })
-    }
-}
+pub use cnicore::ip::IpFamily as Family;
 
 pub fn number(ip: IpAddr) -> u128 {
     match ip {

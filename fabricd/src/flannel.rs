@@ -79,7 +79,7 @@ impl FamilyNetwork {
         keys: FamilyKeys,
     ) -> Result<FamilyNetwork, FormatError> {
         let network = network.trunc();
-        let family = Family::of(&network.addr());
+        let family = Family::of(network.addr());
         let subnet_len = subnet_len.unwrap_or(default_len);
         let limit = family.bits() - 2;
         if subnet_len <= network.prefix_len() || subnet_len > limit {
@@ -97,13 +97,13 @@ impl FamilyNetwork {
     }
 
     pub fn family(&self) -> Family {
-        Family::of(&self.network.addr())
+        Family::of(self.network.addr())
     }
 
     /// True when `subnet` may be leased (right length, within the leasable range).
     pub fn allows(&self, subnet: &IpNet) -> bool {
         subnet.prefix_len() == self.subnet_len
-            && Family::of(&subnet.addr()) == self.family()
+            && Family::of(subnet.addr()) == self.family()
             && subnet.network() >= self.subnet_min
             && subnet.network() <= self.subnet_max
     }
@@ -118,7 +118,7 @@ impl FamilyNetwork {
         // 25 million checks, most of a dual-stack cold start's CPU).
         let mut ranges: Vec<(u128, u128)> = taken
             .iter()
-            .filter(|t| Family::of(&t.addr()) == family)
+            .filter(|t| Family::of(t.addr()) == family)
             .map(|t| (number(t.network()), number(t.broadcast())))
             .collect();
         ranges.sort_unstable();

@@ -1,5 +1,20 @@
 //! fabricd: the node agent that joins every node's pods into one flat network (flannel's job, on flannel's
-//! etcd layout and flags). See the README of this crate for the design.
+//! etcd layout and flags). See the README of this crate for the design. The modules, from the command line
+//! down to the kernel:
+//!
+//! - [`cli`]: flanneld's flags with their meaning, and fabricd's own; [`commands`]: `status`, `cleanup` and
+//!   the hidden `acquire`.
+//! - [`agent`]: the loop that waits for a trigger, reconciles the data plane and reports; [`metrics`]: its
+//!   counters served on a local address; [`log`]: one line per event on stderr.
+//! - [`source`]: where the node's subnet and its peers come from (etcd, Kubernetes Nodes, a static file),
+//!   published as one cluster value; [`flannel`]: flannel's config and lease formats, byte for byte.
+//! - [`plan`]: for each peer's lease, whether it is used and how its pods are reached (pure); [`path`]: that
+//!   decision as data, and why a lease is refused.
+//! - [`backend`]: host-gw, vxlan, ipip and wireguard behind one trait, chosen from its registry.
+//! - [`dataplane`]: what the node should hold and holds, and the difference applied over netlink;
+//!   [`node`]: forwarding sysctls, masquerade, the CNI conflist and `subnet.env`; [`underlay`]: the interface
+//!   between nodes and the marks of fabricd's kernel objects.
+//! - [`family`]: IPv4 and IPv6 (cnicore's family); [`error`]: fabricd's errors, classified by kind.
 
 mod agent;
 mod backend;

@@ -27,7 +27,7 @@ fn not_unicast(ip: IpAddr) -> Option<&'static str> {
         IpAddr::V4(ip) if ip.is_unspecified() || ip.octets()[0] == 0 => Some("unspecified"),
         IpAddr::V4(ip) if ip.is_broadcast() || ip.octets()[0] >= 240 => Some("a broadcast or reserved address"),
         IpAddr::V6(ip) if ip.is_unspecified() => Some("unspecified"),
-        IpAddr::V6(ip) if ip.segments()[0] & 0xffc0 == 0xfe80 => Some("a link-local address"),
+        ip @ IpAddr::V6(_) if cnicore::ip::is_link_local(ip) => Some("a link-local address"),
         ip if ip.is_loopback() => Some("a loopback address"),
         ip if ip.is_multicast() => Some("a multicast address"),
         _ => None,
@@ -221,10 +221,10 @@ pub fn refuse_route_conflicts(
     routes: &[Route],
     device: Option<u32>,
 ) {
-    let family = Family::of(&network.addr());
+    let family = Family::of(network.addr());
     let foreign: Vec<&Route> =
-        routes.iter().filter(|r| r.protocol != Some(ROUTE_PROTOCOL) && Family::of(&r.dst.addr()) == family).collect();
-    for (dst, path) in paths.iter_mut().filter(|(dst, _)| Family::of(&dst.addr()) == family) {
+        routes.iter().filter(|r| r.protocol != Some(ROUTE_PROTOCOL) && Family::of(r.dst.addr()) == family).collect();
+    for (dst, path) in paths.iter_mut().filter(|(dst, _)| Family::of(dst.addr()) == family) {
         if matches!(path, PeerPath::Refused(_) | PeerPath::Unrouted) {
             continue;
         }

@@ -25,9 +25,9 @@ pub struct Underlay {
     pub prefixes: Vec<IpNet>,
 }
 
-/// fe80::/10: the addresses the kernel gives each IPv6 interface.
+/// fe80::/10: the addresses the kernel gives each IPv6 interface (IPv4's link-local ones are an operator's).
 pub fn is_link_local(net: &IpNet) -> bool {
-    matches!(net, IpNet::V6(net) if net.addr().segments()[0] & 0xffc0 == 0xfe80)
+    matches!(net, IpNet::V6(_)) && cnicore::ip::is_link_local(net.addr())
 }
 
 impl Underlay {

@@ -4,13 +4,15 @@
 //!   then the new table with its chains, sets, elements and rules, in ONE batch. The kernel switches from
 //!   the old generation to the new one at commit: there is no moment with no rules (open) or with the
 //!   new table half-filled (deny-all for allowed flows). Used at start (the state of an earlier run, or
-//!   none) and whenever the rules change (a policy added, changed or deleted).
+//!   none) and when the base chain `forward` or the node's `local4`/`local6` sets it reads change.
 //! - [`update`]: when only set elements differ (a pod coming, going, changing its labels or addresses; a
 //!   namespace's labels), the elements deleted and added, in one batch; the rules are not touched. When the
-//!   policies changed, still one batch: the two policy chains flushed and written again, the sets no rule
-//!   needs any more deleted, new ones created, the others changed by their elements (at 1,000 pods, the
+//!   policies changed (a policy added, changed or deleted), still one batch: the `ingress` and `egress`
+//!   chains flushed and written again, the sets no rule needs any more deleted, new ones created, the others
+//!   changed by their elements (an interval set whose ranges changed is made again whole; at 1,000 pods, the
 //!   16,000 elements of the unchanged sets are not sent again, as a whole-table replacement would).
-//! - [`remove`]: the table deleted (cleanup); nothing else of the node is touched.
+//! - [`remove`]: the table deleted (cleanup); nothing else of the node is touched. [`exists`]: whether the
+//!   table is there (one table dump, no transaction).
 
 use cnicore::firewall::nfnl::{self, BatchError};
 

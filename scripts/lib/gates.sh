@@ -5,7 +5,8 @@
 #   1. typed errors: no stringly errors in product code (scripts/lib/stringly.awk says what counts);
 #   2. no source, test or script file over 1,000 lines;
 #   3. no import circle between the modules of a crate (scripts/lib/circles.awk says what counts);
-#   4. every public module of a library crate is named in its crate doc (the map a newcomer reads first);
+#   4. every public module of a library crate, and every module of a binary's main.rs, is named in its crate
+#      doc (the map a newcomer reads first);
 #   5. product code speaks netlink and runs no shell: no `ip`, `tc`, `nft`, `iptables` or `sh` processes
 #      (cnicore::firewall::exec runs the iptables binaries the config names, by path, with no shell);
 #   6. a plugin's stdout is the runtime's: only cnicore's entry point writes to it (the result or the error
@@ -61,17 +62,20 @@ circles=$(for c in "${crates[@]}"; do rust_files "$c/src"; done | sed 's|^\./||'
 [[ -z $circles ]] || fail "import circles between modules: move what both sides use into a module of its own below
   them (a parent that calls its children keeps nothing they import back from it)" <<<"$circles"
 
-# 4. Library crates name every public module in their crate doc.
+# 4. Library crates name every public module in their crate doc, binaries every module of main.rs.
 undocumented=$(for c in "${crates[@]}"; do
-  lib_rs=$c/src/lib.rs
-  [[ -f $lib_rs ]] || continue
-  doc=$(grep '^//!' "$lib_rs")
-  sed -n 's/^pub mod \([a-z_0-9]*\);.*/\1/p' "$lib_rs" | while read -r m; do
-    grep -qF "[\`$m\`]" <<<"$doc" || echo "${lib_rs#./}: $m"
+  for root in "$c/src/lib.rs" "$c/src/main.rs"; do
+    [[ -f $root ]] || continue
+    doc=$(grep '^//!' "$root")
+    modules='s/^pub mod \([a-z_0-9]*\);.*/\1/p'
+    [[ $root == */main.rs ]] && modules='s/^\(pub \)\{0,1\}mod \([a-z_0-9]*\);.*/\2/p'
+    sed -n "$modules" "$root" | while read -r m; do
+      grep -qF "[\`$m\`]" <<<"$doc" || echo "${root#./}: $m"
+    done
   done
 done)
-[[ -z $undocumented ]] || fail "public modules missing from their crate doc: say in a line of the //! doc at the top
-  of lib.rs what [\`module\`] is for" <<<"$undocumented"
+[[ -z $undocumented ]] || fail "modules missing from their crate doc: say in a line of the //! doc at the top of
+  lib.rs (its public modules) or main.rs (all of its modules) what [\`module\`] is for" <<<"$undocumented"
 
 # 5. No tool processes and no shell in product code.
 processes=$(grep -E 'Command::new\("(ip|tc|nft|iptables|ip6tables|bridge|ethtool|sysctl|sh|bash)"' "$product")

@@ -2,7 +2,11 @@
 # - a `Result` whose error type is `String` or `&str` (a signature, a closure, a channel, a type alias):
 #   `Result<T, String>`, `std::result::Result<T, &'static str>`, but not `Result<BTreeMap<String, String>>`;
 # - a `map_err` that turns an error into text: `.map_err(|e| e.to_string())`, `.map_err(|e| format!(..))`,
-#   `.map_err(ToString::to_string)`, `.map_err(|e| e.msg)`, `.map_err(|_| "..".to_string())`.
+#   `.map_err(ToString::to_string)`, `.map_err(|e| e.msg)`, `.map_err(|_| "..".to_string())`;
+# - an error enum's variant built from text: `Error::Config(format!(..))`, `StoreError::X("..".into())`,
+#   `Error::X(String::from(..))` (a variant that holds a String; give it the values as fields instead).
+#   cnicore's `Error::config(format!(..))` is a constructor of the CNI error object (a code and a message), not
+#   a variant, and is not counted.
 # POSIX awk.
 
 # The top-level generic arguments of the `<...>` starting at s[open], split by commas; "" when unclosed.
@@ -36,7 +40,8 @@ function second_arg(s, open,    i, c, prev, depth, start, nargs, arg) {
     s = substr(s, open + 1)
   }
   if (t ~ /map_err\([ \t]*\|[^|]*\|[ \t]*(format!|String::from|[A-Za-z_][A-Za-z0-9_.]*\.(to_string|to_owned)\(\)[ \t]*\)|"[^"]*"\.(to_string|to_owned|into)\(\)|[a-z_]+\.msg[ \t]*\))/ ||
-      t ~ /map_err\([ \t]*(ToString|String|str)::/)
+      t ~ /map_err\([ \t]*(ToString|String|str)::/ ||
+      t ~ /(^|[^A-Za-z0-9_])[A-Za-z0-9_]*Error::[A-Z][A-Za-z0-9_]*\([ \t]*(format!|String::from|"[^"]*"\.(to_string|to_owned|into)\(\))/)
     hit = 1
   if (hit) print where ": " t
 }

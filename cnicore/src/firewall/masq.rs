@@ -17,9 +17,17 @@
 //! masq::teardown(&pod)?;               // DEL (also without netns, from prevResult's IPs; none = both families)
 //! // GC: everything of this network whose container is not in the valid list (ifname is ignored).
 //! masq::gc(&conf.name, &ctx.valid_attachments()?)?;
-//! // A node agent masquerading a whole pod subnet: the same decision, as data.
+//! // ADD with iptables: the restore processes started while IPAM runs, then given the rules.
+//! let ahead = masq::start_ahead(backend, &masq::expected_families(conf.ipam.as_ref()));
+//! masq::setup_ahead(backend, &pod, ahead)?;
+//! // CHECK and GC that also know the reference's nftables rules (a node moved from its v1.6+ binaries).
+//! masq::check_with_reference(backend, &pod, &ctx.env.ifname)?;
+//! masq::gc_with_reference(&conf.name, &ctx.valid_attachments()?)?;
+//! // The decision alone, as data (per family).
 //! let plans = masq::plan(&["10.244.1.0/24".parse()?], &["10.244.0.0/16".parse()?]);
 //! ```
+//!
+//! (A node agent's masquerade of the whole pod network is [`super::node_masq`]'s, in flannel's layout.)
 //!
 //! - [`plan`] is the decision, per family: traffic from the sources to their own subnets, to the exceptions
 //!   of the family (entries of the other family are not used) and to multicast keeps its source; everything

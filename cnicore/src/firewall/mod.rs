@@ -1,4 +1,5 @@
-//! Firewall backends shared by portmap (host ports) and bridge (`ipMasq`).
+//! Firewall backends shared by portmap (host ports), bridge (`ipMasq`), the firewall plugin, fabricd (a node's
+//! masquerade) and cni-netpol (its nf_tables transactions).
 //!
 //! Two backends, chosen per config ([`Backend::resolve`]): explicit `iptables` / `nftables`, else iptables when
 //! the `iptables` binary exists, else nftables (as the reference plugins do).
@@ -13,6 +14,10 @@
 //! - [`element`]: the typed set and map elements both of those speak (rendered as `nft` text by the one,
 //!   encoded as netlink data by the other).
 //! - [`masq`]: the bridge plugin's ipMasq (setup / teardown / gc), see its docs for the API.
+//! - [`node_masq`]: a node agent's masquerade of a whole pod network (fabricd's `--ip-masq`), in flannel's
+//!   iptables or nftables layout (the nftables one written by the private `flannel_nft` as one netlink batch).
+//! - [`find_binary`]: the iptables binaries, found by path; the private `exec` runs them with explicit
+//!   arguments and the script on stdin, never through a shell.
 //! - [`conditions`]: user-supplied match conditions (portmap's `conditionsV4`/`conditionsV6`), parsed into a
 //!   small typed language and rendered for either backend; never pasted as text.
 //! - [`reference_nft`]: the nftables rules of the reference plugins v1.6+ (their tables), found and removed

@@ -1,4 +1,8 @@
-//! The CNI error object: `{cniVersion, code, msg, details}` on stdout, non-zero exit.
+//! The CNI error object: `{cniVersion, code, msg, details}` on stdout, non-zero exit ([`Error`], with the
+//! spec's codes as constructors), and what plugins report beside it: [`Errors`] (the failures of a DEL or GC
+//! that goes on after one, reported together), [`warn`] and [`report_rollback`] (stderr, as the reference's
+//! plugins log), [`io_error`] (a file's io error, code 5) and [`ErrorContext`] (an OS or netlink call's,
+//! code 999), each with what was being done.
 
 use serde::Serialize;
 use std::fmt;
@@ -93,8 +97,6 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Adds what was being done to a failed OS or netlink call, making it a CNI error (code 999, "internal", as
-/// the reference plugins report such failures): `"<what>: <error>"`.
 /// A failed file or process I/O as an IO error (code 5, what the reference plugins return for a file they cannot
 /// read or write), with what was being done: for `map_err`, e.g. `.map_err(io_error("reading the lease index"))`.
 /// [`ErrorContext::context`] is for OS and netlink calls (code 999).
@@ -102,6 +104,8 @@ pub fn io_error(what: impl fmt::Display) -> impl FnOnce(std::io::Error) -> Error
     move |e| Error::io(format!("{what}: {e}"))
 }
 
+/// Adds what was being done to a failed OS or netlink call, making it a CNI error (code 999, "internal", as
+/// the reference plugins report such failures): `"<what>: <error>"`.
 pub trait ErrorContext<T> {
     fn context(self, what: impl fmt::Display) -> Result<T>;
     /// [`ErrorContext::context`] with a message built only on failure.

@@ -53,7 +53,7 @@ impl DeviceContext<'_> {
         let address = IpNet::new(self.subnet.network(), family.bits()).expect("valid");
         let addresses = self.nl.addresses(Some(link.index))?;
         // The kernel gives an IPv6 device its own link-local address: not ours to remove.
-        let ours = |a: &IpNet| Family::of(&a.addr()) == family && !is_link_local(a);
+        let ours = |a: &IpNet| Family::of(a.addr()) == family && !is_link_local(a);
         for other in addresses.iter().filter(|a| ours(&a.addr) && a.addr != address) {
             if self.change(DeviceChange::RemoveAddress { name: link.name.clone(), address: other.addr }) {
                 self.nl.del_address(link.index, other.addr)?;

@@ -33,13 +33,13 @@ impl Backend for HostGw {
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
         direct_if_same_l2(peer, underlay).unwrap_or_else(|| {
-            let family = Family::of(&peer.public_ip);
+            let family = Family::of(peer.public_ip);
             PeerPath::Refused(Refusal::BeyondL2 {
                 public_ip: peer.public_ip,
                 prefixes: underlay
                     .prefixes
                     .iter()
-                    .filter(|p| Family::of(&p.addr()) == family)
+                    .filter(|p| Family::of(p.addr()) == family)
                     .map(|p| p.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),

@@ -72,7 +72,7 @@ impl Backend for IpipBackend {
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
-        if Family::of(&peer.public_ip) == Family::V6 {
+        if Family::of(peer.public_ip) == Family::V6 {
             return PeerPath::Refused(Refusal::FamilyNotCarried { backend: "ipip", family: Family::V6 });
         }
         if let Some(direct) = direct_if_same_l2(peer, underlay).filter(|_| self.direct_routing) {

@@ -206,7 +206,7 @@ impl Backend for VxlanBackend {
     /// The device's settings, MTU, MAC, the subnet's network address as a host address, up.
     fn ensure_device(&self, mut context: DeviceContext) -> io::Result<Option<u32>> {
         let name = self.device_name(context.family).expect("vxlan has devices");
-        let mtu = packet_mtu(self, context.underlay) - self.overhead(Family::of(&context.local));
+        let mtu = packet_mtu(self, context.underlay) - self.overhead(Family::of(context.local));
         let Some(link) = self.ensure_link(&mut context, &name, mtu)? else { return Ok(None) };
         context.mtu(&link, mtu)?;
         context.mac(&link, derived_vtep_mac(context.local))?;

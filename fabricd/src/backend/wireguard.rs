@@ -223,7 +223,7 @@ impl Backend for WireguardBackend {
     }
 
     fn path(&self, peer: &PeerEndpoint, underlay: &Underlay) -> PeerPath {
-        let family = Family::of(&peer.public_ip);
+        let family = Family::of(peer.public_ip);
         if peer.id.is_none() {
             let backend_type = peer.backend_type.to_string();
             return PeerPath::Refused(Refusal::NoTunnelId {

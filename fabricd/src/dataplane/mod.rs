@@ -127,14 +127,14 @@ impl Dataplane {
             })?,
             _ => None,
         };
-        let routes = self.nl.routes(family.netlink(), RT_TABLE_MAIN)?;
+        let routes = self.nl.routes(family, RT_TABLE_MAIN)?;
         let mut paths: BTreeMap<IpNet, PeerPath> = BTreeMap::new();
         if let Some(network) = network {
             plan::refuse_route_conflicts(&mut report.paths, network.network, &routes, device);
             paths = report
                 .paths
                 .iter()
-                .filter(|(s, _)| Family::of(&s.addr()) == family)
+                .filter(|(s, _)| Family::of(s.addr()) == family)
                 .map(|(s, p)| (*s, p.clone()))
                 .collect();
         }
@@ -158,8 +158,7 @@ impl Dataplane {
         let (mut fdb, mut neighbours) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
         if let Some(index) = device {
             fdb = diff::diff(wanted.fdb, diff::observe_fdb(&mut self.nl, index)?);
-            neighbours =
-                diff::diff(wanted.neighbours, diff::observe_neighbours(&mut self.nl, family.netlink(), index)?);
+            neighbours = diff::diff(wanted.neighbours, diff::observe_neighbours(&mut self.nl, family, index)?);
         }
         let ours = routes.into_iter().filter(|r| r.protocol == Some(ROUTE_PROTOCOL));
         let routes = diff::diff(wanted.routes, ours);

@@ -24,14 +24,14 @@ use etcd_client::{
 };
 
 use tokio::sync::watch;
-use tokio::time::{sleep, Instant};
+use tokio::time::Instant;
 
 use super::lease::{
-    acquire, lease_entry, random_below, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity, NotALease,
-    Peer, Previous, StoredLease,
+    acquire, lease_entry, publish, Backoff, Cluster, IgnoredKeys, LeaseStore, LeaseToken, Listing, NodeIdentity,
+    NotALease, Peer, Previous, StoredLease,
 };
 use crate::backend::BackendContext;
-use crate::error::{Error, EtcdErrorKind, Result};
+use crate::error::{ConfigError, Error, EtcdErrorKind, Result, StoreError};
 use crate::flannel::{subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
 use crate::metrics::Metrics;
@@ -68,7 +68,7 @@ impl EtcdOptions {
                 tls = tls.identity(Identity::from_pem(read("certfile", cert)?, read("keyfile", key)?));
             }
             (None, None) => {}
-            _ => return Err(Error::Config("--etcd-certfile and --etcd-keyfile go together".into())),
+            _ => return Err(ConfigError::EtcdCertWithoutKey.into()),
         }
         Ok(Some(tls))
     }
@@ -230,10 +230,7 @@ impl LeaseStore for EtcdStore {
     async fn config(&mut self) -> Result<NetworkConfig> {
         match self.config_text().await? {
             Some(text) => NetworkConfig::parse_with(&text, &self.backend).map_err(Error::Format),
-            None => Err(Error::Store(format!(
-                "no network config at {}/config (etcdctl put {}/config '{{\"Network\":\"10.244.0.0/16\",\"Backend\":{{\"Type\":\"vxlan\"}}}}')",
-                self.prefix, self.prefix
-            ))),
+            None => Err(StoreError::NoConfig { prefix: self.prefix.clone() }.into()),
         }
     }
 
@@ -364,7 +361,7 @@ pub async fn run(
     tx: watch::Sender<Option<Cluster>>,
     metrics: Arc<Metrics>,
 ) -> Error {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100));
     let mut state = SourceState { previous, backend: options.backend.clone(), ..SourceState::default() };
     loop {
         let started = Instant::now();
@@ -375,13 +372,11 @@ pub async fn run(
         Metrics::set(&metrics.store_connected, 0);
         Metrics::inc(&metrics.etcd_errors_total);
         state.outage.get_or_insert_with(Instant::now);
-        log!(error, "{e}; the data plane is kept as it is, retrying in {backoff:?}");
+        log!(error, "{e}; the data plane is kept as it is, retrying in {:?}", backoff.next());
         if started.elapsed() > Duration::from_secs(30) {
-            backoff = Duration::from_millis(100);
+            backoff.reset();
         }
-        // Jittered, so that thousands of agents cut off together do not come back together.
-        sleep(backoff + Duration::from_millis(random_below(backoff.as_millis() as usize / 2 + 1) as u64)).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        backoff.wait().await;
     }
 }
 
@@ -461,7 +456,7 @@ async fn session(
         loop {
             let listing = store.leases().await?;
             cluster.peers = listing.peers_of(subnet);
-            publish(tx, &cluster, metrics);
+            publish(tx, metrics, &cluster);
             let watch = Watch { store: &mut store, options, attrs: &attrs, state: &mut *state, tx, metrics };
             match watch.run(&mut cluster, listing.revision + 1, &mut renew_at).await? {
                 WatchEnd::Relist => continue,
@@ -580,7 +575,7 @@ impl Watch<'_> {
                         }
                         OwnKey::Overwritten { value, lease, revision } => self.write_back(cluster, value, lease, revision).await?,
                     }
-                    publish(self.tx, cluster, self.metrics);
+                    publish(self.tx, self.metrics, cluster);
                 }
                 _ = tokio::time::sleep_until(*renew_at) => {
                     let Some(remaining) = self.store.renew(token).await? else {
@@ -703,16 +698,4 @@ impl Watch<'_> {
         }
         own
     }
-}
-
-fn publish(tx: &watch::Sender<Option<Cluster>>, cluster: &Cluster, metrics: &Metrics) {
-    Metrics::set(&metrics.peers, cluster.peers.len() as u64);
-    tx.send_if_modified(|current| {
-        if current.as_ref() == Some(cluster) {
-            false
-        } else {
-            *current = Some(cluster.clone());
-            true
-        }
-    });
 }

@@ -1,18 +1,21 @@
 //! The lease model and the allocation policy every store shares: a lease's key and value as read from the store
 //! ([`lease_entry`]), the cluster a source publishes ([`Cluster`]), the conditional operations of a store
-//! ([`LeaseStore`]) and the policy written once against them ([`acquire`], [`find_own`], [`snapshot`]).
+//! ([`LeaseStore`]) and the policy written once against them ([`acquire`], [`find_own`], [`snapshot`]); and
+//! what every source does alike: [`publish`] a cluster read, wait with [`Backoff`] before trying its store again.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result, StoreError};
 use crate::family::overlaps;
 use crate::family::Family;
 use crate::flannel::{parse_subnet_key, subnet_key, LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
+use crate::metrics::Metrics;
 
 /// The largest value read as a lease. A lease that fabricd or flanneld writes is under 400 bytes (a dual-stack
 /// vxlan lease with both families' data); a larger value is not a lease, and is not kept in memory.
@@ -167,13 +170,7 @@ impl NodeIdentity {
         };
         for plan in config.families() {
             if self.public(plan.family()).is_none() {
-                return Err(Error::Config(format!(
-                    "the cluster enables {} ({}) but this node has no public {} address (--iface, --public-ip{})",
-                    plan.family(),
-                    plan.network,
-                    plan.family(),
-                    if plan.family() == Family::V6 { "v6" } else { "" }
-                )));
+                return Err(ConfigError::NoPublicAddressOf { family: plan.family(), network: plan.network }.into());
             }
         }
         Ok(LeaseAttrs {
@@ -264,7 +261,7 @@ pub async fn acquire<S: LeaseStore>(
     attrs: &LeaseAttrs,
     mut previous: Previous,
 ) -> Result<(SubnetKey, LeaseToken)> {
-    let address = attrs.node_address().ok_or_else(|| Error::Config("the node has no public address".into()))?;
+    let address = attrs.node_address().ok_or(ConfigError::NoPublicAddress)?;
     for attempt in 0u32.. {
         let listing = store.leases().await?;
         // A node keeps the subnet its pods have their addresses from, or does not start.
@@ -387,10 +384,7 @@ fn free_subnet(listing: &Listing, config: &NetworkConfig, previous: Previous) ->
             None => {
                 let free = plan.free_subnets(&taken, 100);
                 if free.is_empty() {
-                    return Err(Error::Store(format!(
-                        "out of subnets: every /{} of {} is leased",
-                        plan.subnet_len, plan.network
-                    )));
+                    return Err(StoreError::OutOfSubnets { subnet_len: plan.subnet_len, network: plan.network }.into());
                 }
                 free[random_below(free.len())]
             }
@@ -508,10 +502,9 @@ pub async fn snapshot<S: LeaseStore>(store: &mut S, node: &NodeIdentity, previou
         Some(_) => node.public(Family::V4),
         None => node.public(Family::V6),
     };
-    let address =
-        address.ok_or_else(|| Error::Config("the node has no public address of the cluster's family".into()))?;
+    let address = address.ok_or(ConfigError::NoPublicAddressOfCluster)?;
     let Some((subnet, token)) = find_own(&listing, address, previous) else {
-        return Err(Error::Store(format!("no lease in the store for this node ({address})")));
+        return Err(StoreError::NoOwnLease(address).into());
     };
     Ok(Cluster { config, subnet, lease: Some(token), peers: listing.peers_of(subnet) })
 }
@@ -524,4 +517,48 @@ pub fn random_below(n: usize) -> usize {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
     );
     (hasher.finish() % n.max(1) as u64) as usize
+}
+/// Publishes `cluster` when it differs from what was published last (the agent wakes for changes only), and
+/// sets the peers gauge: what every source does with the cluster it read.
+pub fn publish(tx: &watch::Sender<Option<Cluster>>, metrics: &Metrics, cluster: &Cluster) {
+    Metrics::set(&metrics.peers, cluster.peers.len() as u64);
+    tx.send_if_modified(|current| {
+        let changed = current.as_ref() != Some(cluster);
+        if changed {
+            *current = Some(cluster.clone());
+        }
+        changed
+    });
+}
+
+/// The wait between attempts to reach a store: from `first`, doubling up to 5 s, each wait up to half again
+/// longer at random, so that thousands of agents cut off together do not come back together.
+pub struct Backoff {
+    first: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    const MAX: Duration = Duration::from_secs(5);
+
+    pub fn new(first: Duration) -> Backoff {
+        Backoff { first, next: first }
+    }
+
+    /// The next wait, before its jitter.
+    pub fn next(&self) -> Duration {
+        self.next
+    }
+
+    /// Back to the first wait (the store answered for long enough).
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+
+    /// Sleeps the next wait with its jitter, and doubles it.
+    pub async fn wait(&mut self) {
+        let jitter = Duration::from_millis(random_below(self.next.as_millis() as usize / 2 + 1) as u64);
+        tokio::time::sleep(self.next + jitter).await;
+        self.next = (self.next * 2).min(Backoff::MAX);
+    }
 }

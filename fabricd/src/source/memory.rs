@@ -8,7 +8,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 
 use super::lease::{LeaseStore, LeaseToken, Listing, StoredLease};
-use crate::error::{Error, Result};
+use crate::error::{Result, StoreError};
 use crate::family::Family;
 use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 
@@ -119,7 +119,7 @@ impl LeaseStore for MemoryStore {
 
     async fn release(&mut self, subnet: SubnetKey, token: Option<LeaseToken>) -> Result<()> {
         if self.leases.remove(&subnet).is_none() && token.is_none() {
-            return Err(Error::Store(format!("no lease at {subnet}")));
+            return Err(StoreError::NoLeaseAt(subnet).into());
         }
         if let Some(token) = token {
             self.revoke(token).await;

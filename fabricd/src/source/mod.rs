@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result};
 use crate::flannel::SubnetKey;
 use crate::metrics::Metrics;
 
@@ -67,7 +67,7 @@ pub trait Source {
     /// Acquires (or finds) the lease of the node at `node`, touching nothing on the node.
     fn acquire<'a>(&'a self, node: &'a NodeIdentity, previous: Previous) -> SourceFuture<'a, (SubnetKey, LeaseToken)> {
         let _ = (node, previous);
-        Box::pin(async { Err(Error::Config("acquire needs etcd".into())) })
+        Box::pin(async { Err(ConfigError::AcquireWithoutEtcd.into()) })
     }
 }
 
@@ -77,7 +77,7 @@ pub struct StaticSource(pub PathBuf, pub crate::backend::BackendContext);
 impl Source for StaticSource {
     fn spawn(&self, context: SourceContext) -> Result<tokio::task::JoinHandle<Error>> {
         static_file::load(&self.0, &self.1)?;
-        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx)))
+        Ok(tokio::spawn(static_file::run(self.0.clone(), self.1.clone(), context.tx, context.metrics)))
     }
 
     fn current<'a>(&'a self, _: &'a NodeIdentity, _: Previous) -> SourceFuture<'a, Cluster> {

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -21,12 +22,13 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::lease::{Cluster, Peer};
+use super::lease::{publish, Cluster, Peer};
 use crate::backend::LeaseData;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, Error, Result, StaticFileProblem};
 use crate::family::Family;
 use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::log::log;
+use crate::metrics::Metrics;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -50,22 +52,22 @@ struct PeerEntry {
 
 /// Reads and checks the file.
 pub fn load(path: &std::path::Path, context: &crate::backend::BackendContext) -> Result<Cluster> {
-    let fail = |e: String| Error::Config(format!("static config {}: {e}", path.display()));
+    let fail = |problem| Error::from(ConfigError::StaticFile { path: path.to_path_buf(), problem });
     let text = std::fs::read(path).map_err(|e| Error::io(format!("static config {}", path.display()), e))?;
     let config = NetworkConfig::parse_with(&text, context).map_err(Error::Format)?;
-    let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(e.to_string()))?;
+    let file: File = cnicore::spec::gojson::from_slice(&text).map_err(|e| fail(StaticFileProblem::Parse(e)))?;
     // Each subnet must be one of its family's network, for exactly the families the config enables.
-    let check = |what: &str, key: SubnetKey| -> Result<SubnetKey> {
+    let check = |what: &'static str, key: SubnetKey| -> Result<SubnetKey> {
         for family in Family::ALL {
             match (config.family(family), key.get(family)) {
                 (Some(plan), Some(subnet)) if subnet.trunc() == subnet && plan.network.contains(&subnet) => {}
                 (Some(plan), Some(subnet)) => {
-                    return Err(fail(format!("{what}: subnet {subnet} is not a subnet of {}", plan.network)))
+                    return Err(fail(StaticFileProblem::OutsideNetwork { what, subnet, network: plan.network }))
                 }
                 (Some(plan), None) => {
-                    return Err(fail(format!("{what}: no {family} subnet (the network has {})", plan.network)))
+                    return Err(fail(StaticFileProblem::MissingFamily { what, family, network: plan.network }))
                 }
-                (None, Some(subnet)) => return Err(fail(format!("{what}: {subnet}, but {family} is not enabled"))),
+                (None, Some(subnet)) => return Err(fail(StaticFileProblem::FamilyNotEnabled { what, family, subnet })),
                 (None, None) => {}
             }
         }
@@ -79,7 +81,7 @@ pub fn load(path: &std::path::Path, context: &crate::backend::BackendContext) ->
         let Some(data) = data else { return Ok(None) };
         let mut data = data.value().clone();
         if let (Some(text), Some(fields)) = (mac, data.as_object_mut()) {
-            crate::backend::vxlan::parse_mac(&text).ok_or_else(|| fail(format!("bad VtepMAC {text:?}")))?;
+            crate::backend::vxlan::parse_mac(&text).ok_or_else(|| fail(StaticFileProblem::BadVtepMac(text.clone())))?;
             fields.insert("VtepMAC".into(), Value::String(text));
         }
         Ok(Some(LeaseData::from(data)))
@@ -103,20 +105,19 @@ pub fn load(path: &std::path::Path, context: &crate::backend::BackendContext) ->
 }
 
 /// Publishes the file's content, and again whenever it changes; never returns.
-pub async fn run(path: PathBuf, context: crate::backend::BackendContext, tx: watch::Sender<Option<Cluster>>) -> Error {
+pub async fn run(
+    path: PathBuf,
+    context: crate::backend::BackendContext,
+    tx: watch::Sender<Option<Cluster>>,
+    metrics: Arc<Metrics>,
+) -> Error {
     let mut seen: Option<SystemTime> = None;
     loop {
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         if modified != seen {
             seen = modified;
             match load(&path, &context) {
-                Ok(cluster) => {
-                    tx.send_if_modified(|current| {
-                        let changed = current.as_ref() != Some(&cluster);
-                        *current = Some(cluster);
-                        changed
-                    });
-                }
+                Ok(cluster) => publish(&tx, &metrics, &cluster),
                 // A broken edit keeps the last good state.
                 Err(e) => log!(error, "{e}"),
             }

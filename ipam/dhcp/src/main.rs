@@ -1,5 +1,10 @@
 //! `dhcp`: the DHCP IPAM plugin and, as `dhcp daemon [flags]`, the daemon that acquires, renews and releases
 //! the leases (one binary, as the reference).
+//!
+//! Modules: [`plugin`] (the IPAM verbs, asking the daemon) with [`conf`] (its config and the options it
+//! turns into) and [`rpc`] (Go's `net/rpc` over the daemon's socket, in [`gob`]); [`daemon`] (`dhcp daemon`'s
+//! flags and socket) keeping each [`lease`] in its own thread, whose exchanges are [`client`]'s, its messages
+//! [`packet`]'s and its renewal times [`timing`]'s; [`log`] (the daemon's log in Go's format).
 
 mod client;
 mod conf;

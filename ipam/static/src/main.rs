@@ -1,5 +1,7 @@
 //! `static`: IPAM that hands out the addresses, routes and DNS written in the config (or given by the runtime
 //! through `CNI_ARGS`, `args.cni.ips` or the `ips` capability). Nothing is allocated, so DEL has nothing to do.
+//!
+//! [`config`]: the addresses, routes and DNS, from the reference's sources in its precedence.
 
 mod config;
 

@@ -7,6 +7,9 @@
 //! Rates and bursts come from the config or `runtimeConfig.bandwidth`, in bits per second and bits; the
 //! tbf values are computed exactly as the reference plugin (containernetworking/plugins v1.1.1) does, so
 //! either plugin can delete and check what the other made. Everything goes over netlink.
+//!
+//! Modules: [`config`] (rates and bursts), [`host`] (the pod veth's host end), [`ifb`] (the egress device)
+//! and [`shaping`] (the tc objects of one pod).
 
 mod config;
 mod host;

@@ -3,6 +3,9 @@
 //!
 //! Every verb follows config → validate (nothing touched yet) → plan → apply, and ADD keeps an undo list
 //! so that a failure leaves nothing behind.
+//!
+//! Modules: [`config`] (parsed and validated), [`add`], [`check`] and [`del`] (the verbs), [`node`] (the bridge,
+//! its ports, gateway addresses and sysctls), [`mtu`] (kubenet's inference), [`spoofchk`] (`macspoofchk`).
 
 mod add;
 mod check;

@@ -6,6 +6,10 @@
 //! (the container addresses as sources of a zone, over D-Bus). With `"backend": ""` the choice is the
 //! reference's: firewalld when it runs on the system bus, else iptables (else nftables where iptables is not
 //! installed).
+//!
+//! Modules: [`config`]; [`driver`] (the backends behind one interface) and [`kernel`] (the kernel backends by
+//! name); the backends [`iptables`], [`nftables`] and [`firewalld`] (over [`dbus`]); [`record`] (what an ADD
+//! opened, for GC and DEL without prevResult).
 
 mod config;
 mod dbus;

@@ -14,6 +14,8 @@
 //! `..`; `subnet.env` is a regular file of at most 64 KiB whose families are whole (a subnet with its
 //! network, inside it); `runtimeConfig` is an object; `ipam.routes` are routes; a `prevResult` is read as
 //! every plugin reads it; everything is checked, and the pod's netns opened, before the config is saved.
+//!
+//! Modules: [`conf`] (the plugin's config and files) and [`delegate`].
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! (`IFLA_IFALIAS`), so a device moved by either plugin is moved back by the other. Moving a device to another
 //! namespace drops its addresses and the reference's DEL returns it down and bare; ours records them before the
 //! move ([`saved`]) and gives them back with the up state.
+//!
+//! Modules: [`config`] (how the device is named) and [`saved`].
 
 mod config;
 mod saved;

@@ -4,6 +4,9 @@
 //! the iptables backend (the reference plugin's chain layout, one `iptables-restore` per family per call) or
 //! the nftables backend (one table, lookups keyed by protocol and port, one `nft` transaction per call).
 //! See `iptables.rs` and `nftables.rs` for the layouts.
+//!
+//! Modules: [`config`] (validated as a whole), the backends [`iptables`] and [`nftables`], and [`localnet`]
+//! (`route_localnet` for connections from 127.0.0.1).
 
 mod config;
 mod iptables;

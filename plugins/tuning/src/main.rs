@@ -5,6 +5,9 @@
 //! step fails, what was already changed is put back and the file removed. DEL puts back what the file says and
 //! removes it, whichever plugin (ours or the reference) wrote it. CHECK compares each configured value with
 //! what the namespace has.
+//!
+//! Modules: [`config`] (the settings from the config, `CNI_ARGS`, `runtimeConfig` and `args.cni`) and
+//! [`saved`].
 
 mod config;
 mod saved;

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
 use crate::backend::LeaseData;
-use crate::error::{Error, Result};
+use crate::error::{ConfigError, PodCidrsProblem, Result};
 use crate::family::Family;
 use crate::flannel::{LeaseAttrs, NetworkConfig, SubnetKey};
 use crate::source::MAX_LEASE_VALUE;
@@ -46,7 +46,7 @@ impl Annotations {
         match prefix.matches('/').count() {
             0 => prefix.push('/'),
             1 => {}
-            _ => return Err(Error::Config("--kube-annotation-prefix: at most one slash".into())),
+            _ => return Err(ConfigError::AnnotationPrefixSlashes.into()),
         }
         if !prefix.ends_with('/') && !prefix.ends_with('-') {
             prefix.push('-');
@@ -57,9 +57,7 @@ impl Annotations {
         let tail = domain.rsplit(|c: char| !(annotation_char(c) || c == '.')).next().unwrap_or("");
         let labels = tail.rsplit('.').take_while(|label| !label.is_empty()).count();
         if !name_ok || labels < 2 {
-            return Err(Error::Config(format!(
-                "--kube-annotation-prefix {prefix:?}: must be in the format fqdn/[0-9a-z-_]* (flanneld's rule)"
-            )));
+            return Err(ConfigError::AnnotationPrefixFormat { prefix }.into());
         }
         let key = |name: &str| format!("{prefix}{name}");
         Ok(Annotations {
@@ -115,19 +113,16 @@ impl NodeRecord {
     }
 
     /// The node's subnets, as flanneld reads them: one or two podCIDRs, the first of each family.
-    pub fn subnets(&self) -> Result<SubnetKey, NodeRefusal> {
+    pub fn subnets(&self) -> Result<SubnetKey, PodCidrsProblem> {
         if self.pod_cidrs.len() > 2 {
-            return Err(NodeRefusal::PodCidrs(format!(
-                "{} podCIDRs (IPv4, IPv6 or one of each)",
-                self.pod_cidrs.len()
-            )));
+            return Err(PodCidrsProblem::TooMany(self.pod_cidrs.len()));
         }
         let mut key = SubnetKey::default();
         for text in &self.pod_cidrs {
             match text.parse::<IpNet>().map(|n| n.trunc()) {
                 Ok(IpNet::V4(net)) => key.v4 = key.v4.or(Some(net)),
                 Ok(IpNet::V6(net)) => key.v6 = key.v6.or(Some(net)),
-                Err(_) => return Err(NodeRefusal::PodCidrs(format!("{text:?} is not a CIDR"))),
+                Err(_) => return Err(PodCidrsProblem::NotACidr(text.clone())),
             }
         }
         Ok(key)
@@ -141,7 +136,8 @@ pub enum NodeRefusal {
     NotManaged,
     /// No podCIDR yet (kube-controller-manager has not allocated one).
     NoPodCidr,
-    PodCidrs(String),
+    /// Its podCIDRs are not one or two CIDRs.
+    PodCidrs(PodCidrsProblem),
     /// An annotation larger than any lease.
     TooLarge {
         key: String,
@@ -186,7 +182,7 @@ pub fn node_lease(
     if let Some((key, value)) = node.annotations.iter().find(|(_, v)| v.len() > MAX_LEASE_VALUE) {
         return Err(NodeRefusal::TooLarge { key: key.clone(), bytes: value.len() });
     }
-    let all = node.subnets()?;
+    let all = node.subnets().map_err(NodeRefusal::PodCidrs)?;
     let subnets = SubnetKey { v4: all.v4.filter(|_| config.v4.is_some()), v6: all.v6.filter(|_| config.v6.is_some()) };
     if config.v4.is_some() && subnets.v4.is_none() || config.v6.is_some() && subnets.v6.is_none() {
         return Err(NodeRefusal::NoPodCidr);
@@ -301,21 +297,13 @@ pub fn config_for(mut config: NetworkConfig, own: &SubnetKey) -> Result<NetworkC
         match (plan, subnet) {
             (Some(plan), Some(subnet)) => {
                 if !(plan.network.contains(&subnet) && subnet.prefix_len() >= plan.network.prefix_len()) {
-                    return Err(Error::Config(format!(
-                        "the node's podCIDR {subnet} is not inside the Network {} of net-conf.json",
-                        plan.network
-                    )));
+                    return Err(ConfigError::PodCidrOutsideNetwork { subnet, network: plan.network }.into());
                 }
                 plan.subnet_len = subnet.prefix_len();
                 plan.subnet_min = plan.network.network();
                 plan.subnet_max = plan.network.broadcast();
             }
-            (Some(plan), None) => {
-                return Err(Error::Config(format!(
-                    "net-conf.json enables {family} ({}) but the node has no {family} podCIDR",
-                    plan.network
-                )))
-            }
+            (Some(plan), None) => return Err(ConfigError::NoPodCidrOf { family, network: plan.network }.into()),
             (None, _) => {}
         }
     }

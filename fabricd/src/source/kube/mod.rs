@@ -25,10 +25,10 @@ use tokio::sync::watch;
 use tokio::time::{sleep, Instant};
 
 use self::annotations::{config_for, enabled, node_lease, own_annotations, Annotations, NodeRecord, NodeRefusal};
-use super::lease::{Cluster, NodeIdentity, Peer, Previous};
+use super::lease::{publish, Backoff, Cluster, NodeIdentity, Peer, Previous};
 use super::{Source, SourceContext, SourceFuture};
-use crate::error::{Error, Result};
-use crate::family::overlaps;
+use crate::error::{ConfigError, Error, Result, StoreError};
+use crate::family::{overlaps, Family};
 use crate::flannel::{NetworkConfig, SubnetKey};
 use crate::log::log;
 use crate::metrics::Metrics;
@@ -59,20 +59,19 @@ impl KubeOptions {
 
     /// The client, from --kubeconfig-file, --kube-api-url, or the pod's service account (flanneld's order).
     async fn client(&self) -> Result<Client> {
-        let config_error = |what: &str, e: &dyn std::fmt::Display| Error::Config(format!("{what}: {e}"));
         let mut config = match (&self.kubeconfig, &self.api_url) {
             (Some(path), _) => {
                 let what = format!("--kubeconfig-file {}", path.display());
-                let file = Kubeconfig::read_from(path).map_err(|e| config_error(&what, &e))?;
+                let file = Kubeconfig::read_from(path).map_err(client_error(&what))?;
                 Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
                     .await
-                    .map_err(|e| config_error(&what, &e))?
+                    .map_err(client_error(&what))?
             }
-            (None, Some(url)) => Config::new(url.parse().map_err(|e| config_error("--kube-api-url", &e))?),
-            (None, None) => Config::incluster().map_err(|e| config_error("in-cluster credentials", &e))?,
+            (None, Some(url)) => Config::new(url.parse().map_err(client_error("--kube-api-url"))?),
+            (None, None) => Config::incluster().map_err(client_error("in-cluster credentials"))?,
         };
         if let Some(url) = &self.api_url {
-            config.cluster_url = url.parse().map_err(|e| config_error("--kube-api-url", &e))?;
+            config.cluster_url = url.parse().map_err(client_error("--kube-api-url"))?;
         }
         Client::try_from(config).map_err(|e| Error::kube("the API client", e))
     }
@@ -81,6 +80,11 @@ impl KubeOptions {
     fn local(&self) -> Result<(Annotations, NetworkConfig)> {
         Ok((Annotations::new(&self.annotation_prefix)?, self.net_config()?))
     }
+}
+
+/// The error of configuring the API client from `what` (a kubeconfig, the URL, in-cluster credentials).
+fn client_error<E: std::error::Error + Send + Sync + 'static>(what: &str) -> impl FnOnce(E) -> Error + '_ {
+    move |error| ConfigError::KubeClient { what: what.to_string(), error: Box::new(error) }.into()
 }
 
 /// flanneld's environment of Kubernetes mode, checked as flanneld checks it; what it means for fabricd, to log.
@@ -94,9 +98,11 @@ impl KubeOptions {
 pub fn kube_environment(variable: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
     let mut notes = Vec::new();
     if let Some(text) = variable("EVENT_QUEUE_DEPTH").filter(|t| !t.is_empty()) {
-        let depth: i64 = text
-            .parse()
-            .map_err(|e| Error::Config(format!("env EVENT_QUEUE_DEPTH={text} format error: {e} (an integer)")))?;
+        let depth: i64 = text.parse().map_err(|error| ConfigError::Variable {
+            name: "EVENT_QUEUE_DEPTH",
+            value: text.clone(),
+            error,
+        })?;
         notes.push(format!(
             "EVENT_QUEUE_DEPTH={depth}: fabricd keeps no queue of Node events (each updates the one cluster the \
              agent reads; a burst is one pass)"
@@ -155,22 +161,23 @@ impl Source for KubeOptions {
             let parse = |key: &str| -> Result<Option<std::net::IpAddr>> {
                 read(key)
                     .map(|text| {
-                        text.parse().map_err(|_| Error::Config(format!("annotation {key}: {text:?} is not an address")))
+                        text.parse().map_err(|_| {
+                            Error::from(ConfigError::AnnotationNotAnAddress {
+                                key: key.to_string(),
+                                text: text.clone(),
+                            })
+                        })
                     })
                     .transpose()
             };
             let v4 = match parse(&keys.node_public_ip)? {
                 Some(std::net::IpAddr::V4(ip)) => Some(ip),
-                Some(_) => {
-                    return Err(Error::Config(format!("annotation {}: not an IPv4 address", keys.node_public_ip)))
-                }
+                Some(_) => return Err(not_of_family(&keys.node_public_ip, Family::V4)),
                 None => None,
             };
             let v6 = match parse(&keys.node_public_ipv6)? {
                 Some(std::net::IpAddr::V6(ip)) => Some(ip),
-                Some(_) => {
-                    return Err(Error::Config(format!("annotation {}: not an IPv6 address", keys.node_public_ipv6)))
-                }
+                Some(_) => return Err(not_of_family(&keys.node_public_ipv6, Family::V6)),
                 None => None,
             };
             Ok((v4, v6))
@@ -188,7 +195,11 @@ fn name_of(node: &Node) -> String {
 }
 
 fn no_node(name: &str) -> Error {
-    Error::Store(format!("no Node {name:?} in the API server"))
+    StoreError::NoNode(name.to_string()).into()
+}
+
+fn not_of_family(key: &str, family: Family) -> Error {
+    ConfigError::AnnotationFamily { key: key.to_string(), family }.into()
 }
 
 /// This node's name, as flanneld finds it: `NODE_NAME`, else the `spec.nodeName` of the pod `POD_NAME` in
@@ -199,14 +210,14 @@ async fn node_name(client: &Client) -> Result<String> {
         return Ok(name);
     }
     let (Some(pod), Some(namespace)) = (variable("POD_NAME"), variable("POD_NAMESPACE")) else {
-        return Err(Error::Config("env variables POD_NAME and POD_NAMESPACE must be set (or NODE_NAME)".into()));
+        return Err(ConfigError::NoNodeName.into());
     };
     let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let pod_spec = api.get(&pod).await.map_err(|e| Error::kube(format!("reading pod {namespace}/{pod}"), e))?.spec;
     pod_spec
         .and_then(|spec| spec.node_name)
         .filter(|name| !name.is_empty())
-        .ok_or_else(|| Error::Store(format!("node name not present in pod spec '{namespace}/{pod}'")))
+        .ok_or_else(|| StoreError::PodWithoutNode { namespace, pod }.into())
 }
 
 /// The Nodes as last seen, and what they mean: this node's subnets and config, the peers.
@@ -222,7 +233,7 @@ struct View {
 impl View {
     /// This node's subnets of the enabled families and the config with their lengths.
     fn own_config(&self, own: &NodeRecord) -> Result<(NetworkConfig, SubnetKey)> {
-        let subnets = own.subnets().map_err(|why| Error::Store(format!("Node {:?}: {why}", self.name)))?;
+        let subnets = own.subnets().map_err(|problem| StoreError::OwnPodCidrs { name: self.name.clone(), problem })?;
         let subnets = enabled(subnets, &self.base);
         let config = config_for(self.base.clone(), &subnets)?;
         Ok((config, subnets))
@@ -304,7 +315,7 @@ async fn run(options: KubeOptions, keys: Annotations, base: NetworkConfig, conte
             event = stream.next() => match event {
                 Some(Ok(event)) => session.apply(event, &mut buffer).await?,
                 Some(Err(e)) => session.lost(&e),
-                None => return Err(Error::Store("the watch of Nodes ended".into())),
+                None => return Err(StoreError::WatchEnded.into()),
             },
             Ok(()) = ready.changed(), if condition_due => {
                 condition_due = !session.clear_network_unavailable().await;
@@ -328,7 +339,7 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200));
     let mut failing = None;
     loop {
         match f().await {
@@ -343,8 +354,7 @@ where
                     log!(error, "{what}: {e}; retrying");
                     failing = Some(Instant::now());
                 }
-                sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                backoff.wait().await;
             }
             Err(e) => return Err(e),
         }
@@ -546,14 +556,7 @@ impl Session {
             return;
         }
         let cluster = self.view.cluster(config, subnet);
-        Metrics::set(&self.metrics.peers, cluster.peers.len() as u64);
-        self.tx.send_if_modified(|current| {
-            let changed = current.as_ref() != Some(&cluster);
-            if changed {
-                *current = Some(cluster);
-            }
-            changed
-        });
+        publish(&self.tx, &self.metrics, &cluster);
     }
 }
 
