@@ -84,12 +84,8 @@ impl Chain {
     }
 }
 
-/// Which address of the packet a lookup reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Field {
-    Saddr,
-    Daddr,
-}
+/// Which address of the packet a lookup reads: nf_tables' one enum, with its offsets.
+pub use cnicore::firewall::nfnl::Field;
 
 /// One match of a rule; all matches of a rule must hold.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
