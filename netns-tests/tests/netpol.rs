@@ -33,6 +33,7 @@ fn expected(node: &PolicyNode, cluster: &Value, probes: &BTreeMap<Probe, bool>) 
             netns_tests::kubenet::SUBNET_V4.parse().unwrap(),
             netns_tests::kubenet::SUBNET_V6.parse().unwrap(),
         ],
+        drop_log: None,
     };
     let plan = compile(&cluster, &options);
     probes

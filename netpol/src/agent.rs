@@ -62,6 +62,8 @@ pub struct Agent {
     source_failing: bool,
     /// A view whose transaction the kernel refused: tried again at each [`Agent::repair`].
     pending: Option<Cluster>,
+    /// Told each view put in force (the drop log's directory, `explain`'s view: [`crate::verdicts`]).
+    pub on_applied: Option<crate::verdicts::OnApplied>,
 }
 
 impl Agent {
@@ -73,6 +75,7 @@ impl Agent {
             logged: BTreeSet::new(),
             source_failing: false,
             pending: None,
+            on_applied: None,
         }
     }
 
@@ -107,6 +110,9 @@ impl Agent {
             let (rules, elements) = plan.size();
             let took = started.elapsed();
             log!("{applied:?} in {took:?} (compiled in {compiled:?}): {rules} rules, {elements} set elements");
+        }
+        if let Some(on_applied) = self.on_applied.as_mut() {
+            on_applied(cluster, &plan);
         }
         self.applied = Some(plan);
         Ok(applied)

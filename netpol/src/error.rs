@@ -24,6 +24,10 @@ pub enum Error {
     Kube(kube::Error),
     /// A watch ended before its first complete list (the runtime shutting down).
     WatchEnded,
+    /// The run directory (drop log, view in force) could not be used.
+    RunDir { path: PathBuf, error: io::Error },
+    /// `explain` was given a flow it cannot judge.
+    Explain(crate::explain::ExplainError),
 }
 
 impl fmt::Display for Error {
@@ -39,6 +43,8 @@ impl fmt::Display for Error {
             Error::InferConfig(error) => write!(f, "no kubeconfig: {error}"),
             Error::Kube(error) => write!(f, "Kubernetes API: {error}"),
             Error::WatchEnded => f.write_str("a watch ended before its first list"),
+            Error::RunDir { path, error } => write!(f, "{}: {error}", path.display()),
+            Error::Explain(error) => write!(f, "explain: {error}"),
         }
     }
 }

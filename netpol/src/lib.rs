@@ -8,13 +8,18 @@
 //! - [`apply`]: the table replaced whole at start, then changed by set-element differences.
 //! - [`agent`]: the loop: a source of cluster views, compiled and applied; [`error`]: its errors.
 //! - [`watch`]: the Kubernetes source (Pods, Namespaces, NetworkPolicies watched into reflector stores).
+//! - [`verdicts`]: what an operator reads: the drop log ([`nflog`] read into [`drops`]) and [`explain`].
 
 pub mod agent;
 pub mod apply;
 pub mod compile;
+pub mod drops;
 pub mod error;
+pub mod explain;
 pub mod model;
+pub mod nflog;
 pub mod nft;
 pub mod plan;
 pub mod ranges;
+pub mod verdicts;
 pub mod watch;

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
 use netpol::compile::NodeOptions;
 use netpol::plan::TABLE;
+use netpol::verdicts::{self, DropLogArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "cni-netpol", about = "NetworkPolicy enforced natively in nftables")]
@@ -16,6 +17,9 @@ struct Cli {
     /// The nftables table (family inet) the agent owns.
     #[arg(long, default_value = TABLE, global = true)]
     table: String,
+    /// The agent's run directory: its drop log and the view in force (`drops`, `explain`).
+    #[arg(long, default_value = verdicts::RUN_DIR, global = true)]
+    run_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +42,8 @@ enum Command {
         /// Apply once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        drop_log: DropLogArgs,
     },
     /// Enforce the cluster's policies, watching Pods, Namespaces and NetworkPolicies on the API server; runs
     /// until killed, leaving the rules in force.
@@ -54,6 +60,25 @@ enum Command {
         /// How often the table's presence is checked, in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         repair_ms: u64,
+        #[command(flatten)]
+        drop_log: DropLogArgs,
+    },
+    /// Print the drops this node's agent logged (one JSON line per dropped flow); --follow: then each new one.
+    Drops {
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Judge a flow (FROM and TO: namespace/pod or an address; PORT/PROTO: 80/tcp) on the view the agent put
+    /// in force, naming the policy rule that allows it or the isolation that drops it.
+    Explain {
+        from: String,
+        to: String,
+        port: String,
+        /// Judge it on a cluster file instead (with --pod-cidr).
+        #[arg(long = "static")]
+        file: Option<PathBuf>,
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
     },
     /// Remove the table, and nothing else.
     Cleanup,
@@ -62,9 +87,16 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { file, pod_cidrs, interval_ms, once } => run(&cli.table, file, pod_cidrs, interval_ms, once),
-        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => {
-            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms))
+        Command::Run { file, pod_cidrs, interval_ms, once, drop_log } => {
+            run(&cli.table, file, pod_cidrs, interval_ms, once, (&cli.run_dir, drop_log))
+        }
+        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms, drop_log } => {
+            let repair = Duration::from_millis(repair_ms);
+            watch(&cli.table, kubeconfig, node_name, pod_cidrs, repair, (&cli.run_dir, drop_log))
+        }
+        Command::Drops { follow } => verdicts::drops_command(&cli.run_dir, follow),
+        Command::Explain { from, to, port, file, pod_cidrs } => {
+            verdicts::explain_command(&cli.run_dir, file, pod_cidrs, [&from, &to, &port])
         }
         Command::Cleanup => netpol::apply::remove(&cli.table)
             .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
@@ -81,9 +113,10 @@ fn run(
     pod_cidrs: Vec<IpNet>,
     interval_ms: u64,
     once: bool,
+    (run_dir, drop_log): (&std::path::Path, DropLogArgs),
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
-    let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+    let mut agent = agent(table, pod_cidrs, run_dir, &drop_log);
     let mut source = StaticFile::new(file);
     let first = source.poll()?.unwrap_or_default();
     agent.apply(&first)?;
@@ -99,6 +132,7 @@ fn watch(
     node_name: Option<String>,
     mut pod_cidrs: Vec<IpNet>,
     repair: Duration,
+    (run_dir, drop_log): (&std::path::Path, DropLogArgs),
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
@@ -110,7 +144,16 @@ fn watch(
         if pod_cidrs.is_empty() {
             eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
         }
-        let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
+        let mut agent = agent(table, pod_cidrs, run_dir, &drop_log);
         netpol::watch::run(&mut agent, client, repair).await
     })
+}
+
+/// The agent, its drops logged and its views kept for `explain` ([`verdicts::start`]).
+fn agent(table: &str, pod_cidrs: Vec<IpNet>, run_dir: &std::path::Path, args: &DropLogArgs) -> Agent {
+    let drop_log = args.drop_log();
+    let on_applied = verdicts::start(run_dir.to_path_buf(), pod_cidrs.clone(), drop_log);
+    let mut agent = Agent::new(table, NodeOptions { pod_cidrs, drop_log });
+    agent.on_applied = Some(on_applied);
+    agent
 }

@@ -1,6 +1,6 @@
 //! The plan as nf_tables netlink messages: the table, its chains, sets, elements and rules, encoded as `nft`
 //! would send them for the same text (expressions `meta`, `ct`, `bitwise`, `payload`, `cmp`, `lookup`,
-//! `immediate`, written by cnicore's one expression writer), and sent with cnicore's batch ([`nfnl::commit_messages`]): one transaction.
+//! `counter`, `limit`, `log`, `immediate`, written by cnicore's one expression writer), and sent with cnicore's batch ([`nfnl::commit_messages`]): one transaction.
 //!
 //! Sets and chains created in a transaction are found by name by the later messages of the same
 //! transaction (the kernel looks names up in the generation being built).
@@ -258,14 +258,20 @@ fn write_match(e: &mut Expressions, matched: &Match, family: Option<Family>) {
     }
 }
 
+/// The rule's counter and verdict (`counter accept`), or for a log rule its limit, counter and log (`limit
+/// rate R/second burst B packets counter log prefix "..." group N`): every rule counts what it judges.
 fn write_verdict(e: &mut Expressions, verdict: &Verdict) {
     let (code, chain) = match verdict {
         Verdict::Accept => (NF_ACCEPT, None),
         Verdict::Drop => (NF_DROP, None),
         Verdict::Return => (NFT_RETURN, None),
         Verdict::Jump(chain) => (NFT_JUMP, Some(chain.name())),
+        Verdict::Log { isolation, log } => {
+            e.limit(u64::from(log.rate), log.burst).counter().log(isolation.prefix(), log.group);
+            return;
+        }
     };
-    e.verdict(code, chain);
+    e.counter().verdict(code, chain);
 }
 
 #[cfg(test)]

@@ -118,6 +118,29 @@ impl Expressions<'_> {
         })
     }
 
+    /// `counter`: the rule's packets and bytes, kept by the kernel from zero (nft sends no start values).
+    pub fn counter(&mut self) -> &mut Self {
+        self.expression("counter", |_| {})
+    }
+
+    /// `log prefix "<prefix>" group <group>`: the packet to NFLOG group `group`, with the prefix.
+    pub fn log(&mut self, prefix: &str, group: u16) -> &mut Self {
+        self.expression("log", |m| {
+            m.attr_str(NFTA_LOG_PREFIX, prefix).attr(NFTA_LOG_GROUP, &group.to_be_bytes());
+        })
+    }
+
+    /// `limit rate <rate>/second burst <burst> packets`: matches while the kernel's token bucket holds.
+    pub fn limit(&mut self, rate: u64, burst: u32) -> &mut Self {
+        self.expression("limit", |m| {
+            m.attr(NFTA_LIMIT_RATE, &rate.to_be_bytes())
+                .attr(NFTA_LIMIT_UNIT, &1u64.to_be_bytes())
+                .attr(NFTA_LIMIT_BURST, &burst.to_be_bytes())
+                .attr(NFTA_LIMIT_TYPE, &NFT_LIMIT_PKTS.to_be_bytes())
+                .attr(NFTA_LIMIT_FLAGS, &0u32.to_be_bytes());
+        })
+    }
+
     /// `masq` with its `NF_NAT_RANGE_*` flags.
     pub fn masquerade(&mut self, flags: u32) -> &mut Self {
         self.expression("masq", |m| {

@@ -127,6 +127,15 @@ pub const NFTA_CT_KEY: u16 = 2;
 pub const NFT_CT_STATE: u32 = 0;
 /// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
 pub const CT_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
+pub const NFTA_LOG_GROUP: u16 = 1;
+pub const NFTA_LOG_PREFIX: u16 = 2;
+pub const NFTA_LIMIT_RATE: u16 = 1;
+/// The limit's time unit in seconds.
+pub const NFTA_LIMIT_UNIT: u16 = 2;
+pub const NFTA_LIMIT_BURST: u16 = 3;
+pub const NFTA_LIMIT_TYPE: u16 = 4;
+pub const NFTA_LIMIT_FLAGS: u16 = 5;
+pub const NFT_LIMIT_PKTS: u32 = 0;
 pub const NFTA_MASQ_FLAGS: u16 = 1;
 /// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`: `masquerade fully-random`.
 pub const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
