@@ -168,6 +168,8 @@ pub struct PolicyNode {
     pub pods: Vec<Pod>,
     pub cluster_file: PathBuf,
     pub log_file: PathBuf,
+    /// The agent's run directory (its drop log and view), in the test's directory.
+    pub run_dir: PathBuf,
 }
 
 impl PolicyNode {
@@ -192,8 +194,8 @@ impl PolicyNode {
         });
         let dir = kubenet.node.dir().to_path_buf();
         let pod_cidrs = if second { [SUBNET_V4_B, SUBNET_V6_B] } else { [SUBNET_V4, SUBNET_V6] }.map(String::from);
-        let (cluster_file, log_file) = (dir.join("cluster.json"), dir.join("agent.log"));
-        PolicyNode { kubenet, pod_cidrs, pods: Vec::new(), cluster_file, log_file }
+        let (cluster_file, log_file, run_dir) = (dir.join("cluster.json"), dir.join("agent.log"), dir.join("run"));
+        PolicyNode { kubenet, pod_cidrs, pods: Vec::new(), cluster_file, log_file, run_dir }
     }
 
     /// A new pod attached by cnitool, with its servers (not in the cluster file until written there).
@@ -234,13 +236,16 @@ impl PolicyNode {
         self.start_agent_with(&["run", "--static", &file, "--interval-ms", "50"])
     }
 
-    /// Starts the agent in the node with `args` (and the node's pod CIDRs); its stderr goes to the log.
+    /// Starts the agent in the node with `args` (and the node's pod CIDRs and the test's run directory); its
+    /// stderr goes to the log.
     pub fn start_agent_with(&self, args: &[&str]) -> Daemon {
         let log = fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log");
         let mut command = self.kubenet.node.command(bin("cni-netpol"));
         command
             .args(args)
             .args(["--pod-cidr", &self.pod_cidrs[0], "--pod-cidr", &self.pod_cidrs[1]])
+            .arg("--run-dir")
+            .arg(&self.run_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -37,6 +37,7 @@ fn expected(node: &PolicyNode, cluster: &Value, probes: &BTreeMap<Probe, bool>) 
             netns_tests::kubenet::SUBNET_V4.parse().unwrap(),
             netns_tests::kubenet::SUBNET_V6.parse().unwrap(),
         ],
+        drop_log: None,
     };
     let plan = compile(&cluster, &options);
     probes
@@ -451,7 +452,8 @@ fn metrics_and_health_endpoints() {
     assert!(http_get(ns, address, "/nothing").unwrap_err().contains("404"));
 
     let in_force = |cluster: &Value| {
-        let options = NodeOptions { pod_cidrs: node.pod_cidrs.iter().map(|c| c.parse().unwrap()).collect() };
+        let options =
+            NodeOptions { pod_cidrs: node.pod_cidrs.iter().map(|c| c.parse().unwrap()).collect(), drop_log: None };
         let plan = compile(&serde_json::from_value::<Cluster>(cluster.clone()).unwrap(), &options);
         let (rules, elements) = plan.size();
         let scrape = scrape(ns, address);

@@ -109,7 +109,10 @@ fn write_views() {
 #[ignore]
 fn at_1000_pods_and_500_policies() {
     let ns = TestNetns::new("npb");
-    let node = NodeOptions { pod_cidrs: vec!["10.244.0.0/22".parse().unwrap(), "fd00:10:244::/64".parse().unwrap()] };
+    let node = NodeOptions {
+        pod_cidrs: vec!["10.244.0.0/22".parse().unwrap(), "fd00:10:244::/64".parse().unwrap()],
+        drop_log: None,
+    };
     let base = view(cluster(0, 0));
     let started = Instant::now();
     let plan = compile(&base, &node);

@@ -66,6 +66,8 @@ pub struct Agent {
     pending: Option<Cluster>,
     /// What it did and holds (served on `--metrics-addr`).
     pub metrics: Arc<Metrics>,
+    /// Told each view put in force (the drop log's directory, `explain`'s view: [`crate::verdicts`]).
+    pub on_applied: Option<crate::verdicts::OnApplied>,
 }
 
 impl Agent {
@@ -78,6 +80,7 @@ impl Agent {
             source_failing: false,
             pending: None,
             metrics: Arc::default(),
+            on_applied: None,
         }
     }
 
@@ -114,6 +117,9 @@ impl Agent {
             let (rules, elements) = plan.size();
             let took = started.elapsed();
             log!("{applied:?} in {took:?} (compiled in {compiled:?}): {rules} rules, {elements} set elements");
+        }
+        if let Some(on_applied) = self.on_applied.as_mut() {
+            on_applied(cluster, &plan);
         }
         self.applied = Some(plan);
         Ok(applied)

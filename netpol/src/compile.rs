@@ -14,7 +14,7 @@
 //! rule for every peer or port). A policy whose `podSelector` or `policyTypes` cannot be understood isolates
 //! every pod of its namespace in both directions and allows nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use cnicore::firewall::hex_sha512;
@@ -23,7 +23,8 @@ use serde_json::{json, Value};
 
 use crate::model::{BadSelector, Cluster, LabelSelector, NetworkPolicy, Peer, Pod, PolicyPort};
 use crate::plan::{
-    Chain, Family, Field, Key, Match, Plan, Rule, Set, SetKind, Verdict, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    Chain, DropLog, Family, Field, Isolation, Key, Match, Plan, Rule, Set, SetKind, Verdict, PROTO_SCTP, PROTO_TCP,
+    PROTO_UDP,
 };
 use crate::ranges;
 
@@ -54,6 +55,8 @@ impl std::fmt::Display for Unexpressible {
 pub struct NodeOptions {
     /// This node's pod CIDRs: an address there that no known pod has is dropped until the agent knows it.
     pub pod_cidrs: Vec<IpNet>,
+    /// Each drop logged to NFLOG before it, rate-limited (`None`: drops only).
+    pub drop_log: Option<DropLog>,
 }
 
 /// Compiles the whole cluster view into the plan of this node.
@@ -124,13 +127,21 @@ fn set_name(prefix: &str, family: Family, canonical: &str) -> String {
     format!("{prefix}{}-{}", digit(family), &hex_sha512(canonical)[..12])
 }
 
+/// The rules of a policy chain, each once, with the policy rules each is written for.
+#[derive(Default)]
+struct ChainRules {
+    rules: Vec<Rule>,
+    index: HashMap<Rule, usize>,
+    origins: Vec<Vec<String>>,
+}
+
 struct Compiler<'a> {
     namespaces: BTreeMap<&'a str, &'a BTreeMap<String, String>>,
     pods: Vec<PodView<'a>>,
     /// The pods of each namespace (indices into `pods`).
     by_namespace: BTreeMap<&'a str, Vec<usize>>,
     plan: Plan,
-    rules: BTreeMap<Chain, (Vec<Rule>, HashSet<Rule>)>,
+    rules: BTreeMap<Chain, ChainRules>,
     /// Pods isolated per direction and family (their addresses).
     isolated: BTreeMap<(Chain, Family), BTreeSet<Key>>,
 }
@@ -208,7 +219,7 @@ impl<'a> Compiler<'a> {
         let subject_sets = self.pod_set("sel", &canonical, &subject);
         for (on, chain) in [(ingress, Chain::Ingress), (egress, Chain::Egress)] {
             if on {
-                self.isolate(chain, &subject);
+                self.isolate(chain, &subject, policy);
             }
         }
         if !usable {
@@ -228,10 +239,11 @@ impl<'a> Compiler<'a> {
         }
     }
 
-    fn isolate(&mut self, chain: Chain, pods: &[usize]) {
+    fn isolate(&mut self, chain: Chain, pods: &[usize], policy: &NetworkPolicy) {
         for &i in pods {
             for ip in &self.pods[i].ips {
                 self.isolated.entry((chain, Family::of(*ip))).or_default().insert(Key::Addr(*ip));
+                self.plan.provenance.isolating.entry((chain, *ip)).or_default().insert(policy_id(policy));
             }
         }
     }
@@ -300,16 +312,23 @@ impl<'a> Compiler<'a> {
                     let mut matches = vec![subject.clone()];
                     matches.extend(peer.clone());
                     matches.extend(port);
-                    self.push(chain, Rule { family: Some(family), matches, verdict: verdict.clone() });
+                    let origin = format!("policy {} {}", policy_id(context.policy), context.name());
+                    self.push(chain, Rule { family: Some(family), matches, verdict: verdict.clone() }, origin);
                 }
             }
         }
     }
 
-    fn push(&mut self, chain: Chain, rule: Rule) {
-        let (rules, seen) = self.rules.entry(chain).or_default();
-        if seen.insert(rule.clone()) {
-            rules.push(rule);
+    fn push(&mut self, chain: Chain, rule: Rule, origin: String) {
+        let chain = self.rules.entry(chain).or_default();
+        let next = chain.rules.len();
+        let index = *chain.index.entry(rule.clone()).or_insert(next);
+        if index == next {
+            chain.rules.push(rule);
+            chain.origins.push(Vec::new());
+        }
+        if !chain.origins[index].contains(&origin) {
+            chain.origins[index].push(origin);
         }
     }
 
@@ -496,18 +515,28 @@ impl<'a> Compiler<'a> {
                 self.plan.sets.insert(format!("{prefix}{d}"), set);
             }
         }
-        self.plan.chains.insert(Chain::Forward, forward_rules());
-        for chain in [Chain::Ingress, Chain::Egress] {
-            let (mut rules, _) = self.rules.remove(&chain).unwrap_or_default();
-            rules.push(Rule { family: None, matches: Vec::new(), verdict: Verdict::Drop });
+        self.plan.chains.insert(Chain::Forward, forward_rules(node.drop_log));
+        for (chain, isolation) in [(Chain::Ingress, Isolation::Ingress), (Chain::Egress, Isolation::Egress)] {
+            let ChainRules { mut rules, origins, .. } = self.rules.remove(&chain).unwrap_or_default();
+            rules.extend(dropping(None, Vec::new(), isolation, node.drop_log));
             self.plan.chains.insert(chain, rules);
+            self.plan.provenance.rules.insert(chain, origins);
         }
         self.plan
     }
 }
 
-/// The base chain: the same for every plan.
-fn forward_rules() -> Vec<Rule> {
+/// A drop, after its log rule when drops are logged.
+fn dropping(family: Option<Family>, matches: Vec<Match>, isolation: Isolation, log: Option<DropLog>) -> Vec<Rule> {
+    let drop = Rule { family, matches, verdict: Verdict::Drop };
+    match log {
+        Some(log) => vec![Rule { verdict: Verdict::Log { isolation, log }, ..drop.clone() }, drop],
+        None => vec![drop],
+    }
+}
+
+/// The base chain: the same for every plan of one node.
+fn forward_rules(log: Option<DropLog>) -> Vec<Rule> {
     let lookup = |field, set: String, negated| Match::Lookup { field, set, negated };
     let mut rules = vec![
         Rule { family: None, matches: vec![Match::Established], verdict: Verdict::Accept },
@@ -515,9 +544,11 @@ fn forward_rules() -> Vec<Rule> {
     ];
     for family in Family::ALL {
         let d = digit(family);
-        for field in [Field::Daddr, Field::Saddr] {
+        for (field, isolation) in
+            [(Field::Daddr, Isolation::UnknownDestination), (Field::Saddr, Isolation::UnknownSource)]
+        {
             let matches = vec![lookup(field, format!("local{d}"), false), lookup(field, format!("known{d}"), true)];
-            rules.push(Rule { family: Some(family), matches, verdict: Verdict::Drop });
+            rules.extend(dropping(Some(family), matches, isolation, log));
         }
     }
     for (field, prefix, chain) in [(Field::Saddr, "egress", Chain::Egress), (Field::Daddr, "ingress", Chain::Ingress)] {
@@ -634,4 +665,4 @@ fn pod_id(pod: &Pod) -> String {
 
 #[cfg(test)]
 #[path = "compile_tests.rs"]
-mod tests;
+pub(crate) mod tests;

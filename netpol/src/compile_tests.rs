@@ -197,7 +197,11 @@ fn compare(policies: Vec<Value>) -> (Plan, BTreeMap<(String, String), [bool; 4]>
     cluster.policies = policies.iter().map(|p| serde_json::from_value(p.clone()).unwrap()).collect();
     let plan = compile(
         &cluster,
-        &NodeOptions { pod_cidrs: vec!["10.244.1.0/24".parse().unwrap(), "fd00:10:244:1::/64".parse().unwrap()] },
+        &NodeOptions {
+            pod_cidrs: vec!["10.244.1.0/24".parse().unwrap(), "fd00:10:244:1::/64".parse().unwrap()],
+            // Drops logged: the log rules before each drop change no verdict.
+            drop_log: Some(crate::plan::DropLog { group: 100, rate: 10, burst: 5 }),
+        },
     );
     let mut table = BTreeMap::new();
     for src in &cluster.pods {
@@ -211,6 +215,11 @@ fn compare(policies: Vec<Value>) -> (Plan, BTreeMap<(String, String), [bool; 4]>
                 for (i, (name, proto, port)) in PROBES.iter().enumerate() {
                     let got = plan.judges(&Packet::new(s, d, *proto, *port));
                     let want = oracle(&cluster, &policies, (src, s), (dst, d), name, *port);
+                    let explained = crate::explain::judge(&plan, &Packet::new(s, d, *proto, *port));
+                    assert_eq!(explained.allowed, got, "explain agrees with the plan");
+                    if let Some((isolation, policies)) = &explained.dropped_by {
+                        assert!(!policies.is_empty(), "{isolation:?}: the isolating policies are named");
+                    }
                     assert_eq!(
                         got, want,
                         "{}/{} -> {}/{} {name}/{port} {s}->{d}: plan {got}, API {want}\n{plan:#?}",
@@ -259,7 +268,7 @@ fn all_but(dst: &str) -> Vec<String> {
 fn no_policy_everything_open() {
     let (plan, table) = compare(vec![]);
     assert!(table.values().all(|row| row.iter().all(|&v| v)));
-    assert_eq!(plan.rules(Chain::Ingress).len(), 1, "only the final drop");
+    assert_eq!(plan.rules(Chain::Ingress).len(), 2, "only the final drop, after its log rule");
 }
 
 #[test]
@@ -454,7 +463,7 @@ fn what_cannot_be_expressed_denies() {
 #[test]
 fn unknown_pods_of_the_node_are_dropped_and_replies_pass() {
     let cluster = suite_cluster();
-    let nodes = NodeOptions { pod_cidrs: vec!["10.244.1.0/24".parse().unwrap()] };
+    let nodes = NodeOptions { pod_cidrs: vec!["10.244.1.0/24".parse().unwrap()], drop_log: None };
     let plan = compile(&cluster, &nodes);
     let packet = |src: &str, dst: &str| Packet::new(src.parse().unwrap(), dst.parse().unwrap(), PROTO_TCP, 80);
     assert!(plan.judges(&packet("10.244.1.11", "10.244.1.12")));

@@ -26,6 +26,10 @@ pub enum Error {
     WatchEnded,
     /// The metrics address (`--metrics-addr`) cannot be listened on.
     Listen(agent_http::BindError),
+    /// The run directory (drop log, view in force) could not be used.
+    RunDir { path: PathBuf, error: io::Error },
+    /// `explain` was given a flow it cannot judge.
+    Explain(crate::explain::ExplainError),
 }
 
 impl fmt::Display for Error {
@@ -42,6 +46,8 @@ impl fmt::Display for Error {
             Error::Kube(error) => write!(f, "Kubernetes API: {error}"),
             Error::WatchEnded => f.write_str("a watch ended before its first list"),
             Error::Listen(error) => write!(f, "--metrics-addr: {error}"),
+            Error::RunDir { path, error } => write!(f, "{}: {error}", path.display()),
+            Error::Explain(error) => write!(f, "explain: {error}"),
         }
     }
 }

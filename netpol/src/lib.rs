@@ -10,14 +10,19 @@
 //! - [`watch`]: the Kubernetes source (Pods, Namespaces, NetworkPolicies watched into reflector stores).
 //! - [`metrics`]: what the agent did and holds, in the Prometheus text format, with `/healthz` and `/readyz`
 //!   (`--metrics-addr`).
+//! - [`verdicts`]: what an operator reads: the drop log ([`nflog`] read into [`drops`]) and [`explain`].
 
 pub mod agent;
 pub mod apply;
 pub mod compile;
+pub mod drops;
 pub mod error;
+pub mod explain;
 pub mod metrics;
 pub mod model;
+pub mod nflog;
 pub mod nft;
 pub mod plan;
 pub mod ranges;
+pub mod verdicts;
 pub mod watch;

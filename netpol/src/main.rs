@@ -11,6 +11,7 @@ use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
 use netpol::compile::NodeOptions;
 use netpol::metrics::Metrics;
 use netpol::plan::TABLE;
+use netpol::verdicts::{self, DropLogArgs};
 
 #[derive(Parser, Debug)]
 #[command(name = "cni-netpol", about = "NetworkPolicy enforced natively in nftables")]
@@ -21,6 +22,9 @@ struct Cli {
     /// Serve /metrics (Prometheus text), /healthz and /readyz on this address (host:port; default: none).
     #[arg(long, global = true)]
     metrics_addr: Option<String>,
+    /// The agent's run directory: its drop log and the view in force (`drops`, `explain`).
+    #[arg(long, default_value = verdicts::RUN_DIR, global = true)]
+    run_dir: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +47,8 @@ enum Command {
         /// Apply once and exit.
         #[arg(long)]
         once: bool,
+        #[command(flatten)]
+        drop_log: DropLogArgs,
     },
     /// Enforce the cluster's policies, watching Pods, Namespaces and NetworkPolicies on the API server; runs
     /// until killed, leaving the rules in force.
@@ -59,6 +65,25 @@ enum Command {
         /// How often the table's presence is checked, in milliseconds.
         #[arg(long, default_value_t = 10_000)]
         repair_ms: u64,
+        #[command(flatten)]
+        drop_log: DropLogArgs,
+    },
+    /// Print the drops this node's agent logged (one JSON line per dropped flow); --follow: then each new one.
+    Drops {
+        #[arg(long)]
+        follow: bool,
+    },
+    /// Judge a flow (FROM and TO: namespace/pod or an address; PORT/PROTO: 80/tcp) on the view the agent put
+    /// in force, naming the policy rule that allows it or the isolation that drops it.
+    Explain {
+        from: String,
+        to: String,
+        port: String,
+        /// Judge it on a cluster file instead (with --pod-cidr).
+        #[arg(long = "static")]
+        file: Option<PathBuf>,
+        #[arg(long = "pod-cidr")]
+        pod_cidrs: Vec<IpNet>,
     },
     /// Remove the table, and nothing else.
     Cleanup,
@@ -67,12 +92,18 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run { file, pod_cidrs, interval_ms, once } => {
-            serve(cli.metrics_addr).and_then(|metrics| run(&cli.table, file, pod_cidrs, interval_ms, once, metrics))
+        Command::Run { file, pod_cidrs, interval_ms, once, drop_log } => serve(cli.metrics_addr)
+            .and_then(|metrics| run(&cli.table, file, pod_cidrs, interval_ms, once, (&cli.run_dir, drop_log, metrics))),
+        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms, drop_log } => {
+            let repair = Duration::from_millis(repair_ms);
+            serve(cli.metrics_addr).and_then(|metrics| {
+                watch(&cli.table, kubeconfig, node_name, pod_cidrs, repair, (&cli.run_dir, drop_log, metrics))
+            })
         }
-        Command::Watch { kubeconfig, node_name, pod_cidrs, repair_ms } => serve(cli.metrics_addr).and_then(|metrics| {
-            watch(&cli.table, kubeconfig, node_name, pod_cidrs, Duration::from_millis(repair_ms), metrics)
-        }),
+        Command::Drops { follow } => verdicts::drops_command(&cli.run_dir, follow),
+        Command::Explain { from, to, port, file, pod_cidrs } => {
+            verdicts::explain_command(&cli.run_dir, file, pod_cidrs, [&from, &to, &port])
+        }
         Command::Cleanup => netpol::apply::remove(&cli.table)
             .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
     };
@@ -97,11 +128,10 @@ fn run(
     pod_cidrs: Vec<IpNet>,
     interval_ms: u64,
     once: bool,
-    metrics: Arc<Metrics>,
+    agent_args: AgentArgs,
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
-    let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
-    agent.metrics = metrics;
+    let mut agent = agent(table, pod_cidrs, agent_args);
     let mut source = StaticFile::new(file);
     let first = source.poll()?.unwrap_or_default();
     agent.apply(&first)?;
@@ -117,7 +147,7 @@ fn watch(
     node_name: Option<String>,
     mut pod_cidrs: Vec<IpNet>,
     repair: Duration,
-    metrics: Arc<Metrics>,
+    agent_args: AgentArgs,
 ) -> Result<(), netpol::error::Error> {
     ensure_bridge_netfilter()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
@@ -129,8 +159,20 @@ fn watch(
         if pod_cidrs.is_empty() {
             eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
         }
-        let mut agent = Agent::new(table, NodeOptions { pod_cidrs });
-        agent.metrics = metrics;
+        let mut agent = agent(table, pod_cidrs, agent_args);
         netpol::watch::run(&mut agent, client, repair).await
     })
+}
+
+/// What every agent is given beside its table and pod CIDRs: the run directory, the drop log's flags, the metrics.
+type AgentArgs<'a> = (&'a std::path::Path, DropLogArgs, Arc<Metrics>);
+
+/// The agent, its drops logged, its views kept for `explain` ([`verdicts::start`]) and its metrics served.
+fn agent(table: &str, pod_cidrs: Vec<IpNet>, (run_dir, args, metrics): AgentArgs) -> Agent {
+    let drop_log = args.drop_log();
+    let on_applied = verdicts::start(run_dir.to_path_buf(), pod_cidrs.clone(), drop_log);
+    let mut agent = Agent::new(table, NodeOptions { pod_cidrs, drop_log });
+    agent.on_applied = Some(on_applied);
+    agent.metrics = metrics;
+    agent
 }

@@ -1,58 +1,17 @@
 //! The plan as nf_tables netlink messages: the table, its chains, sets, elements and rules, encoded as `nft`
 //! would send them for the same text (expressions `meta`, `ct`, `bitwise`, `payload`, `cmp`, `lookup`,
-//! `immediate`), and sent with cnicore's batch ([`nfnl::commit_messages`]): one transaction.
+//! `counter`, `limit`, `log`, `immediate`, written by cnicore's one expression writer), and sent with cnicore's batch ([`nfnl::commit_messages`]): one transaction.
 //!
 //! Sets and chains created in a transaction are found by name by the later messages of the same
 //! transaction (the kernel looks names up in the generation being built).
 
 use std::net::IpAddr;
 
-use cnicore::firewall::nfnl::{self, BatchError};
-// The nf_tables numbers cnicore's element batches speak too, from its one list (the kernel's uapi).
-use cnicore::firewall::nfnl::{
-    NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4, NFPROTO_IPV6, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE,
-    NFTA_CHAIN_TYPE, NFTA_DATA_VALUE, NFTA_HOOK_HOOKNUM, NFTA_HOOK_PRIORITY, NFTA_LIST_ELEM, NFTA_RULE_CHAIN,
-    NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET,
-    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_FLAGS, NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_TABLE_NAME, NFT_CMP_EQ, NFT_CMP_NEQ,
-    NFT_JUMP, NFT_MSG_DELSETELEM, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWSET,
-    NFT_MSG_NEWSETELEM, NFT_MSG_NEWTABLE, NFT_PAYLOAD_NETWORK_HEADER, NFT_REG_1, NFT_RETURN, NF_ACCEPT,
-    NF_INET_FORWARD, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
-};
+use cnicore::firewall::nfnl::uapi::*;
+use cnicore::firewall::nfnl::{self, BatchError, Expressions};
 use cnicore::netlink::wire::{Request, NLA_F_NESTED};
 
 use crate::plan::{Chain, Family, Field, Key, Match, Rule, Set, SetKind, Verdict, PROTO_ICMPV6};
-
-const NFT_MSG_DELRULE: u16 = 8;
-const NFT_MSG_DELSET: u16 = 11;
-
-const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_SET_KEY_TYPE: u16 = 4;
-const NFTA_SET_KEY_LEN: u16 = 5;
-const NFTA_SET_ID: u16 = 10;
-const NFT_SET_INTERVAL: u32 = 0x4;
-const NFTA_SET_ELEM_FLAGS: u16 = 3;
-const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
-
-/// nft's data types, for `nft list` (the kernel only keeps them).
-const TYPE_IPV4_ADDR: u32 = 7;
-const TYPE_IPV6_ADDR: u32 = 8;
-const TYPE_INET_PROTO: u32 = 12;
-const TYPE_INET_SERVICE: u32 = 13;
-/// nft's concatenated types: each part's type shifted by this many bits.
-const TYPE_BITS: u32 = 6;
-
-/// The first 4-byte register: concatenations are loaded one part per register from here.
-const NFT_REG32_00: u32 = 8;
-const NFT_META_NFPROTO: u32 = 15;
-const NFT_META_L4PROTO: u32 = 16;
-const NFT_CT_STATE: u32 = 0;
-/// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
-const CT_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
-const NFT_PAYLOAD_TRANSPORT_HEADER: u32 = 2;
-const NFT_CMP_LTE: u32 = 3;
-const NFT_CMP_GTE: u32 = 5;
-const NFT_LOOKUP_F_INV: u32 = 1;
-const NF_DROP: i32 = 0;
 
 /// Elements per NEWSETELEM message: an attribute's length is 16 bits, so a message holds at most 64 KiB of
 /// elements.
@@ -200,9 +159,9 @@ impl Transaction {
             e.meta(NFT_META_NFPROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[proto]);
         }
         for matched in &rule.matches {
-            e.matches(matched, rule.family);
+            write_match(&mut e, matched, rule.family);
         }
-        e.verdict(&rule.verdict);
+        write_verdict(&mut e, &rule.verdict);
         m.end_nested(list);
         self.messages.push((m, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND));
         self
@@ -258,114 +217,61 @@ fn encode_key(key: &Key) -> Vec<(Vec<u8>, bool)> {
     }
 }
 
-/// The expressions of one rule being written into its message.
-struct Expressions<'m>(&'m mut Request);
-
-impl Expressions<'_> {
-    fn expr(&mut self, name: &str, data: impl FnOnce(&mut Request)) -> &mut Self {
-        nfnl::expression(self.0, name, data);
-        self
-    }
-
-    fn meta(&mut self, key: u32, dreg: u32) -> &mut Self {
-        self.expr("meta", |m| {
-            m.attr(1, &dreg.to_be_bytes()).attr(2, &key.to_be_bytes());
-        })
-    }
-
-    /// `cmp`: register 1 `op` the value.
-    fn cmp(&mut self, op: u32, value: &[u8]) -> &mut Self {
-        nfnl::cmp(self.0, op, value);
-        self
-    }
-
-    fn payload(&mut self, base: u32, offset: u32, len: u32, dreg: u32) -> &mut Self {
-        self.expr("payload", |m| {
-            m.attr(1, &dreg.to_be_bytes())
-                .attr(2, &base.to_be_bytes())
-                .attr(3, &offset.to_be_bytes())
-                .attr(4, &len.to_be_bytes());
-        })
-    }
-
-    fn lookup(&mut self, set: &str, sreg: u32, negated: bool) -> &mut Self {
-        self.expr("lookup", |m| {
-            m.attr_str(1, set).attr(2, &sreg.to_be_bytes());
-            if negated {
-                m.attr(5, &NFT_LOOKUP_F_INV.to_be_bytes());
-            }
-        })
-    }
-
-    /// The packet's address (`field`) of `family` into `dreg`.
-    fn address(&mut self, family: Family, field: Field, dreg: u32) -> &mut Self {
-        let (offset, len) = match (family, field) {
-            (Family::V4, Field::Saddr) => (12, 4),
-            (Family::V4, Field::Daddr) => (16, 4),
-            (Family::V6, Field::Saddr) => (8, 16),
-            (Family::V6, Field::Daddr) => (24, 16),
-        };
-        self.payload(NFT_PAYLOAD_NETWORK_HEADER, offset, len, dreg)
-    }
-
-    fn matches(&mut self, matched: &Match, family: Option<Family>) {
-        // The compiler puts address matches only in rules of one family.
-        let family = family.unwrap_or(Family::V4);
-        match matched {
-            Match::Established => {
-                self.expr("ct", |m| {
-                    m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_CT_STATE.to_be_bytes());
-                });
-                self.expr("bitwise", |m| {
-                    m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_REG_1.to_be_bytes()).attr(3, &4u32.to_be_bytes());
-                    for (kind, value) in [(4, CT_ESTABLISHED_RELATED), (5, 0)] {
-                        nfnl::data_value(m, kind, &value.to_ne_bytes());
-                    }
-                });
-                self.cmp(NFT_CMP_NEQ, &0u32.to_ne_bytes());
-            }
-            Match::Lookup { field, set, negated } => {
-                self.address(family, *field, NFT_REG_1).lookup(set, NFT_REG_1, *negated);
-            }
-            Match::Proto(proto) => {
-                self.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[*proto]);
-            }
-            Match::Ports { proto, first, last } => {
-                self.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[*proto]);
-                self.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
-                if first == last {
-                    self.cmp(NFT_CMP_EQ, &first.to_be_bytes());
-                } else {
-                    self.cmp(NFT_CMP_GTE, &first.to_be_bytes()).cmp(NFT_CMP_LTE, &last.to_be_bytes());
-                }
-            }
-            Match::NamedPorts { set } => {
-                let words = match family {
-                    Family::V4 => 1,
-                    Family::V6 => 4,
-                };
-                self.address(family, Field::Daddr, NFT_REG32_00);
-                self.meta(NFT_META_L4PROTO, NFT_REG32_00 + words);
-                self.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_00 + words + 1);
-                self.lookup(set, NFT_REG32_00, false);
-            }
-            Match::Ndisc => {
-                self.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[PROTO_ICMPV6]);
-                self.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1, NFT_REG_1);
-                self.cmp(NFT_CMP_GTE, &[133]).cmp(NFT_CMP_LTE, &[137]);
+/// One match of a rule, as `nft` encodes it.
+fn write_match(e: &mut Expressions, matched: &Match, family: Option<Family>) {
+    // The compiler puts address matches only in rules of one family.
+    let family = family.unwrap_or(Family::V4);
+    match matched {
+        Match::Established => {
+            e.ct_established();
+        }
+        Match::Lookup { field, set, negated } => {
+            e.address(family, *field, None, NFT_REG_1).lookup(set, NFT_REG_1, *negated);
+        }
+        Match::Proto(proto) => {
+            e.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[*proto]);
+        }
+        Match::Ports { proto, first, last } => {
+            e.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[*proto]);
+            e.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG_1);
+            if first == last {
+                e.cmp(NFT_CMP_EQ, &first.to_be_bytes());
+            } else {
+                e.cmp(NFT_CMP_GTE, &first.to_be_bytes()).cmp(NFT_CMP_LTE, &last.to_be_bytes());
             }
         }
+        Match::NamedPorts { set } => {
+            let words = match family {
+                Family::V4 => 1,
+                Family::V6 => 4,
+            };
+            e.address(family, Field::Daddr, None, NFT_REG32_00);
+            e.meta(NFT_META_L4PROTO, NFT_REG32_00 + words);
+            e.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2, NFT_REG32_00 + words + 1);
+            e.lookup(set, NFT_REG32_00, false);
+        }
+        Match::Ndisc => {
+            e.meta(NFT_META_L4PROTO, NFT_REG_1).cmp(NFT_CMP_EQ, &[PROTO_ICMPV6]);
+            e.payload(NFT_PAYLOAD_TRANSPORT_HEADER, 0, 1, NFT_REG_1);
+            e.cmp(NFT_CMP_GTE, &[133]).cmp(NFT_CMP_LTE, &[137]);
+        }
     }
+}
 
-    fn verdict(&mut self, verdict: &Verdict) {
-        let (code, chain) = match verdict {
-            Verdict::Accept => (NF_ACCEPT, None),
-            Verdict::Drop => (NF_DROP, None),
-            Verdict::Return => (NFT_RETURN, None),
-            Verdict::Jump(chain) => (NFT_JUMP, Some(chain.name())),
-        };
-        nfnl::verdict(self.0, code, chain);
-    }
+/// The rule's counter and verdict (`counter accept`), or for a log rule its limit, counter and log (`limit
+/// rate R/second burst B packets counter log prefix "..." group N`): every rule counts what it judges.
+fn write_verdict(e: &mut Expressions, verdict: &Verdict) {
+    let (code, chain) = match verdict {
+        Verdict::Accept => (NF_ACCEPT, None),
+        Verdict::Drop => (NF_DROP, None),
+        Verdict::Return => (NFT_RETURN, None),
+        Verdict::Jump(chain) => (NFT_JUMP, Some(chain.name())),
+        Verdict::Log { isolation, log } => {
+            e.limit(u64::from(log.rate), log.burst).counter().log(isolation.prefix(), log.group);
+            return;
+        }
+    };
+    e.counter().verdict(code, chain);
 }
 
 #[cfg(test)]

@@ -84,12 +84,8 @@ impl Chain {
     }
 }
 
-/// Which address of the packet a lookup reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Field {
-    Saddr,
-    Daddr,
-}
+/// Which address of the packet a lookup reads: nf_tables' one enum, with its offsets.
+pub use cnicore::firewall::nfnl::Field;
 
 /// One match of a rule; all matches of a rule must hold.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -115,6 +111,85 @@ pub enum Verdict {
     /// Back to the calling chain (an allowed egress goes on to the ingress check).
     Return,
     Jump(Chain),
+    /// The packet to NFLOG (`limit ... log prefix "<isolation>" group N`), then on to the next rule: written
+    /// before each drop, so a drop is logged at most at the limit's rate while every packet is still dropped.
+    Log {
+        isolation: Isolation,
+        log: DropLog,
+    },
+}
+
+/// Why a packet is dropped, as the NFLOG prefix of its drop's log rule names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isolation {
+    /// The destination pod is isolated for ingress and no rule of its policies admits the packet.
+    Ingress,
+    /// The source pod is isolated for egress and no rule of its policies lets the packet out.
+    Egress,
+    /// The destination is an address of this node's pod CIDRs that no pod the agent knows holds.
+    UnknownDestination,
+    /// The source is such an address.
+    UnknownSource,
+}
+
+impl Isolation {
+    pub const ALL: [Isolation; 4] =
+        [Isolation::Ingress, Isolation::Egress, Isolation::UnknownDestination, Isolation::UnknownSource];
+
+    /// The NFLOG prefix (at most 127 bytes; `cni-netpol:` so that another program's logs are told apart).
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Isolation::Ingress => "cni-netpol:ingress",
+            Isolation::Egress => "cni-netpol:egress",
+            Isolation::UnknownDestination => "cni-netpol:unknown-destination",
+            Isolation::UnknownSource => "cni-netpol:unknown-source",
+        }
+    }
+
+    pub fn from_prefix(prefix: &str) -> Option<Isolation> {
+        Isolation::ALL.into_iter().find(|i| i.prefix() == prefix)
+    }
+
+    /// The direction whose policies drop the packet, as the drop log writes it.
+    pub fn direction(self) -> &'static str {
+        match self {
+            Isolation::Ingress => "ingress",
+            Isolation::Egress => "egress",
+            Isolation::UnknownDestination => "unknown-destination",
+            Isolation::UnknownSource => "unknown-source",
+        }
+    }
+}
+
+/// The drop log's NFLOG group and the kernel's rate limit of each drop rule's log (`limit rate <rate>/second
+/// burst <burst> packets`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DropLog {
+    pub group: u16,
+    pub rate: u32,
+    pub burst: u32,
+}
+
+/// Where the rules and the isolations come from, for `explain` and the drop log (never sent to the kernel).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// Per chain, per rule (by index): the policy rules it is written for, e.g. `policy x/allow-y ingress
+    /// rule 0` (one kernel rule serves identical rules of several policies).
+    pub rules: BTreeMap<Chain, Vec<Vec<String>>>,
+    /// Per direction (`Chain::Ingress`, `Chain::Egress`) and pod address: the policies isolating it.
+    pub isolating: BTreeMap<(Chain, IpAddr), BTreeSet<String>>,
+}
+
+impl Provenance {
+    /// The policy rules a rule of `chain` is written for (none for the chains' own rules).
+    pub fn of_rule(&self, chain: Chain, index: usize) -> &[String] {
+        self.rules.get(&chain).and_then(|rules| rules.get(index)).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// The policies isolating `addr` in the direction of `chain`.
+    pub fn isolating(&self, chain: Chain, addr: IpAddr) -> Vec<String> {
+        self.isolating.get(&(chain, addr)).map(|p| p.iter().cloned().collect()).unwrap_or_default()
+    }
 }
 
 /// One rule: of one family (`meta nfproto`) or of both.
@@ -132,6 +207,7 @@ pub struct Plan {
     pub chains: BTreeMap<Chain, Vec<Rule>>,
     /// What could not be expressed (and so denies) or matches nothing, for the log.
     pub warnings: BTreeSet<String>,
+    pub provenance: Provenance,
 }
 
 /// A packet as [`Plan::judges`] sees it.
@@ -183,26 +259,37 @@ impl Plan {
 
     /// True when the kernel, holding this plan, lets `packet` through the forward hook.
     pub fn judges(&self, packet: &Packet) -> bool {
+        self.trace(packet).0
+    }
+
+    /// [`Plan::judges`], with the rules that decided it in the order the kernel met them (a jump, then the
+    /// rule of the jumped-to chain that ended or returned; log rules left out). No rule last: the base
+    /// chain's policy, accept.
+    pub fn trace(&self, packet: &Packet) -> (bool, Vec<(Chain, usize)>) {
+        let mut path = Vec::new();
         // Returning from the base chain: its policy, accept.
-        self.run(Chain::Forward, packet, 0).unwrap_or(true)
+        let accepted = self.run(Chain::Forward, packet, 0, &mut path).unwrap_or(true);
+        (accepted, path)
     }
 
     /// A chain's outcome: `Some(accepted)` when a rule ends the evaluation, `None` when it returns.
-    fn run(&self, chain: Chain, packet: &Packet, depth: usize) -> Option<bool> {
+    fn run(&self, chain: Chain, packet: &Packet, depth: usize, path: &mut Vec<(Chain, usize)>) -> Option<bool> {
         assert!(depth < 4, "jump loop");
-        for rule in self.rules(chain) {
-            if !self.rule_matches(rule, packet) {
+        for (index, rule) in self.rules(chain).iter().enumerate() {
+            if matches!(rule.verdict, Verdict::Log { .. }) || !self.rule_matches(rule, packet) {
                 continue;
             }
+            path.push((chain, index));
             match &rule.verdict {
                 Verdict::Accept => return Some(true),
                 Verdict::Drop => return Some(false),
                 Verdict::Return => return None,
                 Verdict::Jump(target) => {
-                    if let Some(end) = self.run(*target, packet, depth + 1) {
+                    if let Some(end) = self.run(*target, packet, depth + 1, path) {
                         return Some(end);
                     }
                 }
+                Verdict::Log { .. } => unreachable!("skipped above"),
             }
         }
         None

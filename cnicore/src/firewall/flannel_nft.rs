@@ -10,13 +10,9 @@ use std::io;
 
 use ipnet::IpNet;
 
-use super::nfnl::{
-    self, cmp, data_value, expression as expr, BatchError, NFNL_SUBSYS_NFTABLES, NFPROTO_INET, NFPROTO_IPV4,
-    NFPROTO_IPV6, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM,
-    NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_TABLE, NFTA_TABLE_NAME, NFT_CMP_EQ,
-    NFT_CMP_NEQ, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, NFT_MSG_NEWTABLE, NFT_PAYLOAD_NETWORK_HEADER,
-    NFT_REG_1, NFT_RETURN, NF_ACCEPT, NF_INET_FORWARD, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
-};
+use super::nfnl::uapi::*;
+pub use super::nfnl::Field;
+use super::nfnl::{self, BatchError, Expressions};
 use super::Family;
 use crate::netlink::wire::{self, Request, NLA_F_NESTED};
 
@@ -30,25 +26,6 @@ pub const OLD_TABLE: &str = "fabricd";
 const CHAIN_COMMENT: &str = "chain to manage traffic masquerading by flannel";
 /// kube-proxy's masquerade mark: flanneld leaves those packets to kube-proxy's own rule.
 pub const KUBE_PROXY_MARK: u32 = 0x4000;
-
-const NFT_MSG_GETRULE: u16 = 7;
-const NFTA_TABLE_USERDATA: u16 = 6;
-const NFTA_CHAIN_USERDATA: u16 = 12;
-const NF_INET_POST_ROUTING: u32 = 4;
-/// `srcnat`: `NF_IP_PRI_NAT_SRC`.
-const PRIORITY_SRCNAT: i32 = 100;
-/// libnftnl's table and chain comment (`NFTNL_UDATA_TABLE_COMMENT`, `NFTNL_UDATA_CHAIN_COMMENT`).
-const UDATA_COMMENT: u8 = 0;
-const NFT_META_MARK: u32 = 3;
-/// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`: `masquerade fully-random`.
-const NF_NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
-
-/// Which address of the packet a condition reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    Saddr,
-    Daddr,
-}
 
 /// One condition of a rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,25 +202,19 @@ fn rule_message(family: u8, table: &str, chain: &str, rule: &MasqRule) -> Reques
     let mut m = message(NFT_MSG_NEWRULE, family);
     m.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, chain);
     let list = m.begin_nested(NFTA_RULE_EXPRESSIONS | NLA_F_NESTED);
+    let mut e = Expressions(&mut m);
     for cond in &rule.conds {
         match *cond {
-            Cond::Mark(mark) => {
-                expr(&mut m, "meta", |m| {
-                    m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_META_MARK.to_be_bytes());
-                });
-                // The mark is a host-order integer to nft.
-                cmp(&mut m, NFT_CMP_EQ, &mark.to_ne_bytes());
-            }
-            Cond::Addr { field, net, negated } => prefix_match(&mut m, field, net, negated),
-        }
+            // The mark is a host-order integer to nft.
+            Cond::Mark(mark) => e.meta(NFT_META_MARK, NFT_REG_1).cmp(NFT_CMP_EQ, &mark.to_ne_bytes()),
+            Cond::Addr { field, net, negated } => prefix_match(&mut e, field, net, negated),
+        };
     }
     match rule.action {
-        Action::Return => nfnl::verdict(&mut m, NFT_RETURN, None),
-        Action::Accept => nfnl::verdict(&mut m, NF_ACCEPT, None),
-        Action::MasqueradeFullyRandom => expr(&mut m, "masq", |m| {
-            m.attr(1, &NF_NAT_RANGE_PROTO_RANDOM_FULLY.to_be_bytes());
-        }),
-    }
+        Action::Return => e.verdict(NFT_RETURN, None),
+        Action::Accept => e.verdict(NF_ACCEPT, None),
+        Action::MasqueradeFullyRandom => e.masquerade(NF_NAT_RANGE_PROTO_RANDOM_FULLY),
+    };
     m.end_nested(list);
     m
 }
@@ -251,34 +222,28 @@ fn rule_message(family: u8, table: &str, chain: &str, rule: &MasqRule) -> Reques
 /// The packet's address `field` in `net`, as nft 1.0 encodes it: a prefix of whole bytes has those bytes
 /// loaded and compared (`payload load 2b @ network header + 12` for a /16); any other has the whole address
 /// loaded and masked first (`bitwise reg 1 = (reg 1 & 0x000000f0) ^ 0` for a /4).
-fn prefix_match(m: &mut Request, field: Field, net: IpNet, negated: bool) {
-    let (offset, address): (u32, Vec<u8>) = match (field, net) {
-        (Field::Saddr, IpNet::V4(v4)) => (12, v4.network().octets().to_vec()),
-        (Field::Daddr, IpNet::V4(v4)) => (16, v4.network().octets().to_vec()),
-        (Field::Saddr, IpNet::V6(v6)) => (8, v6.network().octets().to_vec()),
-        (Field::Daddr, IpNet::V6(v6)) => (24, v6.network().octets().to_vec()),
+fn prefix_match<'e, 'm>(
+    e: &'e mut Expressions<'m>,
+    field: Field,
+    net: IpNet,
+    negated: bool,
+) -> &'e mut Expressions<'m> {
+    let address: Vec<u8> = match net.network() {
+        std::net::IpAddr::V4(v4) => v4.octets().to_vec(),
+        std::net::IpAddr::V6(v6) => v6.octets().to_vec(),
     };
     let bits = usize::from(net.prefix_len());
     let whole_bytes = bits % 8 == 0;
     let len = if whole_bytes { bits / 8 } else { address.len() };
-    expr(m, "payload", |m| {
-        m.attr(1, &NFT_REG_1.to_be_bytes())
-            .attr(2, &NFT_PAYLOAD_NETWORK_HEADER.to_be_bytes())
-            .attr(3, &offset.to_be_bytes())
-            .attr(4, &(len as u32).to_be_bytes());
-    });
+    e.address(Family::of_net(&net), field, Some(len as u32), NFT_REG_1);
     if !whole_bytes {
         let mask: Vec<u8> = match net.netmask() {
             std::net::IpAddr::V4(mask) => mask.octets().to_vec(),
             std::net::IpAddr::V6(mask) => mask.octets().to_vec(),
         };
-        expr(m, "bitwise", |m| {
-            m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &NFT_REG_1.to_be_bytes()).attr(3, &(len as u32).to_be_bytes());
-            data_value(m, 4, &mask);
-            data_value(m, 5, &vec![0; len]);
-        });
+        e.bitwise(&mask, &vec![0; len]);
     }
-    cmp(m, if negated { NFT_CMP_NEQ } else { NFT_CMP_EQ }, &address[..len]);
+    e.cmp(if negated { NFT_CMP_NEQ } else { NFT_CMP_EQ }, &address[..len])
 }
 
 /// Applies [`transaction`] as one batch.
@@ -308,7 +273,6 @@ pub fn rule_count(family: Family, chain: &str) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::firewall::nfnl::NFTA_VERDICT_CODE;
 
     fn net(text: &str) -> IpNet {
         text.parse().unwrap()

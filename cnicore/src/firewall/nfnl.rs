@@ -20,6 +20,10 @@
 //! an `NFT_MSG_GETSET` dump, each set's elements with an `NFT_MSG_GETSETELEM` dump (keys as bytes, comments
 //! from the userdata), and the tagged ones deleted in one batch with the key bytes the kernel listed.
 //!
+//! [`commit_messages`] sends nf_tables messages of any kind (tables, chains, sets, rules) as one batch: the
+//! NetworkPolicy agent's and the node masquerade's transactions. Their rules' expressions are written by the
+//! one builder, [`expr::Expressions`], and every number of the kernel's uapi is in [`uapi`].
+//!
 //! The kernel handles the whole batch inside `sendmsg`, atomically: a refused message aborts it, and the
 //! errors (one per refused message, naming it by its sequence number) are queued before `sendmsg` returns.
 //! No message asks for an acknowledgement, so a batch that succeeds answers nothing; `nft` reads the answer
@@ -35,109 +39,11 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 use super::element::{Datum, Element, MapValue};
 use crate::netlink::wire::{self, Received, Request, NLA_F_NESTED};
 
-pub const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-pub const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_GETTABLE: u16 = 1;
-pub const NFT_MSG_NEWSET: u16 = 9;
-const NFT_MSG_GETSET: u16 = 10;
-pub const NFT_MSG_NEWSETELEM: u16 = 12;
-const NFT_MSG_GETSETELEM: u16 = 13;
-pub const NFT_MSG_DELSETELEM: u16 = 14;
-pub const NFPROTO_INET: u8 = 1;
+pub mod expr;
+pub mod uapi;
 
-pub const NLM_F_REQUEST: u16 = 0x1;
-pub const NLM_F_CREATE: u16 = 0x400;
-
-pub const NFTA_TABLE_NAME: u16 = 1;
-pub const NFTA_SET_TABLE: u16 = 1;
-pub const NFTA_SET_NAME: u16 = 2;
-pub const NFTA_SET_FLAGS: u16 = 3;
-const NFT_SET_ANONYMOUS: u32 = 0x1;
-pub const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-pub const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-pub const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-pub const NFTA_LIST_ELEM: u16 = 1;
-pub const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_SET_ELEM_USERDATA: u16 = 6;
-pub const NFTA_DATA_VALUE: u16 = 1;
-pub const NFTA_DATA_VERDICT: u16 = 2;
-pub const NFTA_VERDICT_CODE: u16 = 1;
-pub const NFTA_VERDICT_CHAIN: u16 = 2;
-/// libnftnl's `NFTNL_UDATA_SET_ELEM_COMMENT`.
-const UDATA_COMMENT: u8 = 0;
-
-const NFT_CONTINUE: i32 = -1;
-pub const NFT_JUMP: i32 = -3;
-// Tables, chains, rules and their expressions, as the NetworkPolicy agent (netpol) and the node masquerade
-// (flannel_nft) write them: one list of the kernel's uapi numbers for both.
-pub const NFT_MSG_DELTABLE: u16 = 2;
-pub const NFT_MSG_NEWCHAIN: u16 = 3;
-pub const NFT_MSG_NEWRULE: u16 = 6;
-pub const NFPROTO_IPV4: u8 = 2;
-pub const NFPROTO_IPV6: u8 = 10;
-pub const NLM_F_APPEND: u16 = 0x800;
-pub const NFTA_CHAIN_TABLE: u16 = 1;
-pub const NFTA_CHAIN_NAME: u16 = 3;
-pub const NFTA_CHAIN_HOOK: u16 = 4;
-pub const NFTA_CHAIN_TYPE: u16 = 7;
-pub const NFTA_HOOK_HOOKNUM: u16 = 1;
-pub const NFTA_HOOK_PRIORITY: u16 = 2;
-pub const NF_INET_FORWARD: u32 = 2;
-pub const NFTA_RULE_TABLE: u16 = 1;
-pub const NFTA_RULE_CHAIN: u16 = 2;
-pub const NFTA_RULE_EXPRESSIONS: u16 = 4;
-pub const NFTA_EXPR_NAME: u16 = 1;
-pub const NFTA_EXPR_DATA: u16 = 2;
-pub const NFT_REG_VERDICT: u32 = 0;
-pub const NFT_REG_1: u32 = 1;
-pub const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-pub const NFT_CMP_EQ: u32 = 0;
-pub const NFT_CMP_NEQ: u32 = 1;
-pub const NF_ACCEPT: i32 = 1;
-pub const NFT_RETURN: i32 = -5;
-
-/// One expression of a rule's `NFTA_RULE_EXPRESSIONS`: its name, and its attributes written by `data`.
-pub fn expression(m: &mut Request, name: &str, data: impl FnOnce(&mut Request)) {
-    let item = m.begin_nested(NFTA_LIST_ELEM | NLA_F_NESTED);
-    m.attr_str(NFTA_EXPR_NAME, name);
-    let nest = m.begin_nested(NFTA_EXPR_DATA | NLA_F_NESTED);
-    data(m);
-    m.end_nested(nest);
-    m.end_nested(item);
-}
-
-/// An `nft_data` value: attribute `kind` nesting `NFTA_DATA_VALUE`.
-pub fn data_value(m: &mut Request, kind: u16, value: &[u8]) {
-    let nest = m.begin_nested(kind | NLA_F_NESTED);
-    m.attr(NFTA_DATA_VALUE, value);
-    m.end_nested(nest);
-}
-
-/// `cmp`: register 1 `op` the value.
-pub fn cmp(m: &mut Request, op: u32, value: &[u8]) {
-    expression(m, "cmp", |m| {
-        m.attr(1, &NFT_REG_1.to_be_bytes()).attr(2, &op.to_be_bytes());
-        data_value(m, 3, value);
-    });
-}
-
-/// `immediate` of a verdict (`code`, and the chain of a jump).
-pub fn verdict(m: &mut Request, code: i32, chain: Option<&str>) {
-    expression(m, "immediate", |m| {
-        m.attr(1, &NFT_REG_VERDICT.to_be_bytes());
-        let data = m.begin_nested(2 | NLA_F_NESTED);
-        let nest = m.begin_nested(NFTA_DATA_VERDICT | NLA_F_NESTED);
-        m.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
-        if let Some(chain) = chain {
-            m.attr_str(NFTA_VERDICT_CHAIN, chain);
-        }
-        m.end_nested(nest);
-        m.end_nested(data);
-    });
-}
+pub use expr::{Expressions, Field};
+use uapi::*;
 
 /// An nf_tables register is 4 bytes: each part of a concatenation starts on one.
 const REGISTER: usize = 4;

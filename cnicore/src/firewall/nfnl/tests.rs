@@ -335,3 +335,33 @@ fn parses_tables_of_the_dump() {
     payload[0] = 99;
     assert_eq!(parse_table(0x0a00, &payload), None, "an unknown family");
 }
+
+/// A NEWRULE of `inet <table> <chain>` with the expressions `write` writes, as the one message of a batch.
+fn rule_datagram(table: &str, chain: &str, write: impl FnOnce(&mut Expressions)) -> Vec<u8> {
+    let mut m = Request::new((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE, &[NFPROTO_INET, 0, 0, 0]);
+    m.attr_str(NFTA_RULE_TABLE, table).attr_str(NFTA_RULE_CHAIN, chain);
+    let list = m.begin_nested(NFTA_RULE_EXPRESSIONS | NLA_F_NESTED);
+    write(&mut Expressions(&mut m));
+    m.end_nested(list);
+    datagram(&mut [(m, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND)])
+}
+
+#[test]
+fn counter_log_and_limit_are_those_of_nft() {
+    let logged = rule_datagram("cni-netpol", "ingress", |e| {
+        e.limit(10, 20).counter().log("cni-netpol:ingress", 100);
+    });
+    assert_eq!(hex(&logged), hex(&fixture("netpol_log_rule").bytes));
+    let dropped = rule_datagram("cni-netpol", "ingress", |e| {
+        e.counter().verdict(NF_DROP, None);
+    });
+    assert_eq!(hex(&dropped), hex(&fixture("netpol_drop_rule").bytes));
+    // The jump's rule ends as nft ends it: the counter, then the verdict (its lookup's attributes are in
+    // another order and nft names the set by its cache's ID too, so only the end is compared).
+    let jump = rule_datagram("cni-netpol", "forward", |e| {
+        e.counter().verdict(NFT_JUMP, Some("ingress"));
+    });
+    let nft = fixture("netpol_counted_jump").bytes;
+    let (ours, theirs) = (&jump[jump.len() - 20 - 80..], &nft[nft.len() - 20 - 80..]);
+    assert_eq!(hex(ours), hex(theirs), "counter jump ingress, then BATCH_END");
+}
