@@ -137,16 +137,18 @@ fn resolv_conf_names_the_cluster_dns(cluster: &Cluster, pod: &Pod) {
     assert!(out.contains("search default.svc.cluster.local svc.cluster.local cluster.local"), "{out}");
 }
 
-/// `dig +short ARGS` in `pod` answers exactly `want` (sorted), within a few seconds (kube-dns follows the API).
+/// `dig +short +search ARGS` in `pod` answers exactly `want` (sorted), within a few seconds (kube-dns follows
+/// the API).
 fn expect_answer(cluster: &Cluster, pod: &Pod, args: &[&str], want: &[&str]) {
     let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
     want.sort();
     expect_lines(cluster, pod, args, |got| got == want.as_slice());
 }
 
-/// `dig +short ARGS` in `pod` gives lines (sorted) that `good` accepts, within 30 s.
+/// `dig +short +search ARGS` in `pod` (its resolv.conf's search path, as the e2e DNS specs ask) gives lines
+/// (sorted) that `good` accepts, within 30 s.
 fn expect_lines(cluster: &Cluster, pod: &Pod, args: &[&str], good: impl Fn(&[String]) -> bool) {
-    let mut command = vec!["exec", &pod.name, "--", "dig", "+short", "+time=2", "+tries=2"];
+    let mut command = vec!["exec", &pod.name, "--", "dig", "+short", "+search", "+time=2", "+tries=2"];
     command.extend_from_slice(args);
     let seen = eventually(Duration::from_secs(30), || {
         let out = cluster.kubectl(&command);

@@ -444,7 +444,18 @@ fn metrics_and_health_endpoints() {
     node.write_cluster(&node.cluster(&[], &[]));
     let address = SocketAddr::from(([127, 0, 0, 1], 9798));
     let file = node.cluster_file.display().to_string();
-    let _agent = node.start_agent_with(&["--metrics-addr", "127.0.0.1:9798", "run", "--static", &file]);
+    // The drop log as the agent is told it, so the plan judged below has the agent's log rules.
+    let drop_log = netpol::plan::DropLog { group: 100, rate: 10, burst: 20 };
+    let _agent = node.start_agent_with(&[
+        "--metrics-addr",
+        "127.0.0.1:9798",
+        "run",
+        "--static",
+        &file,
+        "--drop-log-group=100",
+        "--drop-log-rate=10",
+        "--drop-log-burst=20",
+    ]);
     let ns = &node.kubenet.node;
     let ready = netns_tests::wait_for(Duration::from_secs(10), || http_get(ns, address, "/readyz").is_ok());
     assert!(ready.is_some(), "/readyz: {:?}\n{}", http_get(ns, address, "/readyz"), node.log());
@@ -452,8 +463,8 @@ fn metrics_and_health_endpoints() {
     assert!(http_get(ns, address, "/nothing").unwrap_err().contains("404"));
 
     let in_force = |cluster: &Value| {
-        let options =
-            NodeOptions { pod_cidrs: node.pod_cidrs.iter().map(|c| c.parse().unwrap()).collect(), drop_log: None };
+        let pod_cidrs = node.pod_cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        let options = NodeOptions { pod_cidrs, drop_log: Some(drop_log) };
         let plan = compile(&serde_json::from_value::<Cluster>(cluster.clone()).unwrap(), &options);
         let (rules, elements) = plan.size();
         let scrape = scrape(ns, address);

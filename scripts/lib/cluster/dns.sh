@@ -70,6 +70,7 @@ kc_dns_manifest() {
   local families="clusterIP: $KC_DNS_IP4"
   [[ $(kc_setting dual-stack) == 1 ]] &&
     families="ipFamilyPolicy: RequireDualStack
+  clusterIP: $KC_DNS_IP4
   clusterIPs: [$KC_DNS_IP4, \"$KC_DNS_IP6\"]"
   cat <<YAML
 apiVersion: v1
