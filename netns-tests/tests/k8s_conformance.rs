@@ -80,7 +80,9 @@ fn cluster_dns_from_every_node() {
         pod_ips.sort();
         let (v4, v6): (Vec<&str>, Vec<&str>) = pod_ips.iter().map(String::as_str).partition(|ip| !ip.contains(':'));
         expect_answer(&cluster, pod, &["web-headless.default.svc.cluster.local", "A"], &v4);
-        expect_answer(&cluster, pod, &["web-headless.default.svc.cluster.local", "AAAA"], &v6);
+        // kube-dns reads Endpoints, which hold a Service's primary family alone: IPv6 pods through an IPv6
+        // headless Service.
+        expect_answer(&cluster, pod, &["web-headless6.default.svc.cluster.local", "AAAA"], &v6);
         // SRV of the named port: "PRIORITY WEIGHT PORT TARGET", the Service's port and name.
         expect_lines(&cluster, pod, &["_http._tcp.web.default.svc.cluster.local", "SRV"], |lines| {
             lines.len() == 1 && lines[0].ends_with(" 80 web.default.svc.cluster.local.")
@@ -117,6 +119,16 @@ metadata: {name: web-headless}
 spec:
   clusterIP: None
   ipFamilyPolicy: RequireDualStack
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-headless6}
+spec:
+  clusterIP: None
+  ipFamilyPolicy: SingleStack
+  ipFamilies: [IPv6]
   selector: {app: web}
   ports: [{name: http, port: 80, targetPort: 8080, protocol: TCP}]
 ---
