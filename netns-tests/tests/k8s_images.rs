@@ -6,9 +6,9 @@
 //! group the Dockerfile adds; the DNS specs' pod (test-webserver, and the same probe loop in agnhost and in
 //! jessie-dnsutils: `dig +search` A/PTR/CNAME by UDP and TCP, `getent hosts`) read through the API server's pod
 //! proxy; nginx serving its welcome page and logging to stdout; busybox running the framework's default pod
-//! command and `wget`. The DNS server is dnsmasq on the wan (the cluster has no DNS of its own here).
+//! command and `wget`. The DNS server is the nodes' resolver on the wan (`cluster.sh`'s dnsmasq: `outside.cni-rs.test`,
+//! its PTR and its alias `www.cni-rs.test`); the cluster DNS itself is judged by k8s_conformance.
 
-use std::process::Child;
 use std::time::Duration;
 
 use netns_tests::cluster::{self, Cluster, ClusterConfig, AGNHOST};
@@ -18,54 +18,11 @@ use netns_tests::workloads::{POD_TIMEOUT, REACH_TIMEOUT};
 const JESSIE_DNSUTILS: &str = "registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7";
 const BUSYBOX: &str = "registry.k8s.io/e2e-test-images/busybox:1.29-4";
 const NGINX: &str = "registry.k8s.io/e2e-test-images/nginx:1.14-4";
-/// The wan's address (every node's way out), where the test's DNS server listens.
+/// The wan's address (every node's way out), where the nodes' resolver listens.
 const WAN: &str = "172.31.0.1";
-/// What the DNS server answers: an A record, its PTR, and a CNAME to it, under the search domain `e2e.test`.
-const PROBE_A: &str = "192.0.2.7";
-
-/// dnsmasq on the wan, answering for `e2e.test` over UDP and TCP; in a process group of its own, ended on drop.
-struct WanDns(Child);
-
-impl WanDns {
-    fn start(cluster: &Cluster) -> WanDns {
-        use std::os::unix::process::CommandExt;
-        let args = [
-            "exec",
-            "wan",
-            "dnsmasq",
-            "--keep-in-foreground",
-            "--conf-file=/dev/null",
-            "--no-resolv",
-            "--no-hosts",
-            "--bind-interfaces",
-            "--user=root",
-            "--group=root",
-            "--pid-file=",
-            "--log-facility=-",
-            "--port=53",
-        ];
-        let listen = format!("--listen-address={WAN}");
-        let records =
-            [format!("--host-record=probe.e2e.test,{PROBE_A}"), "--cname=alias.e2e.test,probe.e2e.test".to_string()];
-        let mut command = cluster::script_command(&cluster.name, &args);
-        command.arg(listen).args(records);
-        let child = command
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("dnsmasq on the wan");
-        WanDns(child)
-    }
-}
-
-impl Drop for WanDns {
-    fn drop(&mut self) {
-        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
-        let _ = self.0.wait();
-    }
-}
+/// What the wan's resolver answers: an A record (the wan's address), its PTR, and a CNAME to it, under the
+/// search domain `cni-rs.test`.
+const PROBE_A: &str = "172.31.0.1";
 
 /// The agnhost pods: `client` with no args (the image's Cmd, pause), `server` (netexec on TCP 8080 and UDP 8081,
 /// and iperf's server beside it), `porter` (TLS on 443 with its default certificate and key).
@@ -103,7 +60,7 @@ spec:
 }
 
 /// The DNS specs' pod (createDNSPod of test/e2e/network/dns_common.go): test-webserver serving /results, and
-/// the probe loop in agnhost ("wheezy") and in jessie-dnsutils ("jessie"), resolving through the wan's dnsmasq.
+/// the probe loop in agnhost ("wheezy") and in jessie-dnsutils ("jessie"), resolving through the wan's resolver.
 fn dns_pod() -> String {
     let (wheezy, jessie) = (probe_command("wheezy"), probe_command("jessie"));
     format!(
@@ -114,7 +71,7 @@ spec:
   terminationGracePeriodSeconds: 1
   hostname: dns-querier
   dnsPolicy: None
-  dnsConfig: {{nameservers: ["{WAN}"], searches: [e2e.test]}}
+  dnsConfig: {{nameservers: ["{WAN}"], searches: [cni-rs.test]}}
   volumes: [{{name: results, emptyDir: {{}}}}]
   containers:
   - {{name: webserver, image: {AGNHOST}, args: [test-webserver], volumeMounts: [{{name: results, mountPath: /results}}]}}
@@ -136,17 +93,17 @@ spec:
 fn probe_command(prefix: &str) -> String {
     let mut cmd = "for i in `seq 1 600`; do ".to_string();
     for (flag, proto) in [("notcp", "udp"), ("tcp", "tcp")] {
-        let file = format!("{prefix}_{proto}@probe");
+        let file = format!("{prefix}_{proto}@outside");
         cmd += &format!(
-            r#"check="$$(dig +{flag} +noall +answer +search probe A)" && test -n "$$check" && echo OK > /results/{file};"#
+            r#"check="$$(dig +{flag} +noall +answer +search outside A)" && test -n "$$check" && echo OK > /results/{file};"#
         );
         let file = format!("{prefix}_{proto}@PTR");
         cmd += &format!(
-            r#"check="$$(dig +{flag} +noall +answer +search 7.2.0.192.in-addr.arpa. PTR)" && test -n "$$check" && echo OK > /results/{file};"#
+            r#"check="$$(dig +{flag} +noall +answer +search 1.0.31.172.in-addr.arpa. PTR)" && test -n "$$check" && echo OK > /results/{file};"#
         );
     }
     cmd += &format!(r#"test -n "$$(getent hosts dns-querier)" && echo OK > /results/{prefix}_hosts@dns-querier;"#);
-    cmd += &format!("dig +short alias.e2e.test CNAME > /results/{prefix}_cname;");
+    cmd += &format!("dig +short www.cni-rs.test CNAME > /results/{prefix}_cname;");
     cmd + "sleep 1; done"
 }
 
@@ -154,10 +111,10 @@ fn probe_command(prefix: &str) -> String {
 fn probe_results() -> Vec<(String, &'static str)> {
     let mut files = Vec::new();
     for prefix in ["wheezy", "jessie"] {
-        for name in ["udp@probe", "tcp@probe", "udp@PTR", "tcp@PTR", "hosts@dns-querier"] {
+        for name in ["udp@outside", "tcp@outside", "udp@PTR", "tcp@PTR", "hosts@dns-querier"] {
             files.push((format!("{prefix}_{name}"), "OK"));
         }
-        files.push((format!("{prefix}_cname"), "probe.e2e.test."));
+        files.push((format!("{prefix}_cname"), "outside.cni-rs.test."));
     }
     files
 }
@@ -227,7 +184,7 @@ fn agnhost_tools(cluster: &Cluster, server: &str, porter: &str) {
     let listening = sh_until(cluster, "server", "netexec", "ss -ltn; ss -lun", ":8081");
     assert!(listening.contains(":8080") && listening.contains(":6001"), "ss in the server pod: {listening}");
     sh_until(cluster, "client", "c", "ip -o addr show eth0", "inet ");
-    let dig = format!("dig @{WAN} +short probe.e2e.test A; dig @{WAN} +tcp +short probe.e2e.test A");
+    let dig = format!("dig @{WAN} +short outside.cni-rs.test A; dig @{WAN} +tcp +short outside.cni-rs.test A");
     assert_eq!(sh_until(cluster, "client", "c", &dig, PROBE_A), format!("{PROBE_A}\n{PROBE_A}\n"), "dig over UDP, TCP");
     let iperf = sh_until(cluster, "client", "c", &format!("iperf -c {server} -p 6001 -t 1 -y C"), ",");
     assert!(iperf.lines().any(|l| l.split(',').count() >= 9), "iperf's CSV report: {iperf}");
@@ -284,7 +241,6 @@ fn e2e_images_run_what_the_suites_run_in_them() {
         return;
     }
     let cluster = Cluster::up(ClusterConfig { nodes: 1, ..ClusterConfig::default() });
-    let _dns = WanDns::start(&cluster);
     cluster.apply(&agnhost_pods());
     cluster.apply(&dns_pod());
     cluster.apply(&other_pods());

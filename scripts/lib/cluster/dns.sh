@@ -10,9 +10,10 @@ KC_DNS_DOMAIN=cluster.local
 # The Service range's 10th address, as kubeadm and kind give the cluster DNS.
 KC_DNS_IP4=${KC_SERVICE_CIDR4%.0.0/16}.0.10
 KC_DNS_IP6=${KC_SERVICE_CIDR6%/112}a
-# A name outside the cluster that the wan's resolver answers (with the wan's addresses): what a pod resolving the
-# internet's names gets, through kube-dns's forwarding.
+# A name outside the cluster that the wan's resolver answers (with the wan's addresses, and their PTR records),
+# and an alias of it (a CNAME): what a pod resolving the internet's names gets, through kube-dns's forwarding.
 KC_OUTSIDE_NAME=outside.cni-rs.test
+KC_OUTSIDE_ALIAS=www.cni-rs.test
 
 # The cluster DNS's addresses the kubelets hand to pods (nothing with --dns none).
 kc_dns_ips() {
@@ -41,12 +42,13 @@ kc_dns_load() {
 }
 
 # The nodes' resolver on the wan: one dnsmasq in the wan namespace, listening on the wan's underlay addresses only,
-# answering KC_OUTSIDE_NAME and NXDOMAIN for every other name, as the internet answers a name nobody has (nothing
+# answering KC_OUTSIDE_NAME and its alias, and NXDOMAIN for every other name, as the internet answers a name nobody has (nothing
 # here reaches the internet).
 kc_wan_resolver_up() {
   local args=(--keep-in-foreground --no-resolv --no-hosts --bind-interfaces --user=root --group=root
     --pid-file="$KC_DIR/run/wan-dns.dnsmasq.pid" --log-facility=- --log-queries
-    "--listen-address=$(kc_ip4 $KC_WAN_SUFFIX)" "--host-record=$KC_OUTSIDE_NAME,$(kc_ip4 $KC_WAN_SUFFIX)" --address=/#/)
+    "--listen-address=$(kc_ip4 $KC_WAN_SUFFIX)" "--host-record=$KC_OUTSIDE_NAME,$(kc_ip4 $KC_WAN_SUFFIX)"
+    "--cname=$KC_OUTSIDE_ALIAS,$KC_OUTSIDE_NAME" --address=/#/)
   if [[ $(kc_setting dual-stack) == 1 ]]; then
     args+=("--listen-address=$(kc_ip6 $KC_WAN_SUFFIX)" "--host-record=$KC_OUTSIDE_NAME,$(kc_ip6 $KC_WAN_SUFFIX)")
   fi
