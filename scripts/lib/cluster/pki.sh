@@ -46,31 +46,22 @@ kc_pki_cert() {
 
 # kc_kubeconfig FILE SERVER CERTNAME: a kubeconfig for the client whose certificate is pki/CERTNAME.
 kc_kubeconfig() {
-  local file=$1 server=$2 name=$3 d=$KC_DIR/pki
-  cat >"$file" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: $KC_NAME
-  cluster:
-    server: $server
-    certificate-authority-data: $(base64 -w0 "$d/ca.crt")
-users:
-- name: $name
-  user:
-    client-certificate-data: $(base64 -w0 "$d/$name.crt")
-    client-key-data: $(base64 -w0 "$d/$name.key")
-contexts:
-- name: $KC_NAME
-  context: {cluster: $KC_NAME, user: $name}
-current-context: $KC_NAME
-KUBECONFIG
-  chmod 0600 "$file"
+  local d=$KC_DIR/pki
+  kc_kubeconfig_write "$1" "$2" "$3" "
+    client-certificate-data: $(base64 -w0 "$d/$3.crt")
+    client-key-data: $(base64 -w0 "$d/$3.key")"
 }
 
 # kc_kubeconfig_token FILE SERVER USER TOKEN: a kubeconfig for a ServiceAccount's bearer token.
 kc_kubeconfig_token() {
-  local file=$1 server=$2 name=$3 token=$4
+  kc_kubeconfig_write "$1" "$2" "$3" "
+    token: $4"
+}
+
+# kc_kubeconfig_write FILE SERVER USER CREDENTIALS: the kubeconfig of the cluster's CA and server for USER, whose
+# `user:` block is CREDENTIALS (YAML lines); 0600 from the start, as it holds a key or a token.
+kc_kubeconfig_write() {
+  local file=$1 server=$2 name=$3 credentials=$4
   (
     umask 077
     cat >"$file" <<KUBECONFIG
@@ -83,13 +74,14 @@ clusters:
     certificate-authority-data: $(base64 -w0 "$KC_DIR/pki/ca.crt")
 users:
 - name: $name
-  user: {token: $token}
+  user:$credentials
 contexts:
 - name: $KC_NAME
   context: {cluster: $KC_NAME, user: $name}
 current-context: $KC_NAME
 KUBECONFIG
   )
+  chmod 0600 "$file"
 }
 
 # Every certificate and kubeconfig of the control plane; the nodes' are made by kc_pki_node.
