@@ -79,8 +79,9 @@ pub struct Cli {
     /// `wgkey` beside --subnet-file: flannel's /run/flannel/wgkey).
     #[arg(long)]
     pub wireguard_key_file: Option<PathBuf>,
-    /// Serve Prometheus metrics here ("" to disable).
-    #[arg(long, global = true, default_value = "127.0.0.1:9799")]
+    /// Serve Prometheus metrics, /healthz and /readyz here, e.g. 127.0.0.1:9799 (default: none; flanneld has
+    /// no such server, and a port a node did not ask for is not opened).
+    #[arg(long, global = true, default_value = "")]
     pub metrics_addr: String,
     /// Remove everything fabricd made on this node (routes, vxlan device, rules, files, its lease) and exit.
     #[arg(long, global = true, action = ArgAction::Set, require_equals = true, default_value = "false")]

@@ -15,6 +15,9 @@ use crate::daemon::http_get;
 use crate::upstream::{clean_command, output};
 use crate::{bin, bin_dir, unique_name, veth_between, Node, PluginOutput, TestNetns, Value};
 
+/// Where the rig's agents serve their metrics, in each node's own loopback (fabricd serves none by default).
+pub const METRICS_ADDR: &str = "127.0.0.1:9799";
+
 pub use crate::{wait_for, Daemon};
 
 /// Panics unless `tool` is installed. The rig's policy ([`crate::require`]) skips a test outside CI, but a
@@ -284,10 +287,14 @@ impl FabricNode {
         command
     }
 
-    /// Starts the agent (stderr appended to the node's log).
+    /// Starts the agent (stderr appended to the node's log), serving its metrics on [`METRICS_ADDR`] in the
+    /// node unless the test gave its own `--metrics-addr`.
     pub fn start(&mut self) {
         let log = fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        let mut command = self.command(&[]);
+        let metrics = format!("--metrics-addr={METRICS_ADDR}");
+        let own = self.args.iter().any(|a| a.starts_with("--metrics-addr"));
+        let extra = [metrics.as_str()];
+        let mut command = self.command(if own { &[] } else { &extra });
         command.stdout(Stdio::null()).stderr(log);
         self.agent = Some(Daemon::spawn(&mut command));
     }
@@ -298,9 +305,9 @@ impl FabricNode {
         }
     }
 
-    /// The agent's Prometheus metrics (its default `--metrics-addr`, 127.0.0.1:9799 in the node).
+    /// The agent's Prometheus metrics (on [`METRICS_ADDR`] in the node).
     pub fn metrics(&self) -> String {
-        http_get(&self.node, SocketAddr::from(([127, 0, 0, 1], 9799)), "/metrics").unwrap_or_default()
+        http_get(&self.node, METRICS_ADDR.parse().unwrap(), "/metrics").unwrap_or_default()
     }
 
     /// Runs `fabricd <extra>` to completion (status, cleanup).

@@ -129,9 +129,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 }
 
 fn metric(node: &FabricNode, name: &str) -> Option<f64> {
-    let out = node.node.exec("curl", &["-s", "http://127.0.0.1:9799/metrics"], &[], b"");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.lines().find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse().ok()))
+    node.metrics().lines().find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse().ok()))
 }
 
 /// Peer `i`'s lease key and value, as flanneld writes them (peer `peers` is the one that joins later). Public

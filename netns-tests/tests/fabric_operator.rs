@@ -58,7 +58,7 @@ fn the_operators_path_from_join_to_cleanup_and_rejoin() {
     assert!(status.stdout_text.contains(&format!("subnet {subnet0}")), "{}", status.stdout_text);
 
     // /metrics and /healthz answer 200, any other path 404.
-    let address = SocketAddr::from(([127, 0, 0, 1], 9799));
+    let address: SocketAddr = netns_tests::fabric::METRICS_ADDR.parse().unwrap();
     assert!(http_get(&node0.node, address, "/metrics").unwrap().contains("fabricd_ready 1"));
     assert_eq!(http_get(&node0.node, address, "/healthz").unwrap(), "ok\n");
     let other = http_get(&node0.node, address, "/").unwrap_err();
