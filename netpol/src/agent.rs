@@ -19,11 +19,6 @@ use crate::metrics::Metrics;
 use crate::model::Cluster;
 use crate::plan::Plan;
 
-/// Logs a line on stderr, prefixed with the agent's name.
-macro_rules! log {
-    ($($arg:tt)*) => { eprintln!("cni-netpol: {}", format!($($arg)*)) };
-}
-
 /// Where views of the cluster come from.
 pub trait Source {
     /// A new view when something changed since the last call, `None` when nothing did.

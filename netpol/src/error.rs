@@ -24,6 +24,8 @@ pub enum Error {
     Kube(kube::Error),
     /// A watch ended before its first complete list (the runtime shutting down).
     WatchEnded,
+    /// The Node's `spec.podCIDRs` holds something that is not a CIDR.
+    NodePodCidr { node: String, cidr: String },
     /// The metrics address (`--metrics-addr`) cannot be listened on.
     Listen(agent_http::BindError),
     /// The run directory (drop log, view in force) could not be used.
@@ -45,6 +47,7 @@ impl fmt::Display for Error {
             Error::InferConfig(error) => write!(f, "no kubeconfig: {error}"),
             Error::Kube(error) => write!(f, "Kubernetes API: {error}"),
             Error::WatchEnded => f.write_str("a watch ended before its first list"),
+            Error::NodePodCidr { node, cidr } => write!(f, "Node {node}: podCIDR {cidr:?} is not a CIDR"),
             Error::Listen(error) => write!(f, "--metrics-addr: {error}"),
             Error::RunDir { path, error } => write!(f, "{}: {error}", path.display()),
             Error::Explain(error) => write!(f, "explain: {error}"),

@@ -12,6 +12,12 @@
 //!   (`--metrics-addr`).
 //! - [`verdicts`]: what an operator reads: the drop log ([`nflog`] read into [`drops`]) and [`explain`].
 
+/// Logs a line on stderr, prefixed with the agent's name: every line the agent writes goes through it.
+#[macro_export]
+macro_rules! log {
+    ($($arg:tt)*) => { eprintln!("cni-netpol: {}", format!($($arg)*)) };
+}
+
 pub mod agent;
 pub mod apply;
 pub mod compile;

@@ -108,7 +108,7 @@ fn main() {
             .map_err(|error| netpol::error::Error::Nftables { doing: "removing the table", error }),
     };
     if let Err(e) = result {
-        eprintln!("cni-netpol: {e}");
+        netpol::log!("{e}");
         std::process::exit(1);
     }
 }
@@ -157,7 +157,7 @@ fn watch(
             pod_cidrs = netpol::watch::wait_node_pod_cidrs(&client, name).await;
         }
         if pod_cidrs.is_empty() {
-            eprintln!("cni-netpol: no pod CIDR: a pod is open until the agent knows it");
+            netpol::log!("no pod CIDR: a pod is open until the agent knows it");
         }
         let mut agent = agent(table, pod_cidrs, agent_args);
         netpol::watch::run(&mut agent, client, repair).await

@@ -86,6 +86,16 @@ pub struct NetworkPolicy {
     pub spec: PolicySpec,
 }
 
+impl NetworkPolicy {
+    /// The stand-in for a policy the agent could not read, failing closed: a `policyTypes` the compiler does
+    /// not know, so that every pod of its namespace is isolated in both directions and nothing allowed.
+    pub fn unreadable(namespace: &str, name: &str) -> NetworkPolicy {
+        let metadata = Meta { name: name.to_string(), namespace: namespace.to_string(), ..Meta::default() };
+        let policy_types = Some(vec!["(unreadable by the agent)".to_string()]);
+        NetworkPolicy { metadata, spec: PolicySpec { policy_types, ..PolicySpec::default() } }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PolicySpec {

@@ -78,7 +78,7 @@ pub type OnApplied = Box<dyn FnMut(&Cluster, &Plan) + Send>;
 pub fn start(run_dir: PathBuf, pod_cidrs: Vec<IpNet>, drop_log: Option<DropLog>) -> OnApplied {
     let directory = Arc::new(Mutex::new(Directory::default()));
     if let Err(e) = std::fs::create_dir_all(&run_dir) {
-        eprintln!("cni-netpol: {}: {e}: no drop log, no view for explain", run_dir.display());
+        log!("{}: {e}: no drop log, no view for explain", run_dir.display());
         return Box::new(|_: &Cluster, _: &Plan| {});
     }
     if let Some(log) = drop_log {
@@ -86,7 +86,7 @@ pub fn start(run_dir: PathBuf, pod_cidrs: Vec<IpNet>, drop_log: Option<DropLog>)
         let spawned =
             std::thread::Builder::new().name("nflog".into()).spawn(move || read_drops(log.group, &reader, &file));
         if let Err(e) = spawned {
-            eprintln!("cni-netpol: the drop log's reader: {e}: drops are enforced but not logged");
+            log!("the drop log's reader: {e}: drops are enforced but not logged");
         }
     }
     let mut write_failed = false;
@@ -98,7 +98,7 @@ pub fn start(run_dir: PathBuf, pod_cidrs: Vec<IpNet>, drop_log: Option<DropLog>)
             .and_then(|bytes| cnicore::state::write_atomic(&run_dir.join(VIEW_FILE), &bytes, 0o640));
         match written {
             Err(e) if !write_failed => {
-                eprintln!("cni-netpol: writing {VIEW_FILE}: {e}: explain reads an older view");
+                log!("writing {VIEW_FILE}: {e}: explain reads an older view");
                 write_failed = true;
             }
             Err(_) => {}
@@ -113,7 +113,7 @@ fn read_drops(group: u16, directory: &Mutex<Directory>, file: &DropFile) {
     let mut nflog = match Nflog::bind(group) {
         Ok(nflog) => nflog,
         Err(e) => {
-            eprintln!("cni-netpol: {e}: drops are enforced but not logged");
+            log!("{e}: drops are enforced but not logged");
             return;
         }
     };
@@ -123,7 +123,7 @@ fn read_drops(group: u16, directory: &Mutex<Directory>, file: &DropFile) {
         let logged = match nflog.receive() {
             Ok(logged) => logged,
             Err(e) => {
-                eprintln!("cni-netpol: reading NFLOG group {group}: {e}: drops are enforced but no longer logged");
+                log!("reading NFLOG group {group}: {e}: drops are enforced but no longer logged");
                 return;
             }
         };
@@ -140,7 +140,7 @@ fn read_drops(group: u16, directory: &Mutex<Directory>, file: &DropFile) {
             let record = directory.lock().unwrap_or_else(PoisonError::into_inner).record(isolation, &headers, time);
             match file.append(&record) {
                 Err(e) if !failing => {
-                    eprintln!("cni-netpol: writing the drop log: {e}");
+                    log!("writing the drop log: {e}");
                     failing = true;
                 }
                 Err(_) => {}

@@ -7,12 +7,14 @@
 //!   takes the new list whole when it is complete, so objects deleted meanwhile go.
 //! - When the API server is lost, the watchers retry with backoff and the stores keep their last content:
 //!   nothing is applied, the rules in force stay. The agent logs the loss once, and the return.
-//! - Objects are converted to the compiler's [`crate::model`] through their JSON (the API's field names).
+//! - Objects are converted to the compiler's [`crate::model`] through their JSON (the API's field names); one
+//!   that cannot be is logged and fails closed ([`Stores::view`]), never becomes a default.
 //!
 //! The types are k8s-openapi's of v1.33 (`earliest`); the fields read here (metadata name, namespace and
 //! labels; a Pod's containers' ports, hostNetwork, phase and podIPs; a NetworkPolicy's spec; a Node's
 //! podCIDRs) are the same on the v1.28 server of the tests.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,7 +61,8 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Erro
 pub async fn node_pod_cidrs(client: &Client, name: &str) -> Result<Vec<ipnet::IpNet>, Error> {
     let node = Api::<Node>::all(client.clone()).get(name).await.map_err(Error::Kube)?;
     let cidrs = node.spec.and_then(|s| s.pod_cidrs).unwrap_or_default();
-    Ok(cidrs.iter().filter_map(|c| c.parse().ok()).collect())
+    let parse = |cidr: &String| cidr.parse().map_err(|_| Error::NodePodCidr { node: name.into(), cidr: cidr.clone() });
+    cidrs.iter().map(parse).collect()
 }
 
 /// [`node_pod_cidrs`] once the Node exists and has its podCIDRs: an agent started with its node (before the
@@ -70,8 +73,8 @@ pub async fn wait_node_pod_cidrs(client: &Client, name: &str) -> Vec<ipnet::IpNe
     loop {
         match node_pod_cidrs(client, name).await {
             Ok(cidrs) if !cidrs.is_empty() => return cidrs,
-            Ok(_) if !said => eprintln!("cni-netpol: Node {name} has no podCIDR yet: waiting"),
-            Err(e) if !said => eprintln!("cni-netpol: Node {name}: {e}: waiting"),
+            Ok(_) if !said => log!("Node {name} has no podCIDR yet: waiting"),
+            Err(e) if !said => log!("{e}: waiting"),
             _ => {}
         }
         said = true;
@@ -97,7 +100,7 @@ where
                 Ok(watcher::Event::Init) => {}
                 Ok(_) => {
                     if failing {
-                        eprintln!("cni-netpol: watching {}: back", K::plural(&()));
+                        log!("watching {}: back", K::plural(&()));
                         failing = false;
                     }
                     metrics.event();
@@ -107,8 +110,8 @@ where
                 // the watcher lists everything again. Said every time: a relist is no failure to wait out.
                 Err(watcher::Error::WatchError(status)) if status.code == 410 => {
                     metrics.watch_restart(&K::plural(&()), true);
-                    eprintln!(
-                        "cni-netpol: watching {}: resourceVersion expired (410 Gone): listing again, the rules in \
+                    log!(
+                        "watching {}: resourceVersion expired (410 Gone): listing again, the rules in \
                          force until the list is complete",
                         K::plural(&())
                     );
@@ -117,7 +120,7 @@ where
                 Err(e) if !failing => {
                     metrics.watch_restart(&K::plural(&()), false);
                     let cause = std::error::Error::source(&e).map(|s| format!(" ({s})")).unwrap_or_default();
-                    eprintln!("cni-netpol: watching {}: {e}{cause}: keeping the rules in force", K::plural(&()));
+                    log!("watching {}: {e}{cause}: keeping the rules in force", K::plural(&()));
                     failing = true;
                 }
                 Err(_) => metrics.watch_restart(&K::plural(&()), false),
@@ -128,17 +131,64 @@ where
 }
 
 /// One object as the compiler's model (through the API's JSON).
-fn convert<K: Serialize, M: DeserializeOwned + Default>(object: &K) -> M {
-    serde_json::to_value(object).ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default()
+fn convert<K: Serialize, M: DeserializeOwned>(object: &K) -> Result<M, serde_json::Error> {
+    serde_json::from_value(serde_json::to_value(object)?)
+}
+
+/// Each object of `store` as the model, or when it cannot be converted, `unreadable`'s stand-in (none: left
+/// out) and a line saying why in `problems`.
+fn converted<K, M>(
+    store: &Store<K>,
+    unreadable: impl Fn(&str, &str) -> Option<M>,
+    problems: &mut BTreeSet<String>,
+) -> Vec<M>
+where
+    K: Resource<DynamicType = ()> + Clone + Serialize,
+    M: DeserializeOwned,
+{
+    let mut out = Vec::new();
+    for object in store.state() {
+        match convert(object.as_ref()) {
+            Ok(model) => out.push(model),
+            Err(e) => {
+                let meta = object.meta();
+                let (namespace, name) = (meta.namespace.as_deref().unwrap_or(""), meta.name.as_deref().unwrap_or(""));
+                let stand_in = unreadable(namespace, name);
+                let fate = if stand_in.is_some() { "isolating its namespace" } else { "left out" };
+                problems.insert(format!("{} {namespace}/{name} not readable ({e}): {fate}", K::kind(&())));
+                out.extend(stand_in);
+            }
+        }
+    }
+    out
 }
 
 impl Stores {
-    fn view(&self) -> Cluster {
-        Cluster {
-            namespaces: self.namespaces.state().iter().map(|o| convert::<_, model::Namespace>(o.as_ref())).collect(),
-            pods: self.pods.state().iter().map(|o| convert::<_, model::Pod>(o.as_ref())).collect(),
-            policies: self.policies.state().iter().map(|o| convert::<_, model::NetworkPolicy>(o.as_ref())).collect(),
+    /// The cluster as the stores hold it, and what of them could not be read. Failing closed: a pod left out
+    /// is one the agent does not know (unreachable), a namespace left out has no labels to be selected by, a
+    /// policy becomes [`model::NetworkPolicy::unreadable`].
+    fn view(&self) -> (Cluster, BTreeSet<String>) {
+        let mut problems = BTreeSet::new();
+        let cluster = Cluster {
+            namespaces: converted(&self.namespaces, |_, _| None, &mut problems),
+            pods: converted(&self.pods, |_, _| None, &mut problems),
+            policies: converted(
+                &self.policies,
+                |namespace, name| Some(model::NetworkPolicy::unreadable(namespace, name)),
+                &mut problems,
+            ),
+        };
+        (cluster, problems)
+    }
+
+    /// [`Stores::view`], saying each problem once (when it starts).
+    fn view_logged(&self, logged: &mut BTreeSet<String>) -> Cluster {
+        let (cluster, problems) = self.view();
+        for problem in problems.difference(logged) {
+            log!("{problem}");
         }
+        *logged = problems;
+        cluster
     }
 }
 
@@ -157,8 +207,9 @@ pub async fn run(agent: &mut Agent, client: Client, tick: Duration) -> Result<()
     stores.policies.wait_until_ready().await.map_err(|_| Error::WatchEnded)?;
     // The lists' events: the start, not an event to time.
     metrics.take_event();
-    if let Err(e) = agent.apply(&stores.view()) {
-        eprintln!("cni-netpol: {e}");
+    let mut logged = BTreeSet::new();
+    if let Err(e) = agent.apply(&stores.view_logged(&mut logged)) {
+        log!("{e}");
     }
     let mut interval = tokio::time::interval(tick);
     loop {
@@ -166,15 +217,15 @@ pub async fn run(agent: &mut Agent, client: Client, tick: Duration) -> Result<()
             _ = changed.notified() => {
                 tokio::time::sleep(SETTLE).await;
                 let since = metrics.take_event();
-                let applied = agent.apply(&stores.view());
+                let applied = agent.apply(&stores.view_logged(&mut logged));
                 metrics.event_applied(since, applied.as_ref().ok().copied());
                 if let Err(e) = applied {
-                    eprintln!("cni-netpol: {e}");
+                    log!("{e}");
                 }
             }
             _ = interval.tick() => {
                 if let Err(e) = agent.repair() {
-                    eprintln!("cni-netpol: {e}");
+                    log!("{e}");
                 }
             }
         }
