@@ -19,13 +19,9 @@ use crate::metrics::Metrics;
 use crate::model::Cluster;
 use crate::plan::Plan;
 
-/// Where views of the cluster come from.
-pub trait Source {
-    /// A new view when something changed since the last call, `None` when nothing did.
-    fn poll(&mut self) -> Result<Option<Cluster>, Error>;
-}
-
-/// A JSON file holding a [`Cluster`], read again whenever its content changes (`--static`).
+/// A JSON file holding a [`Cluster`], read again whenever its content changes (`--static`): the source of
+/// [`Agent::run`]. The Kubernetes source ([`crate::watch::run`]) is event-driven and calls [`Agent::apply`] and
+/// [`Agent::repair`] itself; the two share no trait, having no caller in common.
 pub struct StaticFile {
     pub path: PathBuf,
     last: Option<Vec<u8>>,
@@ -35,10 +31,9 @@ impl StaticFile {
     pub fn new(path: PathBuf) -> StaticFile {
         StaticFile { path, last: None }
     }
-}
 
-impl Source for StaticFile {
-    fn poll(&mut self) -> Result<Option<Cluster>, Error> {
+    /// A new view when the file changed since the last call, `None` when it did not.
+    pub fn poll(&mut self) -> Result<Option<Cluster>, Error> {
         let bytes = fs::read(&self.path).map_err(|error| Error::Read { path: self.path.clone(), error })?;
         if self.last.as_ref() == Some(&bytes) {
             return Ok(None);
@@ -121,7 +116,7 @@ impl Agent {
     }
 
     /// One tick: a new view applied if there is one; the table put back if it disappeared.
-    pub fn tick(&mut self, source: &mut dyn Source) -> Result<(), Error> {
+    pub fn tick(&mut self, source: &mut StaticFile) -> Result<(), Error> {
         match source.poll() {
             Ok(Some(cluster)) => {
                 self.source_failing = false;
@@ -157,7 +152,7 @@ impl Agent {
     }
 
     /// Runs until killed.
-    pub fn run(&mut self, source: &mut dyn Source, interval: Duration) -> Result<(), Error> {
+    pub fn run(&mut self, source: &mut StaticFile, interval: Duration) -> Result<(), Error> {
         loop {
             if let Err(e) = self.tick(source) {
                 log!("{e}");

@@ -461,6 +461,20 @@ fn what_cannot_be_expressed_denies() {
 }
 
 #[test]
+fn a_policy_the_agent_cannot_read_isolates_its_namespace() {
+    let mut cluster = suite_cluster();
+    cluster.policies = vec![NetworkPolicy::unreadable("x", "garbled")];
+    let plan = compile(&cluster, &NodeOptions::default());
+    let judge =
+        |src: &str, dst: &str| plan.judges(&Packet::new(src.parse().unwrap(), dst.parse().unwrap(), PROTO_TCP, 80));
+    assert!(!judge("10.244.1.21", "10.244.1.11"), "into x");
+    assert!(!judge("10.244.1.11", "10.244.1.21"), "out of x");
+    assert!(!judge("10.244.1.12", "10.244.1.11"), "within x");
+    assert!(judge("10.244.1.21", "10.244.1.31"), "y to z: open");
+    assert!(plan.warnings.iter().any(|w| w.starts_with("policy x/garbled:")), "{:?}", plan.warnings);
+}
+
+#[test]
 fn unknown_pods_of_the_node_are_dropped_and_replies_pass() {
     let cluster = suite_cluster();
     let nodes = NodeOptions { pod_cidrs: vec!["10.244.1.0/24".parse().unwrap()], drop_log: None };

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use ipnet::IpNet;
 
-use netpol::agent::{ensure_bridge_netfilter, Agent, Source, StaticFile};
+use netpol::agent::{ensure_bridge_netfilter, Agent, StaticFile};
 use netpol::compile::NodeOptions;
 use netpol::metrics::Metrics;
 use netpol::plan::TABLE;

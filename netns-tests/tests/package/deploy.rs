@@ -36,6 +36,20 @@ fn check_args(binary: &str, args: &Value) -> BTreeMap<String, String> {
     parsed
 }
 
+/// The capabilities a manifest's container adds (what `podman run --cap-add` is given).
+fn added_capabilities(container: &Value) -> Vec<&str> {
+    let add = container["securityContext"]["capabilities"]["add"].as_array().expect("capabilities added");
+    add.iter().map(|c| c.as_str().expect("a capability name")).collect()
+}
+
+/// Not privileged, every capability dropped but NET_ADMIN: what both agents need and no more.
+fn assert_net_admin_only(container: &Value) {
+    let security = &container["securityContext"];
+    assert_eq!(security["privileged"], false, "{}", container["name"]);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]), "{}", container["name"]);
+    assert_eq!(added_capabilities(container), ["NET_ADMIN"], "{}", container["name"]);
+}
+
 #[test]
 fn daemonset_matches_the_image_and_the_binaries() {
     let docs = yaml_documents(&workspace().join("deploy/cni-rs.yaml"));
@@ -95,10 +109,7 @@ fn daemonset_matches_the_image_and_the_binaries() {
         "metrics port {port} declared: {ports:?}"
     );
     // The capabilities it needs and no more.
-    let security = &main["securityContext"];
-    assert_eq!(security["privileged"], false);
-    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(security["capabilities"]["add"], json!(["NET_ADMIN"]));
+    assert_net_admin_only(main);
 }
 
 #[test]
@@ -125,12 +136,7 @@ fn fabricd_runs_from_the_image_with_the_daemonsets_capabilities() {
     let docs = yaml_documents(&workspace().join("deploy/cni-rs.yaml"));
     let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let main = &ds["spec"]["template"]["spec"]["containers"][0];
-    let caps: Vec<&str> = main["securityContext"]["capabilities"]["add"]
-        .as_array()
-        .expect("capabilities")
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
+    let caps = added_capabilities(main);
     let mounts: BTreeMap<&str, &str> = main["volumeMounts"]
         .as_array()
         .unwrap()
@@ -268,10 +274,7 @@ fn netpol_daemonset_matches_the_image_and_the_binary() {
     let port = main["ports"].as_array().expect("ports").iter().find(|p| p["name"] == "metrics").expect("port metrics");
     assert_eq!(args["--metrics-addr"], format!("$(POD_IP):{}", port["containerPort"]));
     assert_eq!(main["readinessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
-    let security = &main["securityContext"];
-    assert_eq!(security["privileged"], false);
-    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(security["capabilities"]["add"], json!(["NET_ADMIN"]));
+    assert_net_admin_only(main);
     // The run directory (drop log, view in force) is the node's, where `cni-netpol drops` and `explain` read it.
     let run =
         main["volumeMounts"].as_array().expect("volumeMounts").iter().find(|m| m["mountPath"] == "/run/cni-netpol");
@@ -294,12 +297,7 @@ fn netpol_runs_from_the_image_with_the_daemonsets_capabilities() {
     let docs = yaml_documents(&workspace().join("deploy/cni-netpol.yaml"));
     let ds = docs.iter().find(|d| d["kind"] == "DaemonSet").expect("a DaemonSet");
     let main = &ds["spec"]["template"]["spec"]["containers"][0];
-    let caps: Vec<&str> = main["securityContext"]["capabilities"]["add"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
+    let caps = added_capabilities(main);
     let (node, _wan) = node_with_wan();
     let podman = Podman::new(&node, &bin_dir());
     podman.ok(&["load", "--quiet", "--input", dist.image.to_str().unwrap()]);
