@@ -143,13 +143,15 @@ impl Drop for UdpEcho {
     }
 }
 
-/// Whether a UDP datagram from `ns` to `to` is answered within `wait`.
+/// Whether a UDP datagram from `ns` to `to` is answered by `to` within `wait`. The socket is connected to
+/// `to`, so that only `to`'s datagrams reach it: an unconnected one also took a late answer to an earlier probe
+/// whose closed socket had the same port, and counted a denied flow as reached.
 pub fn udp_answered(ns: &TestNetns, to: SocketAddr, wait: Duration) -> bool {
     let local = if to.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" };
     let Ok(socket) = ns.run(|| UdpSocket::bind(local)) else { return false };
     let _ = socket.set_read_timeout(Some(wait));
     let mut buf = [0u8; 8];
-    socket.send_to(b"hi", to).is_ok() && socket.recv_from(&mut buf).is_ok()
+    socket.connect(to).is_ok() && socket.send(b"hi").is_ok() && socket.recv(&mut buf).is_ok()
 }
 
 /// Whether one new connection (TCP) or datagram (UDP) from `from` reaches `to` within `wait`.
@@ -230,10 +232,23 @@ impl PolicyNode {
         fs::rename(&tmp, &self.cluster_file).expect("rename cluster");
     }
 
-    /// Starts the agent in the node, reading the cluster file every 50 ms; its stderr goes to the log.
+    /// Starts the agent in the node, reading the cluster file every 50 ms; its stderr goes to the log. With
+    /// `CNI_NETPOL_TEST_DROP_LOG_RATE=N` in the environment (for investigating, not set by the test command),
+    /// drops are also logged at N per second.
     pub fn start_agent(&self) -> Daemon {
         let file = self.cluster_file.display().to_string();
-        self.start_agent_with(&["run", "--static", &file, "--interval-ms", "50"])
+        let mut args = vec!["run", "--static", &file, "--interval-ms", "50"];
+        let rate = std::env::var("CNI_NETPOL_TEST_DROP_LOG_RATE").unwrap_or_default();
+        if !rate.is_empty() {
+            args.extend(["--drop-log-rate", &rate]);
+        }
+        self.start_agent_with(&args)
+    }
+
+    /// What the node's conntrack table holds (`conntrack -L`), for a failure's message.
+    pub fn conntrack(&self) -> String {
+        let out = self.kubenet.node.exec("conntrack", &["-L"], &[], b"");
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
     }
 
     /// Starts the agent in the node with `args` (and the node's pod CIDRs and the test's run directory); its

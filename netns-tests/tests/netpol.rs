@@ -60,7 +60,17 @@ fn assert_enforced(node: &PolicyNode, what: &str, policies: &[Value]) -> BTreeMa
         .filter(|(probe, reached)| want[*probe] != **reached)
         .map(|(probe, reached)| format!("{probe:?}: reached {reached}, policy says {}", want[probe]))
         .collect();
-    assert!(wrong.is_empty(), "{what}: {} of {} probes wrong:\n  {}", wrong.len(), got.len(), wrong.join("\n  "));
+    if !wrong.is_empty() {
+        // What the kernel held when it judged: a flow let through by an entry of an earlier table shows here.
+        let (conntrack, ruleset) = (node.conntrack(), ruleset(node));
+        panic!(
+            "{what}: {} of {} probes wrong:\n  {}\nconntrack:\n{conntrack}\nruleset:\n{ruleset}\nagent:\n{}",
+            wrong.len(),
+            got.len(),
+            wrong.join("\n  "),
+            node.log()
+        );
+    }
     got
 }
 
