@@ -198,7 +198,9 @@ vm_run() { # RELEASE PLAN TIMEOUT
   smp=${CNI_VM_CPUS:-$(nproc)}
   mem=${CNI_VM_MEMORY:-4096}
   # -no-reboot: a guest panic (panic=-1 reboots) ends QEMU instead of looping; the result file is then missing.
-  timeout -k 10 "$timeout" qemu-system-x86_64 -machine pc,accel=tcg -cpu max -smp "$smp" -m "$mem" \
+  # VM_TCG_THREAD=single: one host thread runs every vCPU in turn (slower; no cross-vCPU code-patching race).
+  timeout -k 10 "$timeout" qemu-system-x86_64 -machine pc -accel "tcg,thread=${VM_TCG_THREAD:-multi}" -cpu max \
+    -smp "$smp" -m "$mem" \
     -nodefaults -no-user-config -display none -no-reboot \
     -chardev stdio,id=console,signal=off -serial chardev:console -monitor none \
     -kernel "$dir/vmlinux" -initrd "$dir/initramfs.cpio" \
