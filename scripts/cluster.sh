@@ -8,20 +8,21 @@
 #
 #   scripts/cluster.sh up [--nodes N] [--plugins ours|reference|DIR] [--dual-stack] [--network kubenet|none]
 #                         [--flannel-backend vxlan|host-gw|...] [--network-policy] [--dns kube-dns|none]
-#                         [--name NAME] [--api-port PORT]
+#                         [--containerd system|1.6|1.7|2.1] [--name NAME] [--api-port PORT]
 #   scripts/cluster.sh kubeconfig            # the admin kubeconfig's path (kubectl --kubeconfig "$(...)")
 #   scripts/cluster.sh kubectl ARGS...       # kubectl with that kubeconfig
 #   scripts/cluster.sh exec NODE|cp|wan CMD...   # a command in a node's namespaces (cp and wan: network only)
 #   scripts/cluster.sh load-image NODE|all TAR   # a docker-archive or OCI tar into nodes' containerd
 #   scripts/cluster.sh plugins NODE|all ours|reference|DIR   # swap a node's CNI plugins, pods running
 #   scripts/cluster.sh restart NODE containerd|kubelet|kube-proxy|cni-netpol
+#   scripts/cluster.sh containerd VERSION    # the directory of that containerd's binaries (fetched once)
 #   scripts/cluster.sh status | down | build
 # --name (default `kc`, or $CNI_CLUSTER_NAME) lets clusters live side by side. State: /var/tmp/cni-rs-cluster/NAME;
 # Kubernetes' binaries and images are built once into /var/tmp/cni-rs-k8s (../shared/kubernetes/build.sh).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 lib=$repo/scripts/lib/cluster
-for f in common pki control node images dns; do source "$lib/$f.sh"; done
+for f in common pki control node containerd images dns; do source "$lib/$f.sh"; done
 
 usage() {
   sed -n '/^#   scripts/,/^# --name/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
@@ -78,6 +79,7 @@ cmd_up() {
 
 kc_up_parse() {
   UP_NODES=2 UP_PLUGINS=ours UP_DUAL=0 UP_NETWORK=kubenet UP_PORT="" UP_POLICY=0 UP_BACKEND=vxlan UP_DNS=kube-dns
+  UP_CONTAINERD=system
   while (($#)); do
     case $1 in
       --nodes) UP_NODES=${2:?--nodes N}; shift ;;
@@ -85,6 +87,7 @@ kc_up_parse() {
       --dual-stack) UP_DUAL=1 ;;
       --network-policy) UP_POLICY=1 ;;
       --dns) UP_DNS=${2:?--dns kube-dns|none}; shift ;;
+      --containerd) UP_CONTAINERD=${2:?--containerd system|1.6|1.7|2.1}; shift ;;
       --flannel-backend) UP_BACKEND=${2:?--flannel-backend TYPE}; shift ;;
       --network) UP_NETWORK=${2:?--network kubenet|flannel|none}; shift ;;
       --name) kc_set_name "${2:?--name NAME}"; shift ;;
@@ -104,6 +107,7 @@ kc_up_check() {
     *) kc_die "--network $UP_NETWORK: kubenet, flannel or none" ;;
   esac
   [[ $UP_DNS == kube-dns || $UP_DNS == none ]] || kc_die "--dns $UP_DNS: kube-dns or none"
+  kc_containerd_known "$UP_CONTAINERD" || kc_die "--containerd $UP_CONTAINERD: system, 1.6, 1.7 or 2.1"
   [[ $UP_BACKEND =~ ^[a-z-]+$ ]] || kc_die "--flannel-backend $UP_BACKEND: a backend type (vxlan, host-gw, ...)"
   case $UP_PLUGINS in
     ours | reference) ;;
@@ -118,6 +122,8 @@ kc_up_check() {
 kc_up_prepare() {
   kc_build
   UP_PLUGIN_DIR=$(kc_plugin_dir "$UP_PLUGINS")
+  UP_CONTAINERD_DIR=$(kc_containerd_fetch "$UP_CONTAINERD")
+  kc_say "containerd: $("$UP_CONTAINERD_DIR/containerd" --version | awk '{ print $3 }') ($UP_CONTAINERD_DIR)"
   # flannel's manifest runs our fabricd and flannel plugin from images, whatever the nodes' --plugins are.
   UP_RELEASE=""
   [[ $UP_NETWORK == flannel ]] && UP_RELEASE=$(kc_release_dir)
@@ -136,6 +142,7 @@ kc_up_settings() {
   echo "$UP_BACKEND" >"$KC_DIR/settings/flannel-backend"
   [[ -n $UP_NETPOL ]] && echo "$UP_NETPOL" >"$KC_DIR/settings/netpol-bin"
   echo "$UP_PLUGIN_DIR" >"$KC_DIR/settings/plugin-dir"
+  echo "$UP_CONTAINERD_DIR" >"$KC_DIR/settings/containerd-dir"
   local i
   for ((i = 1; i <= UP_NODES; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"
 }
@@ -345,6 +352,10 @@ main() {
     plugins) cmd_plugins "$@" ;;
     restart) cmd_restart "$@" ;;
     build) kc_build ;;
+    containerd)
+      kc_containerd_known "${1:-}" || kc_die "containerd VERSION: system, 1.6, 1.7 or 2.1"
+      kc_containerd_fetch "$1"
+      ;;
     *) usage ;;
   esac
 }

@@ -29,6 +29,8 @@ pub struct ClusterConfig {
     /// The cluster DNS (kube-dns, `--dns kube-dns`); off by default in tests (`--dns none`), whose "nothing left on
     /// the nodes" checks would otherwise meet kube-dns's own pod.
     pub dns: bool,
+    /// The nodes' containerd (`--containerd`): `system`, `1.6`, `1.7` or `2.1`; see [`containerd`].
+    pub containerd: String,
 }
 
 impl Default for ClusterConfig {
@@ -41,8 +43,17 @@ impl Default for ClusterConfig {
             network_policy: false,
             flannel_backend: "vxlan",
             dns: false,
+            containerd: containerd("system"),
         }
     }
+}
+
+/// The containerd a test's cluster runs: `$CNI_CLUSTER_CONTAINERD` when set (every cluster test on one version:
+/// `CNI_CLUSTER_CONTAINERD=2.1 cargo test -p netns-tests --test 'k8s*'`), else the one the test names. The test
+/// command spreads the versions over its clusters (the machine's own, Debian's 1.7 and 2.1), so each meets a
+/// real cluster in every run.
+pub fn containerd(named: &str) -> String {
+    std::env::var("CNI_CLUSTER_CONTAINERD").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| named.to_string())
 }
 
 /// The plugins the tests call ours: the release build `scripts/test.sh` stages ($CNI_PACKAGE_PREBUILT), else the
@@ -112,6 +123,7 @@ impl Cluster {
         }
         args.extend(["--flannel-backend".into(), config.flannel_backend.into()]);
         args.extend(["--dns".into(), if config.dns { "kube-dns" } else { "none" }.into()]);
+        args.extend(["--containerd".into(), config.containerd.clone()]);
         let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
         let output = script_command(&cluster.name, &args.iter().map(String::as_str).collect::<Vec<_>>())
             .env("CNI_NETPOL_BIN", crate::bin_dir().join("cni-netpol"))

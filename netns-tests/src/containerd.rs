@@ -1,4 +1,5 @@
-//! containerd (Debian's 1.6) started by a test, as a node runs it for the kubelet: the CRI plugin with CNI,
+//! containerd (the machine's, or Debian's 1.6, 1.7 or 2.1 as `scripts/cluster.sh containerd` fetches them) started
+//! by a test, as a node runs it for the kubelet: the CRI plugin with CNI,
 //! inside the test's node netns (see [`crate::daemon`] for its private mount namespace), with its root, state,
 //! socket, CNI `conf_dir`, the plugins' `bin_dir` and the result cache all in the test's directory. The guard
 //! kills it, its shims and the containers by PID when dropped, also when the test panics.
@@ -40,6 +41,22 @@ pub struct ContainerdConfig {
     pub conf_template: Option<String>,
 }
 
+/// Where containerd VERSION's binaries are: `None` for the machine's own (`system`, found on PATH), else the
+/// directory `scripts/cluster.sh containerd VERSION` prints (Debian's package, fetched and unpacked once).
+pub fn binaries(version: &str) -> Option<PathBuf> {
+    if version == "system" {
+        return None;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster.sh");
+    let output = Command::new("bash")
+        .arg(script)
+        .args(["containerd", version])
+        .output()
+        .unwrap_or_else(|e| panic!("run cluster.sh containerd {version}: {e}"));
+    assert!(output.status.success(), "cluster.sh containerd {version}: {}", String::from_utf8_lossy(&output.stderr));
+    Some(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
+}
+
 /// A running containerd.
 pub struct Containerd {
     /// Everything of this daemon: config, root, state, socket, logs.
@@ -52,11 +69,19 @@ pub struct Containerd {
     pub var_lib_cni: PathBuf,
     log: PathBuf,
     daemon: Daemon,
+    /// `ctr` of the same version.
+    ctr: PathBuf,
 }
 
 impl Containerd {
-    /// Starts containerd in `node`, waits for its socket and imports the busybox image.
+    /// Starts the machine's containerd in `node`, waits for its socket and imports the busybox image.
     pub fn start(node: &Node, config: ContainerdConfig) -> Containerd {
+        Containerd::start_version(node, config, "system")
+    }
+
+    /// [`Containerd::start`] with containerd `version` (`system`, `1.6`, `1.7`, `2.1`; see [`binaries`]): its
+    /// directory first on PATH, so containerd runs its own shim; config version 3 for 2.x.
+    pub fn start_version(node: &Node, config: ContainerdConfig, version: &str) -> Containerd {
         daemon::sweep_stale_daemons();
         let dir = node.dir().join("containerd");
         let conf_dir = dir.join("net.d");
@@ -73,14 +98,25 @@ impl Containerd {
             fs::write(&path, text).expect("write conf_template");
             path
         });
-        let toml = config_toml(&dir, &socket, &config.cni_bin_dir, &conf_dir, template.as_deref());
+        let paths = ConfigPaths { dir: &dir, socket: &socket, bin_dir: &config.cni_bin_dir, conf_dir: &conf_dir };
+        let toml = if version.starts_with("2.") {
+            config_toml_v3(&paths, template.as_deref())
+        } else {
+            config_toml(&paths, template.as_deref())
+        };
         let config_path = dir.join("config.toml");
         fs::write(&config_path, toml).expect("write containerd config");
 
         let var_lib_cni = VarLibCni::new(&dir);
         let log = dir.join("containerd.log");
         let log_file = fs::File::create(&log).expect("containerd log");
-        let mut command = node.command("containerd");
+        let bin = binaries(version);
+        let program = |name: &str| bin.as_ref().map_or_else(|| PathBuf::from(name), |b| b.join(name));
+        let mut command = node.command(program("containerd"));
+        if let Some(bin) = &bin {
+            let path = std::env::var("PATH").unwrap_or_default();
+            command.env("PATH", format!("{}:{path}", bin.display()));
+        }
         command
             .arg("--config")
             .arg(&config_path)
@@ -89,7 +125,8 @@ impl Containerd {
             .stderr(log_file);
         daemon::with_private_mounts(&mut command, &var_lib_cni, &["/run"]);
         let daemon = Daemon::spawn(&mut command);
-        let containerd = Containerd { var_lib_cni: var_lib_cni.path(), dir, socket, conf_dir, log, daemon };
+        let containerd =
+            Containerd { var_lib_cni: var_lib_cni.path(), dir, socket, conf_dir, log, daemon, ctr: program("ctr") };
         containerd.wait_for_socket(Duration::from_secs(20));
         let archive = images::busybox_archive(&containerd.dir);
         containerd.ctr(&["images", "import", &archive.display().to_string()]);
@@ -109,7 +146,7 @@ impl Containerd {
 
     /// Runs `ctr -n k8s.io <args>` against this daemon; panics if it fails. Returns stdout.
     pub fn ctr(&self, args: &[&str]) -> String {
-        let output = Command::new("ctr")
+        let output = Command::new(&self.ctr)
             .arg("--address")
             .arg(&self.socket)
             .args(["--namespace", "k8s.io"])
@@ -162,10 +199,18 @@ impl Containerd {
     }
 }
 
-fn config_toml(dir: &Path, socket: &Path, bin_dir: &Path, conf_dir: &Path, template: Option<&Path>) -> String {
-    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
+/// The paths of one containerd's config.
+struct ConfigPaths<'a> {
+    dir: &'a Path,
+    socket: &'a Path,
+    bin_dir: &'a Path,
+    conf_dir: &'a Path,
+}
+
+/// The daemon's part, the same in config versions 2 and 3.
+fn config_daemon(version: u8, paths: &ConfigPaths) -> String {
     format!(
-        r#"version = 2
+        r#"version = {version}
 root = {root}
 state = {state}
 # Snapshotters this node cannot use, and tracing: fewer plugins, faster start, quieter log.
@@ -180,7 +225,19 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 [plugins."io.containerd.internal.v1.opt"]
   path = {opt}
-[plugins."io.containerd.grpc.v1.cri"]
+"#,
+        root = toml_str(&paths.dir.join("root")),
+        state = toml_str(&paths.dir.join("state")),
+        socket = toml_str(paths.socket),
+        ttrpc = toml_str(&paths.dir.join("containerd.sock.ttrpc")),
+        opt = toml_str(&paths.dir.join("opt")),
+    )
+}
+
+fn config_toml(paths: &ConfigPaths, template: Option<&Path>) -> String {
+    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
+    format!(
+        r#"{daemon}[plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{BUSYBOX_IMAGE}"
   # This sandbox may not lower oom_score_adj.
   restrict_oom_score_adj = true
@@ -194,12 +251,34 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = {bin_dir}
     conf_dir = {conf_dir}
 {template}"#,
-        root = toml_str(&dir.join("root")),
-        state = toml_str(&dir.join("state")),
-        socket = toml_str(socket),
-        ttrpc = toml_str(&dir.join("containerd.sock.ttrpc")),
-        opt = toml_str(&dir.join("opt")),
-        bin_dir = toml_str(bin_dir),
-        conf_dir = toml_str(conf_dir),
+        daemon = config_daemon(2, paths),
+        bin_dir = toml_str(paths.bin_dir),
+        conf_dir = toml_str(paths.conf_dir),
+    )
+}
+
+/// Version 3 (containerd 2.x) splits the CRI plugin in three: images, runtime, the gRPC server.
+fn config_toml_v3(paths: &ConfigPaths, template: Option<&Path>) -> String {
+    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
+    format!(
+        r#"{daemon}[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{BUSYBOX_IMAGE}"
+[plugins."io.containerd.cri.v1.runtime"]
+  # This sandbox may not lower oom_score_adj.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [{bin_dir}]
+    conf_dir = {conf_dir}
+{template}[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"#,
+        daemon = config_daemon(3, paths),
+        bin_dir = toml_str(paths.bin_dir),
+        conf_dir = toml_str(paths.conf_dir),
     )
 }

@@ -1,6 +1,8 @@
-//! Issue 12: containerd (Debian's 1.6.20, its CRI plugin) drives the plugins as on a Kubernetes node, over the
-//! CRI v1 API as the kubelet does, once with our plugins and once with the reference plugins (Debian's, in
-//! /usr/lib/cni), so a failure of ours alone is ours to fix.
+//! Issue 12: containerd (the machine's, Debian's 1.6.20 here, its CRI plugin) drives the plugins as on a Kubernetes
+//! node, over the CRI v1 API as the kubelet does, once with our plugins and once with the reference plugins
+//! (Debian's, in /usr/lib/cni), so a failure of ours alone is ours to fix. The pod's life runs again on Debian's
+//! containerd 1.7.24 and 2.1.9 (issue 43, `scripts/cluster.sh containerd`), with the same checks of what each
+//! sends and of what the plugins leave.
 //!
 //! A test node netns with an uplink to a "wan" netns runs containerd (see `netns_tests::containerd`); its CNI
 //! plugin directory is a recorder (`netns_tests::recorder`) in front of the plugins under test, so every call
@@ -62,7 +64,8 @@ enum Network {
 }
 
 impl Lab {
-    fn new(plugins: Plugins, network: Network) -> Lab {
+    /// A lab on containerd `version` (`system`, `1.7`, `2.1`: see `netns_tests::containerd::binaries`).
+    fn new(plugins: Plugins, network: Network, version: &str) -> Lab {
         let (node, wan) = node_with_wan();
         let ipam_dir = node.dir().join("ipam");
         let (conflist, conf_template) = match network {
@@ -70,8 +73,8 @@ impl Lab {
             Network::Template => (None, Some(kubenet_template(&ipam_dir))),
         };
         let recorder = Recorder::new(node.dir(), &plugins.dir(), PLUGINS);
-        let containerd =
-            Containerd::start(&node, ContainerdConfig { cni_bin_dir: recorder.dir.clone(), conflist, conf_template });
+        let config = ContainerdConfig { cni_bin_dir: recorder.dir.clone(), conflist, conf_template };
+        let containerd = Containerd::start_version(&node, config, version);
         let cri = Cri::connect(&containerd.socket, Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("{e}\n{}", containerd.log_tail(30)));
         Lab { cri, containerd, recorder, ipam_dir, wan, node }
@@ -79,11 +82,11 @@ impl Lab {
 
     /// A lab with the kubenet conflist whose containerd reports the network ready, or None when containerd
     /// is missing (skipped).
-    fn with_conflist(plugins: Plugins) -> Option<Lab> {
+    fn with_conflist(plugins: Plugins, version: &str) -> Option<Lab> {
         if !containerd::available() {
             return None;
         }
-        let mut lab = Lab::new(plugins, Network::Conflist);
+        let mut lab = Lab::new(plugins, Network::Conflist, version);
         wait_network_ready(&mut lab);
         Some(lab)
     }
@@ -173,8 +176,8 @@ fn assert_del_round(calls: &[Call], netns: &str, when: &str) {
 }
 
 /// Runs one pod through its life as the kubelet would and checks every step.
-fn pod_lifecycle(plugins: Plugins) {
-    let Some(mut lab) = Lab::with_conflist(plugins) else { return };
+fn pod_lifecycle(plugins: Plugins, version: &str) {
+    let Some(mut lab) = Lab::with_conflist(plugins, version) else { return };
     let before = lab.snapshot();
 
     let config = lab.pod("web", true);
@@ -275,12 +278,32 @@ fn wait_network_ready(lab: &mut Lab) {
 
 #[test]
 fn pod_lifecycle_ours() {
-    pod_lifecycle(Plugins::Ours);
+    pod_lifecycle(Plugins::Ours, "system");
 }
 
 #[test]
 fn pod_lifecycle_reference() {
-    pod_lifecycle(Plugins::Reference);
+    pod_lifecycle(Plugins::Reference, "system");
+}
+
+#[test]
+fn pod_lifecycle_ours_containerd_1_7() {
+    pod_lifecycle(Plugins::Ours, "1.7");
+}
+
+#[test]
+fn pod_lifecycle_reference_containerd_1_7() {
+    pod_lifecycle(Plugins::Reference, "1.7");
+}
+
+#[test]
+fn pod_lifecycle_ours_containerd_2_1() {
+    pod_lifecycle(Plugins::Ours, "2.1");
+}
+
+#[test]
+fn pod_lifecycle_reference_containerd_2_1() {
+    pod_lifecycle(Plugins::Reference, "2.1");
 }
 
 /// containerd's `conf_template` for the kubenet chain, with the pod CIDR of UpdateRuntimeConfig.
@@ -302,12 +325,12 @@ fn kubenet_template(ipam_dir: &Path) -> String {
 }
 
 /// UpdateRuntimeConfig renders the template; a pod gets an address of that CIDR; nothing is left after it.
-fn conf_template(plugins: Plugins) {
+fn conf_template(plugins: Plugins, version: &str) {
     if !containerd::available() {
         return;
     }
     const POD_CIDR: &str = "10.244.1.0/24";
-    let mut lab = Lab::new(plugins, Network::Template);
+    let mut lab = Lab::new(plugins, Network::Template, version);
     lab.cri.update_pod_cidr(POD_CIDR).unwrap_or_else(|e| lab.fail("UpdateRuntimeConfig", e.message()));
     let rendered = lab.containerd.conf_dir.join("10-containerd-net.conflist");
     let text = std::fs::read_to_string(&rendered).unwrap_or_else(|e| panic!("{}: {e}", rendered.display()));
@@ -334,19 +357,25 @@ fn conf_template(plugins: Plugins) {
 
 #[test]
 fn conf_template_ours() {
-    conf_template(Plugins::Ours);
+    conf_template(Plugins::Ours, "system");
 }
 
 #[test]
 fn conf_template_reference() {
-    conf_template(Plugins::Reference);
+    conf_template(Plugins::Reference, "system");
+}
+
+/// containerd 2.x's config version 3 has the template in its runtime plugin.
+#[test]
+fn conf_template_ours_containerd_2_1() {
+    conf_template(Plugins::Ours, "2.1");
 }
 
 /// The last plugin's ADD fails (injected by the recorder): containerd rolls the chain back with DEL, which
 /// must succeed (else the sandbox stays SANDBOX_UNKNOWN with its netns); nothing is left, and the next pod
 /// runs.
 fn failed_add_is_rolled_back(plugins: Plugins) {
-    let Some(mut lab) = Lab::with_conflist(plugins) else { return };
+    let Some(mut lab) = Lab::with_conflist(plugins, "system") else { return };
     let before = lab.snapshot();
 
     lab.recorder.inject_failure(Some(("bandwidth", "ADD")));

@@ -14,7 +14,11 @@ fn dual_stack_cluster_on_our_plugins() {
     if !cluster::available() {
         return;
     }
-    let cluster = Cluster::up(ClusterConfig { dual_stack: true, ..ClusterConfig::default() });
+    let cluster = Cluster::up(ClusterConfig {
+        dual_stack: true,
+        containerd: cluster::containerd("1.7"),
+        ..ClusterConfig::default()
+    });
     for node in cluster.nodes() {
         let cidrs = pod_cidrs(&cluster, &node);
         assert!(cidrs.len() == 2 && cidrs[0].addr().is_ipv4() && cidrs[1].addr().is_ipv6(), "{node}: {cidrs:?}");

@@ -55,7 +55,11 @@ fn flannel_manifest_runs_fabricd() {
     if !cluster::available() {
         return;
     }
-    let cluster = Cluster::up(ClusterConfig { network: "flannel", ..ClusterConfig::default() });
+    let cluster = Cluster::up(ClusterConfig {
+        network: "flannel",
+        containerd: cluster::containerd("2.1"),
+        ..ClusterConfig::default()
+    });
     flannel_ready(&cluster);
     let pods = deployment_spreads_and_connects(&cluster);
     assert_outside_sees_the_node(&cluster, &pods[0]);

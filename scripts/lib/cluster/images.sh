@@ -374,14 +374,14 @@ kc_images_build() {
 
 # kc_import_image NODE TAR: the archive into the node's containerd (namespace k8s.io, where the kubelet looks).
 kc_import_image() {
-  kc_in "$1" ctr --address /run/containerd/containerd.sock --namespace k8s.io images import --all-platforms "$2" \
+  kc_ctr "$1" images import --all-platforms "$2" \
     >/dev/null || kc_die "$1: importing $2 failed"
 }
 
 # kc_load_images NODE: every node image into the node's containerd, not unpacked: the CRI plugin unpacks an
 # image when a container first needs it, so a node pays only for the images its pods run.
 kc_load_images() {
-  kc_in "$1" ctr --address /run/containerd/containerd.sock --namespace k8s.io images import --all-platforms \
+  kc_ctr "$1" images import --all-platforms \
     --no-unpack "$(kc_images_tar)" >/dev/null || kc_die "$1: importing $(kc_images_tar) failed"
 }
 

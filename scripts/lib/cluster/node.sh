@@ -104,34 +104,6 @@ kc_kubenet_template() {
 TEMPLATE
 }
 
-kc_containerd_config() {
-  local node=$1 template=""
-  [[ $(kc_setting network) == kubenet ]] && template="    conf_template = \"$(kc_node_dir "$node")/cni-conf-template\""
-  cat <<TOML
-version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[metrics]
-  address = "127.0.0.1:1338"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$KC_PAUSE_IMAGE"
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-$template
-TOML
-}
-
 # cgroupDriver cgroupfs on v1 and v2 alike: the kubelet writes the node's subtree (made and delegated by
 # kc_cgroup_make) directly, as runc does for containerd (SystemdCgroup off: the two must agree). The systemd
 # driver would need the node's daemons to be systemd units and a systemd on the machine, which the VM lane's guests
@@ -191,14 +163,6 @@ kc_node_spawn() {
   dir=$(kc_node_dir "$node")
   kc_spawn "$node/daemons" "$dir/$name.log" nsenter "--net=/run/netns/$(kc_netns "$node")" \
     "--mount=$(kc_mntns "$node")" "--uts=$(kc_utsns "$node")" -- "$@" >"$dir/$name.pid"
-}
-
-kc_node_containerd() {
-  local node=$1 dir
-  dir=$(kc_node_dir "$node")
-  kc_node_spawn "$node" containerd containerd --config "$dir/containerd.toml"
-  kc_wait 30 kc_in "$node" test -S /run/containerd/containerd.sock ||
-    kc_die "$node: containerd did not start: $(tail -5 "$dir/containerd.log")"
 }
 
 kc_node_kubelet() {
