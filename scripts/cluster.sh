@@ -16,6 +16,7 @@
 #   scripts/cluster.sh plugins NODE|all ours|reference|DIR   # swap a node's CNI plugins, pods running
 #   scripts/cluster.sh restart NODE containerd|kubelet|kube-proxy|cni-netpol
 #   scripts/cluster.sh containerd VERSION    # the directory of that containerd's binaries (fetched once)
+#   scripts/cluster.sh containerd-config VERSION [KEY=VALUE...]   # the nodes' containerd config, paths changed
 #   scripts/cluster.sh status | down | build
 # --name (default `kc`, or $CNI_CLUSTER_NAME) lets clusters live side by side. State: /var/tmp/cni-rs-cluster/NAME;
 # Kubernetes' binaries and images are built once into /var/tmp/cni-rs-k8s (../shared/kubernetes/build.sh).
@@ -355,6 +356,13 @@ main() {
     containerd)
       kc_containerd_known "${1:-}" || kc_die "containerd VERSION: system, 1.6, 1.7 or 2.1"
       kc_containerd_fetch "$1"
+      ;;
+    containerd-config)
+      kc_containerd_known "${1:-}" || kc_die "containerd-config VERSION: system, 1.6, 1.7 or 2.1"
+      local dir
+      dir=$(kc_containerd_fetch "$1")
+      shift
+      kc_containerd_toml "$(kc_containerd_major "$dir")" "$@"
       ;;
     *) usage ;;
   esac

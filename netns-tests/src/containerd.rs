@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::daemon::{self, http_get, toml_str, Daemon};
+use crate::daemon::{self, http_get, Daemon};
 use crate::images::{self, BUSYBOX_IMAGE};
 use crate::upstream::VarLibCni;
 use crate::{Node, Value};
@@ -47,14 +47,19 @@ pub fn binaries(version: &str) -> Option<PathBuf> {
     if version == "system" {
         return None;
     }
+    Some(PathBuf::from(cluster_script(&["containerd", version]).trim()))
+}
+
+/// `scripts/cluster.sh ARGS...`'s output; panics with its error if it fails.
+fn cluster_script(args: &[&str]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster.sh");
     let output = Command::new("bash")
         .arg(script)
-        .args(["containerd", version])
+        .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("run cluster.sh containerd {version}: {e}"));
-    assert!(output.status.success(), "cluster.sh containerd {version}: {}", String::from_utf8_lossy(&output.stderr));
-    Some(PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()))
+        .unwrap_or_else(|e| panic!("run cluster.sh {}: {e}", args.join(" ")));
+    assert!(output.status.success(), "cluster.sh {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// A running containerd.
@@ -98,12 +103,7 @@ impl Containerd {
             fs::write(&path, text).expect("write conf_template");
             path
         });
-        let paths = ConfigPaths { dir: &dir, socket: &socket, bin_dir: &config.cni_bin_dir, conf_dir: &conf_dir };
-        let toml = if version.starts_with("2.") {
-            config_toml_v3(&paths, template.as_deref())
-        } else {
-            config_toml(&paths, template.as_deref())
-        };
+        let toml = config_toml(version, &dir, &socket, &config.cni_bin_dir, &conf_dir, template.as_deref());
         let config_path = dir.join("config.toml");
         fs::write(&config_path, toml).expect("write containerd config");
 
@@ -199,86 +199,29 @@ impl Containerd {
     }
 }
 
-/// The paths of one containerd's config.
-struct ConfigPaths<'a> {
-    dir: &'a Path,
-    socket: &'a Path,
-    bin_dir: &'a Path,
-    conf_dir: &'a Path,
-}
-
-/// The daemon's part, the same in config versions 2 and 3.
-fn config_daemon(version: u8, paths: &ConfigPaths) -> String {
-    format!(
-        r#"version = {version}
-root = {root}
-state = {state}
-# Snapshotters this node cannot use, and tracing: fewer plugins, faster start, quieter log.
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
-
-[grpc]
-  address = {socket}
-[ttrpc]
-  address = {ttrpc}
-[metrics]
-  address = "{METRICS_ADDR}"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {opt}
-"#,
-        root = toml_str(&paths.dir.join("root")),
-        state = toml_str(&paths.dir.join("state")),
-        socket = toml_str(paths.socket),
-        ttrpc = toml_str(&paths.dir.join("containerd.sock.ttrpc")),
-        opt = toml_str(&paths.dir.join("opt")),
-    )
-}
-
-fn config_toml(paths: &ConfigPaths, template: Option<&Path>) -> String {
-    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
-    format!(
-        r#"{daemon}[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{BUSYBOX_IMAGE}"
-  # This sandbox may not lower oom_score_adj.
-  restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = {bin_dir}
-    conf_dir = {conf_dir}
-{template}"#,
-        daemon = config_daemon(2, paths),
-        bin_dir = toml_str(paths.bin_dir),
-        conf_dir = toml_str(paths.conf_dir),
-    )
-}
-
-/// Version 3 (containerd 2.x) splits the CRI plugin in three: images, runtime, the gRPC server.
-fn config_toml_v3(paths: &ConfigPaths, template: Option<&Path>) -> String {
-    let template = template.map(|t| format!("    conf_template = {}\n", toml_str(t))).unwrap_or_default();
-    format!(
-        r#"{daemon}[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "{BUSYBOX_IMAGE}"
-[plugins."io.containerd.cri.v1.runtime"]
-  # This sandbox may not lower oom_score_adj.
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = [{bin_dir}]
-    conf_dir = {conf_dir}
-{template}[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-"#,
-        daemon = config_daemon(3, paths),
-        bin_dir = toml_str(paths.bin_dir),
-        conf_dir = toml_str(paths.conf_dir),
-    )
+/// The nodes' containerd config (`cluster.sh containerd-config`: the one template, version 2 or 3 as `version`
+/// wants) with every path in the test's directory and busybox as the sandbox image.
+fn config_toml(
+    version: &str,
+    dir: &Path,
+    socket: &Path,
+    bin_dir: &Path,
+    conf_dir: &Path,
+    template: Option<&Path>,
+) -> String {
+    let setting = |key: &str, path: &Path| format!("{key}={}", path.display());
+    let mut args = vec![
+        "containerd-config".to_string(),
+        version.to_string(),
+        setting("root", &dir.join("root")),
+        setting("state", &dir.join("state")),
+        setting("socket", socket),
+        setting("ttrpc", &dir.join("containerd.sock.ttrpc")),
+        setting("opt", &dir.join("opt")),
+        format!("sandbox={BUSYBOX_IMAGE}"),
+        setting("bin-dir", bin_dir),
+        setting("conf-dir", conf_dir),
+    ];
+    args.extend(template.map(|t| setting("template", t)));
+    cluster_script(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }

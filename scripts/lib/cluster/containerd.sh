@@ -65,33 +65,57 @@ kc_ctr() {
   kc_in "$node" "$(kc_containerd_dir)/ctr" --address /run/containerd/containerd.sock --namespace k8s.io "$@"
 }
 
+# The node's config: the defaults of kc_containerd_toml, the kubenet template on kubenet clusters.
 kc_containerd_config() {
-  local node=$1 template="" major
-  major=$(kc_containerd_major "$(kc_containerd_dir)")
-  [[ $(kc_setting network) == kubenet ]] && template="conf_template = \"$(kc_node_dir "$node")/cni-conf-template\""
-  if ((major >= 2)); then kc_containerd_config_v3 "$template"; else kc_containerd_config_v2 "$template"; fi
+  local node=$1 template=()
+  [[ $(kc_setting network) == kubenet ]] && template=("template=$(kc_node_dir "$node")/cni-conf-template")
+  kc_containerd_toml "$(kc_containerd_major "$(kc_containerd_dir)")" "${template[@]}"
 }
 
-# The daemon's part, the same in both versions: its paths, its socket, its metrics, and no snapshotter or tracing
-# plugin the nodes do not use.
-kc_containerd_config_daemon() {
+# kc_toml_str TEXT: TEXT as a TOML basic string.
+kc_toml_str() {
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$s"
+}
+
+# kc_containerd_toml MAJOR [KEY=VALUE...]: containerd's config for the CRI plugin with CNI, version 2 for MAJOR 1
+# and version 3 for MAJOR 2: the one template of the nodes and of the test rig (netns-tests' containerd.rs reads
+# it through `cluster.sh containerd-config`). Keys: root, state, socket, ttrpc, opt (the daemon's paths; ttrpc
+# and opt left to containerd when empty), sandbox (the pause image), bin-dir, conf-dir, template (CNI's
+# conf_template, none when empty).
+kc_containerd_toml() {
+  local major=$1 kv key
+  shift
+  local -A c=([root]=/var/lib/containerd [state]=/run/containerd [socket]=/run/containerd/containerd.sock
+    [ttrpc]="" [opt]="" [sandbox]=$KC_PAUSE_IMAGE [bin-dir]=/opt/cni/bin [conf-dir]=/etc/cni/net.d [template]="")
+  for kv in "$@"; do
+    key=${kv%%=*}
+    [[ $kv == *=* && -v "c[$key]" ]] ||
+      kc_die "containerd-config: no setting $key (root, state, socket, ttrpc, opt, sandbox, bin-dir, conf-dir, template)"
+    c[$key]=${kv#*=}
+  done
+  [[ $major == 1 || $major == 2 ]] || kc_die "containerd-config: containerd $major.x is not known (1.x, 2.x)"
   cat <<TOML
-version = $1
-root = "/var/lib/containerd"
-state = "/run/containerd"
+version = $((major + 1))
+root = $(kc_toml_str "${c[root]}")
+state = $(kc_toml_str "${c[state]}")
+# Snapshotters the nodes cannot use, and tracing: fewer plugins, a faster start, a quieter log.
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 [grpc]
-  address = "/run/containerd/containerd.sock"
+  address = $(kc_toml_str "${c[socket]}")
 [metrics]
   address = "127.0.0.1:1338"
 TOML
-}
-
-kc_containerd_config_v2() {
-  kc_containerd_config_daemon 2
-  cat <<TOML
+  [[ -n ${c[ttrpc]} ]] && printf '[ttrpc]\n  address = %s\n' "$(kc_toml_str "${c[ttrpc]}")"
+  [[ -n ${c[opt]} ]] && printf '[plugins."io.containerd.internal.v1.opt"]\n  path = %s\n' "$(kc_toml_str "${c[opt]}")"
+  local template=""
+  [[ -n ${c[template]} ]] && template="conf_template = $(kc_toml_str "${c[template]}")"
+  if ((major == 1)); then
+    cat <<TOML
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$KC_PAUSE_IMAGE"
+  sandbox_image = $(kc_toml_str "${c[sandbox]}")
+  # Pods may not lower their oom_score_adj below the node's.
   restrict_oom_score_adj = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
@@ -100,33 +124,32 @@ kc_containerd_config_v2() {
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/opt/cni/bin"
-    conf_dir = "/etc/cni/net.d"
-    $1
+    bin_dir = $(kc_toml_str "${c[bin-dir]}")
+    conf_dir = $(kc_toml_str "${c[conf-dir]}")
+    $template
 TOML
-}
-
-# Version 3 splits the CRI plugin in three (images, runtime, the gRPC server). bin_dirs is set: Debian's build
-# also looks in /usr/lib/cni, where the machine's reference plugins are.
-kc_containerd_config_v3() {
-  kc_containerd_config_daemon 3
-  cat <<TOML
+  else
+    # Version 3 splits the CRI plugin in three (images, runtime, the gRPC server). bin_dirs is set: Debian's build
+    # also looks in /usr/lib/cni, where the machine's reference plugins are.
+    cat <<TOML
 [plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "$KC_PAUSE_IMAGE"
+  sandbox = $(kc_toml_str "${c[sandbox]}")
 [plugins."io.containerd.cri.v1.runtime"]
+  # Pods may not lower their oom_score_adj below the node's.
   restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/opt/cni/bin"]
-    conf_dir = "/etc/cni/net.d"
-    $1
+    bin_dirs = [$(kc_toml_str "${c[bin-dir]}")]
+    conf_dir = $(kc_toml_str "${c[conf-dir]}")
+    $template
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 TOML
+  fi
 }
 
 # The node's containerd, its directory first on PATH: containerd finds its shim there (and the shim runc).
