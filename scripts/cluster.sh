@@ -17,6 +17,7 @@
 #   scripts/cluster.sh restart NODE containerd|kubelet|kube-proxy|cni-netpol
 #   scripts/cluster.sh containerd VERSION    # the directory of that containerd's binaries (fetched once)
 #   scripts/cluster.sh containerd-config VERSION [KEY=VALUE...]   # the nodes' containerd config, paths changed
+#   scripts/cluster.sh paths                 # where the cluster of that name lives, as KEY=VALUE lines
 #   scripts/cluster.sh status | down | build
 # --name (default `kc`, or $CNI_CLUSTER_NAME) lets clusters live side by side. State: /var/tmp/cni-rs-cluster/NAME;
 # Kubernetes' binaries and images are built once into /var/tmp/cni-rs-k8s (../shared/kubernetes/build.sh).
@@ -336,6 +337,20 @@ cmd_restart() {
   "kc_node_${daemon//-/_}" "$node"
 }
 
+# The cluster's places, for programs that drive it (netns-tests' cluster.rs reads them rather than knowing them):
+# its state directory and their root, its admin kubeconfig, the prefix of its network namespaces, its cgroup (below
+# each hierarchy's mount point), Kubernetes' binaries. The cluster need not be up.
+cmd_paths() {
+  cat <<PATHS
+root=$KC_ROOT
+dir=$KC_DIR
+kubeconfig=$KC_DIR/admin.kubeconfig
+netns-prefix=$KC_NETNS_PREFIX
+cgroup=$KC_CGROUP
+bin=$KC_BIN
+PATHS
+}
+
 main() {
   kc_set_name "${CNI_CLUSTER_NAME:-kc}"
   # --name may come before the command too.
@@ -353,6 +368,7 @@ main() {
     plugins) cmd_plugins "$@" ;;
     restart) cmd_restart "$@" ;;
     build) kc_build ;;
+    paths) cmd_paths ;;
     containerd)
       kc_containerd_known "${1:-}" || kc_die "containerd VERSION: system, 1.6, 1.7 or 2.1"
       kc_containerd_fetch "$1"

@@ -69,10 +69,57 @@ pub fn ours() -> String {
 pub fn available() -> bool {
     crate::require_programs(&["containerd", "ctr", "runc", "etcd", "socat", "openssl"], "run scripts/setup.sh")
         && crate::require(
-            "Kubernetes v1.28.7 (kubectl in /var/tmp/cni-rs-k8s/bin)",
+            "Kubernetes v1.28.7 (kubectl in cluster.sh's bin directory)",
             kubectl().is_file(),
             "scripts/cluster.sh build builds it once from ../shared/kubernetes",
         )
+}
+
+/// Where `cluster.sh` keeps a cluster, as the script answers it (`cluster.sh --name NAME paths`), so the rig never
+/// keeps a second copy of the script's layout (`CNI_CLUSTER_ROOT` and `CNI_K8S_CACHE` included).
+#[derive(Clone, Debug)]
+pub struct Paths {
+    /// Every cluster's state directory is below it.
+    pub root: PathBuf,
+    /// This cluster's state directory.
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    /// Its network namespaces' names begin with it.
+    pub netns_prefix: String,
+    /// Its cgroup, below each hierarchy's mount point.
+    pub cgroup: String,
+    /// Kubernetes' binaries.
+    pub bin: PathBuf,
+}
+
+impl Paths {
+    /// The script's answer for the cluster `name` (which need not be up).
+    pub fn of(name: &str) -> Paths {
+        let output = script_command(name, &["paths"]).output().unwrap_or_else(|e| panic!("run cluster.sh paths: {e}"));
+        assert!(output.status.success(), "cluster.sh paths: {}", text(&output.stderr));
+        let answer = text(&output.stdout);
+        let value = |key: &str| {
+            answer
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("cluster.sh paths says no {key}:\n{answer}"))
+                .to_string()
+        };
+        Paths {
+            root: value("root").into(),
+            dir: value("dir").into(),
+            kubeconfig: value("kubeconfig").into(),
+            netns_prefix: value("netns-prefix"),
+            cgroup: value("cgroup"),
+            bin: value("bin").into(),
+        }
+    }
+}
+
+/// The paths every cluster shares (its root, Kubernetes' binaries), asked once.
+fn shared_paths() -> &'static Paths {
+    static PATHS: std::sync::OnceLock<Paths> = std::sync::OnceLock::new();
+    PATHS.get_or_init(|| Paths::of("kc"))
 }
 
 /// A cluster name of this test process's own: t<pid>x<n> (the sweep of a later run knows whose it was).
@@ -99,7 +146,7 @@ const WGET: &[&str] = &["busybox", "timeout", "5", "busybox", "wget", "-qO-"];
 pub struct Cluster {
     pub name: String,
     pub config: ClusterConfig,
-    kubeconfig: PathBuf,
+    paths: Paths,
 }
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -124,14 +171,13 @@ impl Cluster {
         args.extend(["--flannel-backend".into(), config.flannel_backend.into()]);
         args.extend(["--dns".into(), if config.dns { "kube-dns" } else { "none" }.into()]);
         args.extend(["--containerd".into(), config.containerd.clone()]);
-        let mut cluster = Cluster { name, config, kubeconfig: PathBuf::new() };
+        let paths = Paths::of(&name);
+        let cluster = Cluster { name, config, paths };
         let output = script_command(&cluster.name, &args.iter().map(String::as_str).collect::<Vec<_>>())
             .env("CNI_NETPOL_BIN", crate::bin_dir().join("cni-netpol"))
             .output()
             .unwrap_or_else(|e| panic!("run cluster.sh: {e}"));
         assert!(output.status.success(), "cluster.sh up failed:\n{}", text(&output.stderr));
-        let path = cluster.script(&["kubeconfig"]);
-        cluster.kubeconfig = PathBuf::from(text(&path.stdout).trim());
         cluster
     }
 
@@ -155,7 +201,12 @@ impl Cluster {
 
     /// The admin kubeconfig (the API server through the loopback forwarder).
     pub fn kubeconfig(&self) -> &Path {
-        &self.kubeconfig
+        &self.paths.kubeconfig
+    }
+
+    /// Where the script keeps this cluster.
+    pub fn paths(&self) -> &Paths {
+        &self.paths
     }
 
     /// The node names, node1..nodeN.
@@ -167,7 +218,7 @@ impl Cluster {
     pub fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(kubectl())
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(&self.paths.kubeconfig)
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("run kubectl: {e}"))
@@ -249,9 +300,9 @@ impl Cluster {
 
     /// The logs of every node's daemons and the control plane's, tail of each, for a failure message.
     pub fn logs(&self) -> String {
-        let dir = Path::new(CLUSTER_ROOT).join(&self.name);
+        let dir = &self.paths.dir;
         let mut out = String::new();
-        for entry in walk(&dir) {
+        for entry in walk(dir) {
             if entry.extension().is_some_and(|e| e == "log") {
                 let body = std::fs::read_to_string(&entry).unwrap_or_default();
                 let lines: Vec<&str> = body.lines().collect();
@@ -278,7 +329,7 @@ impl Drop for Cluster {
 
 /// Clusters of test processes that are gone (killed before their guard ran) are taken down.
 fn sweep_stale_clusters() {
-    for entry in std::fs::read_dir(CLUSTER_ROOT).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(&shared_paths().root).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name.strip_prefix('t').and_then(|rest| rest.split_once('x')).map(|(pid, _)| pid.to_string())
         else {
@@ -289,9 +340,6 @@ fn sweep_stale_clusters() {
         }
     }
 }
-
-/// Where `cluster.sh` keeps each cluster's state.
-pub const CLUSTER_ROOT: &str = "/var/tmp/cni-rs-cluster";
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -332,8 +380,12 @@ impl Pod {
 
 /// The kubectl the cluster was built with.
 pub fn kubectl() -> PathBuf {
-    let cache = std::env::var("CNI_K8S_CACHE").unwrap_or_else(|_| "/var/tmp/cni-rs-k8s".into());
-    Path::new(&cache).join("bin/kubectl")
+    k8s_bin("kubectl")
+}
+
+/// A Kubernetes binary as `cluster.sh build` builds it (kubectl, e2e.test, kube-apiserver, ...).
+pub fn k8s_bin(name: &str) -> PathBuf {
+    shared_paths().bin.join(name)
 }
 
 /// The [`WGET`] command line for `url`.

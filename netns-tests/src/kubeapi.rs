@@ -17,10 +17,9 @@ use crate::fabric::{require_tool, Etcd, TlsFiles};
 use crate::upstream::clean_command;
 use crate::{wait_for, Daemon, TestNetns, Value};
 
-/// Where the Kubernetes binaries are built (shared/kubernetes/build.sh), unless `KUBE_BIN_DIR` says.
+/// A Kubernetes binary where `scripts/cluster.sh build` builds them ([`crate::cluster::k8s_bin`]).
 pub fn kube_bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("KUBE_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| "/var/tmp/cni-rs-k8s/bin".into());
-    dir.join(name)
+    crate::cluster::k8s_bin(name)
 }
 
 /// True when kube-apiserver is built; under CI=true its absence fails the test ([`crate::require`]).
@@ -28,7 +27,7 @@ pub fn require_apiserver() -> bool {
     crate::require(
         "kube-apiserver",
         kube_bin("kube-apiserver").is_file() && ["etcd", "curl", "openssl"].iter().all(|tool| crate::on_path(tool)),
-        "shared/kubernetes/build.sh /var/tmp/cni-rs-k8s/bin kube-apiserver; apt-get install etcd-server curl openssl",
+        "scripts/cluster.sh build; apt-get install etcd-server curl openssl",
     )
 }
 

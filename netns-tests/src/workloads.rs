@@ -282,7 +282,7 @@ impl WanServer {
         use std::os::unix::process::CommandExt;
         let listen = format!("TCP6-LISTEN:{port},ipv6only=0,reuseaddr,fork");
         // A script, since socat's address syntax takes quotes and backslashes itself.
-        let script = std::path::Path::new(crate::cluster::CLUSTER_ROOT).join(&cluster.name).join("wan-reply.sh");
+        let script = cluster.paths().dir.join("wan-reply.sh");
         let body = "#!/bin/sh\nprintf 'HTTP/1.0 200 OK\\r\\nContent-Length: 3\\r\\n\\r\\nok\\n'\nexec cat >/dev/null\n";
         std::fs::write(&script, body).expect("the wan's reply script");
         std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");

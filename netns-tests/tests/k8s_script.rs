@@ -9,15 +9,18 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use netns_tests::cluster::{self, script_command, unique_cluster_name, Cluster, ClusterConfig, CLUSTER_ROOT};
+use netns_tests::cluster::{self, script_command, unique_cluster_name, Cluster, ClusterConfig, Paths};
 use netns_tests::wait_for;
 
 /// The cluster's traces on the machine: its namespaces, its state directory, its cgroups.
 fn traces(name: &str) -> Vec<String> {
     let mut found = Vec::new();
     let netns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns");
-    let prefix = format!("kc-{name}-");
-    found.extend(String::from_utf8_lossy(&netns.stdout).lines().filter(|l| l.starts_with(&prefix)).map(str::to_string));
+    let paths = Paths::of(name);
+    let prefix = &paths.netns_prefix;
+    found.extend(
+        String::from_utf8_lossy(&netns.stdout).lines().filter(|l| l.starts_with(prefix.as_str())).map(str::to_string),
+    );
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     // Its cgroup in every hierarchy the machine has: cgroup v1's (one per controller), v2's unified one, or both.
     let cgroups = mounts
@@ -25,15 +28,16 @@ fn traces(name: &str) -> Vec<String> {
         .filter_map(|l| {
             let fields: Vec<&str> = l.split_whitespace().collect();
             (fields.len() > 2 && matches!(fields[2], "cgroup" | "cgroup2"))
-                .then(|| format!("{}/cni-rs-cluster/{name}", fields[1]))
+                .then(|| format!("{}/{}", fields[1], paths.cgroup))
         })
         .collect::<Vec<_>>();
-    for path in std::iter::once(format!("{CLUSTER_ROOT}/{name}")).chain(cgroups) {
+    let dir = paths.dir.display().to_string();
+    for path in std::iter::once(dir.clone()).chain(cgroups) {
         if Path::new(&path).exists() {
             found.push(path);
         }
     }
-    found.extend(mounts.lines().filter(|l| l.contains(&format!("{CLUSTER_ROOT}/{name}/"))).map(str::to_string));
+    found.extend(mounts.lines().filter(|l| l.contains(&format!("{dir}/"))).map(str::to_string));
     found
 }
 
@@ -97,7 +101,7 @@ fn a_half_made_cluster_is_taken_down_by_the_next_up_and_the_machine_is_untouched
         .process_group(0)
         .spawn()
         .expect("spawn cluster.sh up");
-    let node_netns = format!("/run/netns/kc-{name}-node1");
+    let node_netns = format!("/run/netns/{}node1", Paths::of(&name).netns_prefix);
     let started = wait_for(Duration::from_secs(120), || Path::new(&node_netns).exists());
     nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL)
         .expect("kill the up");
