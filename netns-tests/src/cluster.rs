@@ -209,9 +209,11 @@ impl Cluster {
         &self.paths
     }
 
-    /// The node names, node1..nodeN.
+    /// The node names, as the script made them (its `nodes.list`).
     pub fn nodes(&self) -> Vec<String> {
-        (1..=self.config.nodes).map(|i| format!("node{i}")).collect()
+        let list = self.paths.dir.join("nodes.list");
+        let text = std::fs::read_to_string(&list).unwrap_or_else(|e| panic!("{}: {e}", list.display()));
+        text.split_whitespace().map(str::to_string).collect()
     }
 
     /// kubectl with the admin kubeconfig.
