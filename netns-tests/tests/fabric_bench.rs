@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use cnicore::netlink::{IpFamily, RT_TABLE_MAIN};
-use netns_tests::fabric::{segment_ip, segment_ip6, wait_for, Cluster, FabricNode};
+use netns_tests::fabric::{metric, segment_ip, segment_ip6, wait_for, Cluster};
 use netns_tests::{json, Value};
 
 const PROTO: Option<u8> = Some(75);
@@ -126,10 +126,6 @@ fn user_system_ticks(pid: u32) -> (u64, u64) {
 fn cpu_ticks(pid: u32) -> u64 {
     let (user, system) = user_system_ticks(pid);
     user + system
-}
-
-fn metric(node: &FabricNode, name: &str) -> Option<f64> {
-    node.metrics().lines().find_map(|l| l.strip_prefix(&format!("{name} ")).and_then(|v| v.parse().ok()))
 }
 
 /// Peer `i`'s lease key and value, as flanneld writes them (peer `peers` is the one that joins later). Public
@@ -247,11 +243,11 @@ fn cold_start(peers: u32, dual: bool) -> ColdStart {
     let (mut idle_rss, mut idle_cpu_percent, mut requests_per_minute) = (None, None, None);
     if !dual {
         std::thread::sleep(Duration::from_secs(2));
-        let requests_before = metric(node, "fabricd_etcd_requests_total");
+        let requests_before = metric(&node.metrics(), "fabricd_etcd_requests_total");
         let ticks_before = cpu_ticks(pid);
         std::thread::sleep(IDLE);
         let ticks = cpu_ticks(pid) - ticks_before;
-        let requests_after = metric(node, "fabricd_etcd_requests_total");
+        let requests_after = metric(&node.metrics(), "fabricd_etcd_requests_total");
         idle_rss = Some((
             proc_field(pid, "status", "VmRSS:").unwrap_or_default(),
             proc_field(pid, "status", "VmHWM:").unwrap_or_default(),
