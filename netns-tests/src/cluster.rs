@@ -95,9 +95,7 @@ pub struct Paths {
 impl Paths {
     /// The script's answer for the cluster `name` (which need not be up).
     pub fn of(name: &str) -> Paths {
-        let output = script_command(name, &["paths"]).output().unwrap_or_else(|e| panic!("run cluster.sh paths: {e}"));
-        assert!(output.status.success(), "cluster.sh paths: {}", text(&output.stderr));
-        let answer = text(&output.stdout);
+        let answer = script_stdout(name, &["paths"]);
         let value = |key: &str| {
             answer
                 .lines()
@@ -119,7 +117,7 @@ impl Paths {
 /// The paths every cluster shares (its root, Kubernetes' binaries), asked once.
 fn shared_paths() -> &'static Paths {
     static PATHS: std::sync::OnceLock<Paths> = std::sync::OnceLock::new();
-    PATHS.get_or_init(|| Paths::of("kc"))
+    PATHS.get_or_init(|| Paths::of(DEFAULT_NAME))
 }
 
 /// A cluster name of this test process's own: t<pid>x<n> (the sweep of a later run knows whose it was).
@@ -132,6 +130,18 @@ pub fn script_command(name: &str, args: &[&str]) -> Command {
     let mut command = Command::new("bash");
     command.arg(script()).args(["--name", name]).args(args);
     command
+}
+
+/// The script's own default cluster name, for commands that concern no cluster of a test's (`paths` shared by
+/// every cluster, `containerd VERSION`).
+pub const DEFAULT_NAME: &str = "kc";
+
+/// `cluster.sh --name NAME ARGS...` run to completion; panics with its stderr unless it succeeds. Returns stdout.
+pub fn script_stdout(name: &str, args: &[&str]) -> String {
+    let output =
+        script_command(name, args).output().unwrap_or_else(|e| panic!("run cluster.sh {}: {e}", args.join(" ")));
+    assert!(output.status.success(), "cluster.sh {}: {}", args.join(" "), text(&output.stderr));
+    text(&output.stdout)
 }
 
 fn script() -> PathBuf {

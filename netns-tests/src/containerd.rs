@@ -50,16 +50,9 @@ pub fn binaries(version: &str) -> Option<PathBuf> {
     Some(PathBuf::from(cluster_script(&["containerd", version]).trim()))
 }
 
-/// `scripts/cluster.sh ARGS...`'s output; panics with its error if it fails.
+/// `scripts/cluster.sh ARGS...`'s output, for commands that concern no cluster.
 fn cluster_script(args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster.sh");
-    let output = Command::new("bash")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run cluster.sh {}: {e}", args.join(" ")));
-    assert!(output.status.success(), "cluster.sh {}: {}", args.join(" "), String::from_utf8_lossy(&output.stderr));
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    crate::cluster::script_stdout(crate::cluster::DEFAULT_NAME, args)
 }
 
 /// A running containerd.
