@@ -1,7 +1,7 @@
 //! The figures of fabricd in Kubernetes mode (issue 36), against a real kube-apiserver v1.28 with its etcd in
 //! an infra namespace; ignored by the test suite (measurements, not tests). Prints a markdown table.
 //!
-//! - cold start at N = 100 and 1,000 peers: N Node objects with podCIDRs and flannel's annotations already in
+//! - cold start at N = 100 and 1,000 peers (`CNI_BENCH_NODES=100,1000,5000` for others): N Node objects with podCIDRs and flannel's annotations already in
 //!   the API server (made with one `kubectl create -f -`) -> one agent started -> N routes, neighbours and FDB
 //!   entries programmed (netlink read every 10 ms); the agent's CPU time until then and its RSS right after;
 //! - a Node's podCIDR to routes: one more Node created (clock started before kubectl is spawned, so its start
@@ -147,10 +147,16 @@ fn kube_figures() {
     if !require_apiserver() {
         return;
     }
-    let small = figures(100);
-    let large = figures(1000);
-    println!("| figure | N = 100 Nodes | N = 1,000 Nodes |\n| --- | --- | --- |");
-    for ((figure, a), (_, b)) in small.iter().zip(&large) {
-        println!("| {figure} | {a} | {b} |");
+    let sizes: Vec<u32> = std::env::var("CNI_BENCH_NODES")
+        .unwrap_or_else(|_| "100,1000".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("CNI_BENCH_NODES: a comma-separated list of Node counts"))
+        .collect();
+    let columns: Vec<Vec<(String, String)>> = sizes.iter().map(|n| figures(*n)).collect();
+    let header: Vec<String> = sizes.iter().map(|n| format!("N = {n} Nodes")).collect();
+    println!("| figure | {} |\n|{}", header.join(" | "), " --- |".repeat(sizes.len() + 1));
+    for (row, (figure, _)) in columns[0].iter().enumerate() {
+        let values: Vec<&str> = columns.iter().map(|column| column[row].1.as_str()).collect();
+        println!("| {figure} | {} |", values.join(" | "));
     }
 }

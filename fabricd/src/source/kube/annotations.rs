@@ -147,7 +147,7 @@ pub enum NodeRefusal {
         key: String,
         why: String,
     },
-    /// Its podCIDR overlaps this node's or an older Node's.
+    /// Its podCIDR is also this node's or an older Node's (every other overlap is the plan's to judge).
     Overlap {
         subnet: IpNet,
         holder: String,

@@ -9,7 +9,7 @@
 
 pub mod annotations;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +28,7 @@ use self::annotations::{config_for, enabled, node_lease, own_annotations, Annota
 use super::lease::{publish, Backoff, Cluster, NodeIdentity, Peer, Previous};
 use super::{Source, SourceContext, SourceFuture};
 use crate::error::{ConfigError, Error, Result, StoreError};
-use crate::family::{overlaps, Family};
+use crate::family::Family;
 use crate::flannel::{NetworkConfig, SubnetKey};
 use crate::log::log;
 use crate::metrics::Metrics;
@@ -239,21 +239,20 @@ impl View {
         Ok((config, subnets))
     }
 
-    /// The cluster: every other managed Node whose podCIDRs overlap no older Node's (nor this node's), oldest
-    /// first; the plan checks the rest of each lease.
+    /// The cluster: every other managed Node, oldest first, the plan judging each lease (overlaps included, by
+    /// seniority). A subnet is the cluster's key, so of two Nodes naming the same one only one can be in it: the
+    /// older (this node before any), as the plan would judge, the newer refused here by name. A map lookup per
+    /// subnet: the scan of every held subnet it replaces made each event quadratic in the Nodes.
     fn cluster(&mut self, config: NetworkConfig, subnet: SubnetKey) -> Cluster {
         let mut nodes: Vec<&NodeRecord> = self.records.values().filter(|n| n.name != self.name).collect();
         nodes.sort_by_key(|n| (n.created, n.name.clone()));
-        let mut held: Vec<(ipnet::IpNet, String)> =
-            subnet.subnets().into_iter().map(|s| (s, self.name.clone())).collect();
+        let mut held: HashMap<ipnet::IpNet, &str> =
+            subnet.subnets().into_iter().map(|s| (s, self.name.as_str())).collect();
         let mut peers = BTreeMap::new();
         let mut refusals = BTreeMap::new();
         for (rank, node) in nodes.into_iter().enumerate() {
             let lease = node_lease(node, &self.keys, &config).and_then(|(key, attrs)| {
-                let clash = key
-                    .subnets()
-                    .into_iter()
-                    .find_map(|s| held.iter().find(|(h, _)| overlaps(h, &s)).map(|(_, holder)| (s, holder.clone())));
+                let clash = key.subnets().into_iter().find_map(|s| held.get(&s).map(|holder| (s, holder.to_string())));
                 match clash {
                     Some((subnet, holder)) => Err(NodeRefusal::Overlap { subnet, holder }),
                     None => Ok((key, attrs)),
@@ -261,7 +260,7 @@ impl View {
             });
             match lease {
                 Ok((key, attrs)) => {
-                    held.extend(key.subnets().into_iter().map(|s| (s, node.name.clone())));
+                    held.extend(key.subnets().into_iter().map(|s| (s, node.name.as_str())));
                     peers.insert(key, Peer { attrs, created: rank as i64 });
                 }
                 Err(NodeRefusal::NotManaged) => {}
@@ -562,7 +561,51 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use super::kube_environment;
+    use super::annotations::{NodeRecord, DEFAULT_PREFIX};
+    use super::*;
+
+    fn node(name: &str, created: i64, cidr: &str, public_ip: &str) -> NodeRecord {
+        let annotations = [
+            ("kube-subnet-manager", "true".to_string()),
+            ("backend-type", "vxlan".to_string()),
+            ("public-ip", public_ip.to_string()),
+            ("backend-data", format!(r#"{{"VNI":1,"VtepMAC":"0e:fa:00:00:00:{created:02x}"}}"#)),
+        ];
+        NodeRecord {
+            name: name.into(),
+            created,
+            pod_cidrs: vec![cidr.into()],
+            annotations: annotations.into_iter().map(|(k, v)| (format!("{DEFAULT_PREFIX}/{k}"), v)).collect(),
+        }
+    }
+
+    /// The source refuses by name only the Nodes whose subnet is already a key of the cluster; a podCIDR that
+    /// merely overlaps another reaches the plan, which judges it by seniority as it judges etcd's leases.
+    #[test]
+    fn only_a_subnet_already_held_is_refused_by_the_source() {
+        let base = NetworkConfig::parse(br#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#).unwrap();
+        let records = [
+            node("me", 0, "10.244.0.0/24", "192.168.50.10"),
+            node("older", 1, "10.244.1.0/24", "192.168.50.11"),
+            node("same-as-older", 2, "10.244.1.0/24", "192.168.50.12"),
+            node("same-as-mine", 3, "10.244.0.0/24", "192.168.50.13"),
+            node("wider", 4, "10.244.0.0/23", "192.168.50.14"),
+        ];
+        let mut view = View {
+            keys: Annotations::new(DEFAULT_PREFIX).unwrap(),
+            base,
+            name: "me".into(),
+            records: records.into_iter().map(|r| (r.name.clone(), r)).collect(),
+            refusals: BTreeMap::new(),
+        };
+        let (config, subnet) = view.own_config(&view.records["me"].clone()).unwrap();
+        let cluster = view.cluster(config, subnet);
+        let peers: Vec<String> = cluster.peers.keys().map(|k| k.subnets()[0].to_string()).collect();
+        assert_eq!(peers, ["10.244.0.0/23", "10.244.1.0/24"], "the older and the merely overlapping Node");
+        assert_eq!(view.refusals["same-as-older"], "its podCIDR 10.244.1.0/24 overlaps older's");
+        assert_eq!(view.refusals["same-as-mine"], "its podCIDR 10.244.0.0/24 overlaps me's");
+        assert_eq!(view.refusals.len(), 2, "{:?}", view.refusals);
+    }
 
     fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
