@@ -15,3 +15,16 @@ pub fn hit(name: &str) {
     #[cfg(not(feature = "failpoints"))]
     let _ = name;
 }
+
+/// The rest of `CNI_FAILPOINT` after `prefix`, when it starts with it (test builds only; `None` in others): a
+/// point a test makes fail in another way than a kill, e.g. `netpol/kernel-refuses:NAMESPACE/NAME`.
+#[inline(always)]
+pub fn argument(prefix: &str) -> Option<String> {
+    #[cfg(feature = "failpoints")]
+    return std::env::var("CNI_FAILPOINT").ok().and_then(|v| v.strip_prefix(prefix).map(str::to_string));
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = prefix;
+        None
+    }
+}

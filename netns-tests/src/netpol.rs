@@ -254,9 +254,15 @@ impl PolicyNode {
     /// Starts the agent in the node with `args` (and the node's pod CIDRs and the test's run directory); its
     /// stderr goes to the log.
     pub fn start_agent_with(&self, args: &[&str]) -> Daemon {
+        self.start_agent_with_env(&[], args)
+    }
+
+    /// [`PolicyNode::start_agent_with`], with `env` added to the agent's environment.
+    pub fn start_agent_with_env(&self, env: &[(&str, &str)], args: &[&str]) -> Daemon {
         let log = fs::OpenOptions::new().create(true).append(true).open(&self.log_file).expect("log");
         let mut command = self.kubenet.node.command(bin("cni-netpol"));
         command
+            .envs(env.iter().copied())
             .args(args)
             .args(["--pod-cidr", &self.pod_cidrs[0], "--pod-cidr", &self.pod_cidrs[1]])
             .arg("--run-dir")

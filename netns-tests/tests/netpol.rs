@@ -13,6 +13,9 @@
 //!   on each with the same view: a flow from a pod of one node to a pod of the other is judged by the
 //!   destination's ingress policy and by the source's egress policy, in both families; a connection from
 //!   outside through a pod's hostPort (DNAT, then forward) is judged by the pod's ingress policy.
+//! - `a_policy_the_kernel_refuses_fails_closed`: a policy whose rules the kernel refuses (a test build's fail
+//!   point adds one it cannot take) is put in force allowing nothing, its pods isolated, while every other
+//!   policy and every later change applies; deleted, its pods are reachable again.
 //! - `metrics_and_health_endpoints`: `--metrics-addr`'s `/metrics` (parsed as Prometheus does) holds the sizes
 //!   of the compiled plan and counts each transaction by what it changed; `/healthz`, `/readyz`; an address in
 //!   use stops a second agent at start.
@@ -510,4 +513,60 @@ fn metrics_and_health_endpoints() {
     let said = "cni-netpol: --metrics-addr: cannot listen on 127.0.0.1:9798: Address already in use";
     assert!(stderr.starts_with(said), "{stderr}");
     assert_eq!(node.kubenet.node.exec("nft", &["list", "ruleset"], &[], b"").stdout, ruleset, "nothing changed");
+}
+
+/// As kube-router does, a policy the kernel refuses is skipped with its pods failed closed: the agent (a test
+/// build, `CNI_FAILPOINT=netpol/kernel-refuses:x/allow-b` adding to that policy's rules one the kernel refuses)
+/// puts it in force allowing nothing, says so once, counts it, and applies every other policy and every later
+/// change; once the policy is deleted, the pods it isolated are reachable again.
+#[test]
+fn a_policy_the_kernel_refuses_fails_closed() {
+    let mut node = PolicyNode::empty(false);
+    for (namespace, name) in [("x", "a"), ("x", "b"), ("y", "a")] {
+        let pod = node.add_pod(namespace, name);
+        node.pods.push(pod);
+    }
+    let refused = policy(
+        "x",
+        "allow-b",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
+    );
+    let deny_y = policy("y", "deny-all", json!({"podSelector": {}}));
+    node.write_cluster(&node.cluster(&[], &[refused.clone(), deny_y.clone()]));
+    let file = node.cluster_file.display().to_string();
+    let metrics = SocketAddr::from(([127, 0, 0, 1], 9797));
+    let args = ["--metrics-addr", "127.0.0.1:9797", "run", "--static", &file, "--interval-ms", "50"];
+    let _agent = node.start_agent_with_env(&[("CNI_FAILPOINT", "netpol/kernel-refuses:x/allow-b")], &args);
+    netns_tests::wait_for(Duration::from_secs(10), || node.applied() > 0).expect("the agent's first table");
+
+    let (x_a, x_b, y_a) = (node.pod("x/a"), node.pod("x/b"), node.pod("y/a"));
+    let (wait, long) = (Duration::from_millis(700), Duration::from_secs(2));
+    let ns = &node.kubenet.node;
+    let refused_count = || sample(&scrape(ns, metrics), "cni_netpol_refused_policies", &[]);
+    for v6 in [false, true] {
+        let (to_x_a, to_y_a) = (SocketAddr::new(x_a.ip(v6), 80), SocketAddr::new(y_a.ip(v6), 80));
+        assert!(!reaches(&x_b.netns, to_x_a, Proto::Tcp, wait), "x/b -> x/a: failed closed (v6 {v6})\n{}", node.log());
+        assert!(!reaches(&x_b.netns, to_y_a, Proto::Tcp, wait), "x/b -> y/a: the other policy in force (v6 {v6})");
+        assert!(reaches(&y_a.netns, SocketAddr::new(x_b.ip(v6), 80), Proto::Tcp, long), "y/a -> x/b (v6 {v6})");
+    }
+    let said = "policy x/allow-b: the kernel refuses its rules";
+    assert_eq!(node.log().matches(said).count(), 1, "{}", node.log());
+    assert_eq!(refused_count(), Some(1.0));
+
+    // A later change is not held back: y's isolation lifted while x/allow-b stays refused.
+    node.apply(&node.cluster(&[], std::slice::from_ref(&refused)));
+    for v6 in [false, true] {
+        let to_y_a = SocketAddr::new(y_a.ip(v6), 80);
+        assert!(reaches(&x_b.netns, to_y_a, Proto::Tcp, long), "x/b -> y/a after the change (v6 {v6})\n{}", node.log());
+        assert!(!reaches(&x_b.netns, SocketAddr::new(x_a.ip(v6), 80), Proto::Tcp, wait), "x/b -> x/a (v6 {v6})");
+    }
+    assert_eq!(node.log().matches(said).count(), 1, "remembered, not found again:\n{}", node.log());
+
+    // Deleted, the policy isolates nothing.
+    node.apply(&node.cluster(&[], &[]));
+    for v6 in [false, true] {
+        let to_x_a = SocketAddr::new(x_a.ip(v6), 80);
+        assert!(reaches(&x_b.netns, to_x_a, Proto::Tcp, long), "x/b -> x/a once deleted (v6 {v6})\n{}", node.log());
+    }
+    assert_eq!(refused_count(), Some(0.0));
 }

@@ -6,7 +6,7 @@
 //! someone else is put back whole (drift repair). Stopping the agent (SIGTERM, a crash) leaves the table in
 //! place, so a restart opens no window; only `cleanup` removes it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,8 +16,9 @@ use crate::apply::{self, Applied};
 use crate::compile::{compile, NodeOptions};
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::model::Cluster;
+use crate::model::{Cluster, NetworkPolicy, PolicySpec};
 use crate::plan::Plan;
+use cnicore::firewall::nfnl::BatchError;
 
 /// A JSON file holding a [`Cluster`], read again whenever its content changes (`--static`): the source of
 /// [`Agent::run`]. The Kubernetes source ([`crate::watch::run`]) is event-driven and calls [`Agent::apply`] and
@@ -54,6 +55,9 @@ pub struct Agent {
     source_failing: bool,
     /// A view whose transaction the kernel refused: tried again at each [`Agent::repair`].
     pending: Option<Cluster>,
+    /// Policies whose rules the kernel refused, by id: the spec it refused and what is in force in its
+    /// place, until the policy changes ([`Agent::apply`]).
+    refused: BTreeMap<String, (PolicySpec, NetworkPolicy)>,
     /// What it did and holds (served on `--metrics-addr`).
     pub metrics: Arc<Metrics>,
     /// Told each view put in force (the drop log's directory, `explain`'s view: [`crate::verdicts`]).
@@ -69,15 +73,100 @@ impl Agent {
             logged: BTreeSet::new(),
             source_failing: false,
             pending: None,
+            refused: BTreeMap::new(),
             metrics: Arc::default(),
             on_applied: None,
         }
     }
 
-    /// Compiles `cluster` and puts it in force: the whole table the first time, differences after.
+    /// Compiles `cluster` and puts it in force: the whole table the first time, differences after. A policy
+    /// whose rules the kernel refuses does not hold back the rest: it is put in force allowing nothing (its
+    /// pods isolated by it, as kube-router fails a policy it cannot sync closed) until it changes, and the
+    /// view applies without it. When the kernel refuses the view for another reason, nothing of it applies,
+    /// the rules before it stay, and it is tried again at each [`Agent::repair`].
     pub fn apply(&mut self, cluster: &Cluster) -> Result<Applied, Error> {
+        self.refused.retain(|id, (spec, _)| cluster.policies.iter().any(|p| p.id() == *id && p.spec == *spec));
+        let mut applied = self.put_in_force(&self.in_place_of_refused(cluster));
+        if let Err(Error::Nftables { error: BatchError::Refused { .. }, .. }) = &applied {
+            let found = self.refused_policies(&self.in_place_of_refused(cluster));
+            if !found.is_empty() {
+                for (policy, error, in_place) in found {
+                    log!(
+                        "policy {}: the kernel refuses its rules ({error}); until it changes, the pods it selects \
+                         are isolated by it and nothing is allowed by it",
+                        policy.id()
+                    );
+                    self.refused.insert(policy.id(), (policy.spec, in_place));
+                }
+                applied = self.put_in_force(&self.in_place_of_refused(cluster));
+            }
+        }
+        self.metrics.set_refused_policies(self.refused.len());
+        self.pending = applied.is_err().then(|| cluster.clone());
+        applied
+    }
+
+    /// `cluster` with each policy the kernel refused replaced by what is in force in its place.
+    fn in_place_of_refused(&self, cluster: &Cluster) -> Cluster {
+        let mut view = cluster.clone();
+        for policy in &mut view.policies {
+            if let Some((_, in_place)) = self.refused.get(&policy.id()) {
+                *policy = in_place.clone();
+            }
+        }
+        view
+    }
+
+    /// The policies of `view` the kernel refuses, each with its error and what can stand in its place: the
+    /// policy allowing nothing, else (when that is refused too) its whole namespace isolated. Found with
+    /// validated, never committed, transactions: the shortest refused prefix of the policies ends with a
+    /// refused one (a binary search), which is replaced before the search goes on. Empty when the view is
+    /// refused without any policy, or a policy's stand-ins are refused too: then no policy is to blame.
+    fn refused_policies(&self, view: &Cluster) -> Vec<(NetworkPolicy, BatchError, NetworkPolicy)> {
+        let mut trial = view.clone();
+        let all = std::mem::take(&mut trial.policies);
+        let mut validate = |policies: &[NetworkPolicy]| {
+            trial.policies = policies.to_vec();
+            apply::validate(&self.table, &compile(&trial, &self.node))
+        };
+        let mut policies = all.clone();
+        let mut found = Vec::new();
+        // A prefix of `policies` the kernel takes.
+        let mut taken = 0;
+        if validate(&[]).is_err() {
+            return Vec::new();
+        }
+        while let Err(mut error) = validate(&policies) {
+            // The shortest refused prefix lies in (taken, refused].
+            let mut refused = policies.len();
+            while refused - taken > 1 {
+                let middle = (taken + refused) / 2;
+                match validate(&policies[..middle]) {
+                    Ok(()) => taken = middle,
+                    Err(e) => (refused, error) = (middle, e),
+                }
+            }
+            let policy = policies[refused - 1].clone();
+            let stand_ins = [
+                policy.allowing_nothing(),
+                NetworkPolicy::unreadable(&policy.metadata.namespace, &policy.metadata.name),
+            ];
+            let Some(in_place) = stand_ins.into_iter().find(|stand_in| {
+                policies[refused - 1] = stand_in.clone();
+                validate(&policies[..refused]).is_ok()
+            }) else {
+                return Vec::new();
+            };
+            found.push((all[refused - 1].clone(), error, in_place));
+            taken = refused;
+        }
+        found
+    }
+
+    /// Compiles `view` and applies it: the whole table the first time, differences after.
+    fn put_in_force(&mut self, view: &Cluster) -> Result<Applied, Error> {
         let compiling = Instant::now();
-        let plan = compile(cluster, &self.node);
+        let plan = compile(view, &self.node);
         let compiled = compiling.elapsed();
         for warning in plan.warnings.difference(&self.logged) {
             log!("{warning}");
@@ -93,15 +182,7 @@ impl Agent {
             },
         };
         self.metrics.transaction(applied.as_ref().ok().copied(), started.elapsed());
-        let applied = match applied {
-            Ok(applied) => applied,
-            Err(error) => {
-                // Nothing of it applied: the rules before it stay, and the view is tried again.
-                self.pending = Some(cluster.clone());
-                return Err(Error::Nftables { doing: "applying the plan", error });
-            }
-        };
-        self.pending = None;
+        let applied = applied.map_err(|error| Error::Nftables { doing: "applying the plan", error })?;
         self.metrics.in_force(&plan);
         if applied != Applied::Unchanged {
             let (rules, elements) = plan.size();
@@ -109,7 +190,7 @@ impl Agent {
             log!("{applied:?} in {took:?} (compiled in {compiled:?}): {rules} rules, {elements} set elements");
         }
         if let Some(on_applied) = self.on_applied.as_mut() {
-            on_applied(cluster, &plan);
+            on_applied(view, &plan);
         }
         self.applied = Some(plan);
         Ok(applied)

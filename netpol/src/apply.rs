@@ -11,13 +11,15 @@
 //!   chains flushed and written again, the sets no rule needs any more deleted, new ones created, the others
 //!   changed by their elements (an interval set whose ranges changed is made again whole; at 1,000 pods, the
 //!   16,000 elements of the unchanged sets are not sent again, as a whole-table replacement would).
+//! - [`validate`]: whether the kernel would take a plan as the whole table, nothing committed (`nft --check`):
+//!   how the agent finds a policy the kernel refuses.
 //! - [`remove`]: the table deleted (cleanup); nothing else of the node is touched. [`exists`]: whether the
 //!   table is there (one table dump, no transaction).
 
 use cnicore::firewall::nfnl::{self, BatchError};
 
 use crate::nft::Transaction;
-use crate::plan::{Chain, Plan, Set, SetKind};
+use crate::plan::{Chain, Plan, Rule, Set, SetKind, Verdict};
 
 /// What a change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,20 @@ pub enum Applied {
 
 /// Replaces the whole table with `plan` in one transaction.
 pub fn replace(table: &str, plan: &Plan) -> Result<Applied, BatchError> {
+    let tx = replacement(table, plan);
+    let count = tx.len();
+    tx.commit()?;
+    Ok(Applied::Replaced(count))
+}
+
+/// Whether the kernel would take `plan` as the whole table: [`replace`]'s transaction checked and aborted,
+/// the table untouched.
+pub fn validate(table: &str, plan: &Plan) -> Result<(), BatchError> {
+    replacement(table, plan).validate()
+}
+
+/// [`replace`]'s transaction.
+fn replacement(table: &str, plan: &Plan) -> Transaction {
     let mut tx = Transaction::new(table);
     tx.add_table().delete_table().add_table();
     for chain in Chain::ALL {
@@ -43,13 +59,23 @@ pub fn replace(table: &str, plan: &Plan) -> Result<Applied, BatchError> {
     }
     // The regular chains first: the base chain jumps to them, and from its first rule on it is in force.
     for chain in [Chain::Ingress, Chain::Egress, Chain::Forward] {
-        for rule in plan.rules(chain) {
-            tx.add_rule(chain, rule);
+        add_rules(&mut tx, plan, chain);
+    }
+    tx
+}
+
+/// The rules of `chain`. In a test build, `CNI_FAILPOINT=netpol/kernel-refuses:NAMESPACE/NAME` adds after each
+/// rule written for that policy one the kernel refuses (a jump to the base chain: EOPNOTSUPP), so that a test
+/// sees what a policy the kernel cannot take does to the agent.
+fn add_rules(tx: &mut Transaction, plan: &Plan, chain: Chain) {
+    let refused = cnicore::failpoint::argument("netpol/kernel-refuses:").map(|name| format!("policy {name} "));
+    for (index, rule) in plan.rules(chain).iter().enumerate() {
+        tx.add_rule(chain, rule);
+        let of_refused = |origin: &String| refused.as_ref().is_some_and(|prefix| origin.starts_with(prefix));
+        if plan.provenance.of_rule(chain, index).iter().any(of_refused) {
+            tx.add_rule(chain, &Rule { family: None, matches: Vec::new(), verdict: Verdict::Jump(Chain::Forward) });
         }
     }
-    let count = tx.len();
-    tx.commit()?;
-    Ok(Applied::Replaced(count))
 }
 
 /// Goes from `old` (what the kernel holds) to `new`: element differences when the rules are the same, else
@@ -86,9 +112,7 @@ pub fn update(table: &str, old: &Plan, new: &Plan) -> Result<Applied, BatchError
     }
     element_changes(&mut tx, old, new);
     for chain in [Chain::Ingress, Chain::Egress] {
-        for rule in new.rules(chain) {
-            tx.add_rule(chain, rule);
-        }
+        add_rules(&mut tx, new, chain);
     }
     let count = tx.len();
     tx.commit()?;

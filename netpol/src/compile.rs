@@ -171,7 +171,7 @@ impl<'a> Compiler<'a> {
     }
 
     fn warn(&mut self, policy: &NetworkPolicy, what: String) {
-        self.plan.warnings.insert(format!("policy {}: {what}", policy_id(policy)));
+        self.plan.warnings.insert(format!("policy {}: {what}", policy.id()));
     }
 
     fn namespace_labels(&self, name: &str) -> &BTreeMap<String, String> {
@@ -243,7 +243,7 @@ impl<'a> Compiler<'a> {
         for &i in pods {
             for ip in &self.pods[i].ips {
                 self.isolated.entry((chain, Family::of(*ip))).or_default().insert(Key::Addr(*ip));
-                self.plan.provenance.isolating.entry((chain, *ip)).or_default().insert(policy_id(policy));
+                self.plan.provenance.isolating.entry((chain, *ip)).or_default().insert(policy.id());
             }
         }
     }
@@ -312,7 +312,7 @@ impl<'a> Compiler<'a> {
                     let mut matches = vec![subject.clone()];
                     matches.extend(peer.clone());
                     matches.extend(port);
-                    let origin = format!("policy {} {}", policy_id(context.policy), context.name());
+                    let origin = format!("policy {} {}", context.policy.id(), context.name());
                     self.push(chain, Rule { family: Some(family), matches, verdict: verdict.clone() }, origin);
                 }
             }
@@ -653,10 +653,6 @@ fn policy_types(policy: &NetworkPolicy) -> Result<(bool, bool), Unexpressible> {
             Ok((ingress, egress))
         }
     }
-}
-
-fn policy_id(policy: &NetworkPolicy) -> String {
-    format!("{}/{}", policy.metadata.namespace, policy.metadata.name)
 }
 
 fn pod_id(pod: &Pod) -> String {

@@ -3,7 +3,8 @@
 //! their own (agent-http, on hyper), so that they answer while a transaction is being built.
 //!
 //! - What is in force: rules, sets and set elements of the table; the time of the last successful apply.
-//! - Transactions by what they changed (the table replaced, elements, rules) or refused, and their duration.
+//! - Transactions by what they changed (the table replaced, elements, rules) or refused, and their duration;
+//!   the policies the kernel refuses, in force allowing nothing.
 //! - Time from an API event reaching the agent to the kernel holding its view (the watch only): the
 //!   earliest event not yet in force to the commit of the transaction that put it in force. A view the kernel
 //!   refused keeps its event's time for the next apply.
@@ -123,6 +124,7 @@ pub struct Metrics {
     watch_restarts: Labelled<ResourceLabels, Counter>,
     relists: Labelled<ResourceLabels, Counter>,
     last_apply: Gauge<f64, AtomicU64>,
+    refused_policies: Gauge,
     verdicts: Verdicts,
     /// The kernel holds the latest view (the last apply succeeded).
     healthy: AtomicBool,
@@ -145,6 +147,7 @@ impl Default for Metrics {
             watch_restarts: Labelled::default(),
             relists: Labelled::default(),
             last_apply: Gauge::default(),
+            refused_policies: Gauge::default(),
             verdicts: Verdicts::default(),
             healthy: AtomicBool::new(false),
             started: AtomicBool::new(false),
@@ -174,6 +177,8 @@ impl Default for Metrics {
         registry.register("relists", "410 Gone: the resource listed again, by resource", metrics.relists.clone());
         let last = "Unix time of the last successful apply (the kernel holding the latest view)";
         registry.register("last_apply_timestamp_seconds", last, metrics.last_apply.clone());
+        let refused = "Policies whose rules the kernel refuses, in force allowing nothing until they change";
+        registry.register("refused_policies", refused, metrics.refused_policies.clone());
         registry.register_collector(Box::new(metrics.verdicts.clone()));
         Metrics { registry, ..metrics }
     }
@@ -207,6 +212,11 @@ impl Metrics {
         self.last_apply.set(now.as_secs_f64());
         self.healthy.store(true, Ordering::Relaxed);
         self.started.store(true, Ordering::Relaxed);
+    }
+
+    /// How many policies the kernel refuses (in force allowing nothing).
+    pub fn set_refused_policies(&self, count: usize) {
+        self.refused_policies.set(count as i64);
     }
 
     /// An API event reached the agent.

@@ -87,6 +87,24 @@ pub struct NetworkPolicy {
 }
 
 impl NetworkPolicy {
+    /// `namespace/name`, as logs and provenance name it.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+
+    /// The same policy allowing nothing: the pods it selects stay isolated in the directions of its
+    /// `policyTypes`, made explicit first as the API defaults them (without its `egress` the default would
+    /// lose the Egress isolation).
+    pub fn allowing_nothing(&self) -> NetworkPolicy {
+        let types = match &self.spec.policy_types {
+            Some(types) => types.clone(),
+            None if self.spec.egress.is_some() => vec!["Ingress".to_string(), "Egress".to_string()],
+            None => vec!["Ingress".to_string()],
+        };
+        let spec = PolicySpec { policy_types: Some(types), ingress: None, egress: None, ..self.spec.clone() };
+        NetworkPolicy { metadata: self.metadata.clone(), spec }
+    }
+
     /// The stand-in for a policy the agent could not read, failing closed: a `policyTypes` the compiler does
     /// not know, so that every pod of its namespace is isolated in both directions and nothing allowed.
     pub fn unreadable(namespace: &str, name: &str) -> NetworkPolicy {
@@ -235,6 +253,23 @@ mod tests {
         assert!(!expr("tier", "DoesNotExist", &[]).matches(&pod).unwrap());
         assert!(expr("tier", "Gt", &["1"]).matches(&pod).is_err());
         assert!(expr("tier", "In", &[]).matches(&pod).is_err());
+    }
+
+    #[test]
+    fn a_policy_allowing_nothing_keeps_its_isolations() {
+        let read = |spec: &str| -> NetworkPolicy {
+            serde_json::from_str(&format!(r#"{{"metadata":{{"namespace":"x","name":"p"}},"spec":{spec}}}"#)).unwrap()
+        };
+        let types = |policy: &NetworkPolicy| policy.allowing_nothing().spec.policy_types.unwrap();
+        // The API's default: Ingress, and Egress when egress rules are given; kept when the rules go.
+        assert_eq!(types(&read(r#"{"ingress":[{}]}"#)), ["Ingress"]);
+        assert_eq!(types(&read(r#"{"egress":[{}]}"#)), ["Ingress", "Egress"]);
+        assert_eq!(types(&read(r#"{"policyTypes":["Egress"],"egress":[{}]}"#)), ["Egress"]);
+        let closed =
+            read(r#"{"podSelector":{"matchLabels":{"pod":"a"}},"ingress":[{}],"egress":[{}]}"#).allowing_nothing();
+        assert_eq!((&closed.spec.ingress, &closed.spec.egress), (&None, &None));
+        assert_eq!(closed.spec.pod_selector, LabelSelector::labels(&[("pod", "a")]));
+        assert_eq!(closed.id(), "x/p");
     }
 
     #[test]

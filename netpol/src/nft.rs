@@ -46,6 +46,11 @@ impl Transaction {
         nfnl::commit_messages(&mut self.messages)
     }
 
+    /// What [`Transaction::commit`] would answer, nothing applied (`nft --check`).
+    pub fn validate(mut self) -> Result<(), BatchError> {
+        nfnl::validate_messages(&mut self.messages)
+    }
+
     /// `add table inet <table>`: creates it, or leaves it as it is.
     pub fn add_table(&mut self) -> &mut Self {
         let mut m = message(NFT_MSG_NEWTABLE);

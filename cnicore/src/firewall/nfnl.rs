@@ -272,13 +272,19 @@ impl Batch {
 /// The datagram of a batch of nf_tables messages (each with its netlink flags): BATCH_BEGIN (sequence 0), the
 /// messages (1..=n), BATCH_END (n + 1), as nft numbers them.
 fn datagram(messages: &mut [(Request, u16)]) -> Vec<u8> {
-    let count = messages.len() as u32;
+    let mut out = batch_without_end(messages);
+    out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_END).finish(NLM_F_REQUEST, messages.len() as u32 + 1));
+    out
+}
+
+/// BATCH_BEGIN and the messages: with no BATCH_END the kernel handles every message, answers those it
+/// refuses, and then aborts the transaction (`NFNL_ABORT_VALIDATE`), as for `nft --check`.
+fn batch_without_end(messages: &mut [(Request, u16)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + messages.len() * 128);
     out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_BEGIN).finish(NLM_F_REQUEST, 0));
     for (i, (message, flags)) in messages.iter_mut().enumerate() {
         out.extend_from_slice(message.finish(*flags, i as u32 + 1));
     }
-    out.extend_from_slice(batch_marker(NFNL_MSG_BATCH_END).finish(NLM_F_REQUEST, count + 1));
     out
 }
 
@@ -290,6 +296,21 @@ pub fn commit_messages(messages: &mut [(Request, u16)]) -> Result<(), BatchError
         return Ok(());
     }
     send_messages(messages).map(drop)
+}
+
+/// What [`commit_messages`] would answer, without changing anything: the batch sent without its end, so that
+/// the kernel checks every message against the table as it is and then aborts (`nft --check`). Costs what the
+/// transaction would, without the commit.
+pub fn validate_messages(messages: &mut [(Request, u16)]) -> Result<(), BatchError> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let unavailable = BatchError::Unavailable;
+    let socket = open_socket().map_err(unavailable)?;
+    let datagram = batch_without_end(messages);
+    grow_send_buffer(&socket, datagram.len());
+    socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
+    read_errors(&socket, messages.len())
 }
 
 fn send_messages(messages: &mut [(Request, u16)]) -> Result<Socket, BatchError> {
