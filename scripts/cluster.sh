@@ -144,6 +144,8 @@ kc_up_settings() {
   echo "$UP_BACKEND" >"$KC_DIR/settings/flannel-backend"
   [[ -n $UP_NETPOL ]] && echo "$UP_NETPOL" >"$KC_DIR/settings/netpol-bin"
   echo "$UP_PLUGIN_DIR" >"$KC_DIR/settings/plugin-dir"
+  # Who masquerades pods' traffic leaving the cluster on kubenet nodes: our bridge, or the node (kc_kubenet_template).
+  if [[ $UP_NETWORK == kubenet && $UP_PLUGINS == reference ]]; then echo node; else echo bridge; fi >"$KC_DIR/settings/masquerade"
   echo "$UP_CONTAINERD_DIR" >"$KC_DIR/settings/containerd-dir"
   local i
   for ((i = 1; i <= UP_NODES; i++)); do echo "node$i"; done >"$KC_DIR/nodes.list"

@@ -80,16 +80,21 @@ kc_node_plugins() {
 # The kubenet-style conflist containerd renders from the podCIDRs the kubelet gives it (UpdateRuntimeConfig):
 # bridge cbr0 with host-local of the node's podCIDRs (one range per family), masquerade of what leaves the
 # cluster's networks, hairpin; portmap for hostPorts, bandwidth for the annotations. containerd adds loopback.
+# The masquerade is the bridge's (`ipMasq` with `nonMasqueradeCIDRs`) on our plugins; the reference bridge has no
+# `nonMasqueradeCIDRs`, and its `ipMasq` would masquerade pod-to-pod traffic to other nodes (a NAT the network
+# model forbids, and the destination's NetworkPolicy would see the node's address), so on the reference plugins
+# the template is the kubelet's kubenet one (`ipMasq` false) and the node masquerades (kc_node_masquerade).
 kc_kubenet_template() {
-  local cidrs
+  local cidrs masq=true
   cidrs=$(kc_cluster_cidrs)
+  [[ $(kc_setting masquerade) == node ]] && masq=false
   cat <<TEMPLATE
 {
   "cniVersion": "1.0.0",
   "name": "kubenet",
   "plugins": [
     {
-      "type": "bridge", "bridge": "cbr0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+      "type": "bridge", "bridge": "cbr0", "isGateway": true, "ipMasq": $masq, "hairpinMode": true,
       "nonMasqueradeCIDRs": ["${cidrs//,/\", \"}"],
       "ipam": {
         "type": "host-local",
@@ -179,6 +184,22 @@ kc_node_kube_proxy() {
   kc_node_spawn "$node" kube-proxy "$KC_BIN/kube-proxy" --config="$(kc_node_dir "$node")/kube-proxy.yaml" --v=1
 }
 
+# kc_node_masquerade NODE: pods' traffic leaving the cluster's pod networks masqueraded by the node, as
+# ip-masq-agent writes it (its chain, the cluster's networks as its nonMasqueradeCIDRs), in each family the
+# cluster has: what a kubenet node on the reference plugins needs (kc_kubenet_template).
+kc_node_masquerade() {
+  local node=$1 cidr restore
+  for cidr in $(kc_cluster_cidrs | tr , ' '); do
+    restore=iptables-restore
+    [[ $cidr == *:* ]] && restore=ip6tables-restore
+    printf '%s\n' '*nat' ':IP-MASQ-AGENT - [0:0]' \
+      "-A POSTROUTING -s $cidr -m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT" \
+      "-A IP-MASQ-AGENT -d $cidr -j RETURN" '-A IP-MASQ-AGENT -j MASQUERADE' COMMIT |
+      nsenter "--net=/run/netns/$(kc_netns "$node")" "$restore" --noflush ||
+      kc_die "$node: $restore refused the node's masquerade rules"
+  done
+}
+
 # kc_node_up NODE: everything of one node, up to its daemons running (its readiness is the kubelet's to report).
 kc_node_up() {
   local node=$1 dir
@@ -186,6 +207,7 @@ kc_node_up() {
   kc_node_namespaces "$node"
   kc_pki_node "$node"
   kc_node_plugins "$node"
+  [[ $(kc_setting masquerade) == node ]] && kc_node_masquerade "$node"
   kc_kubenet_template >"$dir/cni-conf-template"
   kc_containerd_config "$node" >"$dir/containerd.toml"
   kc_node_resolv_conf >"$dir/resolv.conf"
