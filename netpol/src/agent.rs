@@ -91,9 +91,12 @@ impl Agent {
             let found = self.refused_policies(&self.in_place_of_refused(cluster));
             if !found.is_empty() {
                 for (policy, error, in_place) in found {
+                    let isolated = match in_place == policy.allowing_nothing() {
+                        true => "the pods it selects are isolated by it and nothing is allowed by it",
+                        false => "every pod of its namespace is isolated",
+                    };
                     log!(
-                        "policy {}: the kernel refuses its rules ({error}); until it changes, the pods it selects \
-                         are isolated by it and nothing is allowed by it",
+                        "policy {}: the kernel refuses its rules ({error}); until it changes, {isolated}",
                         policy.id()
                     );
                     self.refused.insert(policy.id(), (policy.spec, in_place));
