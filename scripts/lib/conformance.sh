@@ -123,7 +123,10 @@ print("Written by `scripts/conformance.sh` from the results it keeps in `docs/co
 print("column; columns run on different days add up). Each column is a fresh `scripts/cluster.sh up` cluster of two")
 print("nodes running Kubernetes v1.28.7's `e2e.test` (its common and network suites) with the cluster to itself:")
 print("**ours** = kubenet nodes on our release plugins, **reference** = the same nodes on Debian's")
-print("`containernetworking-plugins`, **flannel** = flannel's own manifest running fabricd and our flannel plugin.")
+print("`containernetworking-plugins` (with the kubelet's kubenet conflist, `ipMasq` false, and the node masquerading")
+print("what leaves the cluster as ip-masq-agent does: the reference bridge has no `nonMasqueradeCIDRs`, and its")
+print("`ipMasq` would masquerade pod-to-pod traffic between nodes), **flannel** = flannel's own manifest running")
+print("fabricd and our flannel plugin. Every `netpol` column runs cni-netpol.")
 print("SCTP specs are left out: this machine's kernel has no SCTP (`[Feature:SCTPConnectivity]`).\n")
 for suite in ["conformance", "netpol", "dualstack"]:
     if suite not in runs:
