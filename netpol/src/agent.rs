@@ -86,9 +86,10 @@ impl Agent {
     /// the rules before it stay, and it is tried again at each [`Agent::repair`].
     pub fn apply(&mut self, cluster: &Cluster) -> Result<Applied, Error> {
         self.refused.retain(|id, (spec, _)| cluster.policies.iter().any(|p| p.id() == *id && p.spec == *spec));
-        let mut applied = self.put_in_force(&self.in_place_of_refused(cluster));
+        let view = self.in_place_of_refused(cluster);
+        let mut applied = self.put_in_force(&view);
         if let Err(Error::Nftables { error: BatchError::Refused { .. }, .. }) = &applied {
-            let found = self.refused_policies(&self.in_place_of_refused(cluster));
+            let found = self.refused_policies(&view);
             if !found.is_empty() {
                 for (policy, error, in_place) in found {
                     let isolated = match in_place == policy.allowing_nothing() {

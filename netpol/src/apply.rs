@@ -71,8 +71,9 @@ fn add_rules(tx: &mut Transaction, plan: &Plan, chain: Chain) {
     let refused = cnicore::failpoint::argument("netpol/kernel-refuses:").map(|name| format!("policy {name} "));
     for (index, rule) in plan.rules(chain).iter().enumerate() {
         tx.add_rule(chain, rule);
-        let of_refused = |origin: &String| refused.as_ref().is_some_and(|prefix| origin.starts_with(prefix));
-        if plan.provenance.of_rule(chain, index).iter().any(of_refused) {
+        // Outside that test, no provenance is read here: this runs for every rule of every change.
+        let Some(prefix) = &refused else { continue };
+        if plan.provenance.of_rule(chain, index).iter().any(|origin| origin.starts_with(prefix.as_str())) {
             tx.add_rule(chain, &Rule { family: None, matches: Vec::new(), verdict: Verdict::Jump(Chain::Forward) });
         }
     }

@@ -305,21 +305,20 @@ pub fn validate_messages(messages: &mut [(Request, u16)]) -> Result<(), BatchErr
     if messages.is_empty() {
         return Ok(());
     }
-    let unavailable = BatchError::Unavailable;
-    let socket = open_socket().map_err(unavailable)?;
-    let datagram = batch_without_end(messages);
-    grow_send_buffer(&socket, datagram.len());
-    socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
-    read_errors(&socket, messages.len())
+    send_datagram(&batch_without_end(messages), messages.len()).map(drop)
 }
 
 fn send_messages(messages: &mut [(Request, u16)]) -> Result<Socket, BatchError> {
+    send_datagram(&datagram(messages), messages.len())
+}
+
+/// Sends a batch's datagram of `count` messages on a new socket and reads the kernel's answer.
+fn send_datagram(datagram: &[u8], count: usize) -> Result<Socket, BatchError> {
     let unavailable = BatchError::Unavailable;
     let socket = open_socket().map_err(unavailable)?;
-    let datagram = datagram(messages);
     grow_send_buffer(&socket, datagram.len());
-    socket.send_to(&datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
-    read_errors(&socket, messages.len())?;
+    socket.send_to(datagram, &SocketAddr::new(0, 0), 0).map_err(unavailable)?;
+    read_errors(&socket, count)?;
     Ok(socket)
 }
 
